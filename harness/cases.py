@@ -1,0 +1,182 @@
+"""Case files: the JSON format, its validation, and loading from files and folders.
+
+A case file holds one case object, or ``{"cases": [case, ...]}``. A case object::
+
+    {
+      "name": "skew-worst-case",            # required, unique within a suite
+      "family": "skew",                     # optional, default "hand-picked"
+      "context_lens": [60000, 16, ...],     # required, ints >= 0
+      "query_lens": [513, 513, ...],        # required, ints >= 1, same length
+      "block_size": 16,                     # required, int >= 1
+      "workspace_size": 65536,              # required, rows, >= one alignment unit
+      "dcp_world_size": 1,                  # optional, default 1
+      "cp_kv_cache_interleave_size": 1,     # optional, default 1
+      "align_to_block": true,               # optional, default true
+      "description": "..."                  # optional, free text
+    }
+
+Anything wrong is a :class:`CaseError` whose message is one line naming the
+file, the field and the reason. Sizes are bounded (:data:`LIMITS`) so that an
+absurd case is refused before anything is allocated for it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.model import Case, alignment_unit
+
+LIMITS = {
+    "requests": 65536,
+    "context_len": 1 << 24,
+    "query_len": 1 << 20,
+    "total_context": 1 << 26,
+    "workspace_size": 1 << 22,
+    "block_size": 4096,
+    "dcp_world_size": 64,
+    "cp_kv_cache_interleave_size": 4096,
+}
+
+_REQUIRED = ("name", "context_lens", "query_lens", "block_size", "workspace_size")
+_OPTIONAL = ("family", "dcp_world_size", "cp_kv_cache_interleave_size", "align_to_block", "description")
+
+
+class CaseError(Exception):
+    """Bad case input. ``str(error)`` is the one line the CLI prints."""
+
+    def __init__(self, source: str, field: str | None, reason: str) -> None:
+        self.source, self.field, self.reason = source, field, reason
+        where = f"{source}: field '{field}'" if field else source
+        super().__init__(f"{where}: {reason}")
+
+
+def _int(source: str, field: str, value: Any, minimum: int, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CaseError(source, field, f"must be an integer, got {json.dumps(value)}")
+    if value < minimum:
+        raise CaseError(source, field, f"must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise CaseError(source, field, f"must be <= {maximum} (refused before allocating), got {value}")
+    return value
+
+
+def _int_list(source: str, field: str, value: Any, minimum: int, maximum: int) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise CaseError(source, field, f"must be a list of integers, got {type(value).__name__}")
+    if not value:
+        raise CaseError(source, field, "must hold at least one request")
+    if len(value) > LIMITS["requests"]:
+        raise CaseError(source, field, f"must hold at most {LIMITS['requests']} requests, got {len(value)}")
+    return tuple(_int(source, f"{field}[{i}]", v, minimum, maximum) for i, v in enumerate(value))
+
+
+def case_from_json(data: Any, source: str) -> Case:
+    """Validate one case object; ``source`` names where it came from in errors."""
+    if not isinstance(data, dict):
+        raise CaseError(source, None, f"a case must be a JSON object, got {type(data).__name__}")
+    for key in _REQUIRED:
+        if key not in data:
+            raise CaseError(source, key, "is missing")
+    unknown = sorted(set(data) - set(_REQUIRED) - set(_OPTIONAL))
+    if unknown:
+        raise CaseError(source, unknown[0], "is not a case field")
+    name = data["name"]
+    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
+        raise CaseError(source, "name", "must be a non-empty string without spaces")
+    family = data.get("family", "hand-picked")
+    if not isinstance(family, str) or not family:
+        raise CaseError(source, "family", "must be a non-empty string")
+    context_lens = _int_list(source, "context_lens", data["context_lens"], 0, LIMITS["context_len"])
+    query_lens = _int_list(source, "query_lens", data["query_lens"], 1, LIMITS["query_len"])
+    if len(context_lens) != len(query_lens):
+        raise CaseError(
+            source, "query_lens", f"has {len(query_lens)} entries but context_lens has {len(context_lens)}"
+        )
+    if sum(context_lens) > LIMITS["total_context"]:
+        raise CaseError(
+            source, "context_lens", f"total context {sum(context_lens)} exceeds {LIMITS['total_context']} rows"
+        )
+    block_size = _int(source, "block_size", data["block_size"], 1, LIMITS["block_size"])
+    workspace_size = _int(source, "workspace_size", data["workspace_size"], 1, LIMITS["workspace_size"])
+    world = _int(source, "dcp_world_size", data.get("dcp_world_size", 1), 1, LIMITS["dcp_world_size"])
+    interleave = _int(
+        source,
+        "cp_kv_cache_interleave_size",
+        data.get("cp_kv_cache_interleave_size", 1),
+        1,
+        LIMITS["cp_kv_cache_interleave_size"],
+    )
+    align = data.get("align_to_block", True)
+    if not isinstance(align, bool):
+        raise CaseError(source, "align_to_block", f"must be true or false, got {json.dumps(align)}")
+    unit = alignment_unit(block_size, world, interleave, align)
+    if workspace_size < unit:
+        raise CaseError(
+            source, "workspace_size", f"{workspace_size} rows is below one alignment unit ({unit} rows)"
+        )
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise CaseError(source, "description", "must be a string")
+    return Case(
+        name=name,
+        family=family,
+        context_lens=context_lens,
+        query_lens=query_lens,
+        block_size=block_size,
+        workspace_size=workspace_size,
+        dcp_world_size=world,
+        cp_kv_cache_interleave_size=interleave,
+        align_to_block=align,
+    )
+
+
+def load_case_file(path: Path) -> list[Case]:
+    """All cases in one file, validated; a bad file raises :class:`CaseError`."""
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CaseError(source, None, f"cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise CaseError(source, None, "is not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CaseError(source, None, f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    if isinstance(data, dict) and "cases" in data:
+        items = data["cases"]
+        if not isinstance(items, list):
+            raise CaseError(source, "cases", "must be a list of case objects")
+        return [case_from_json(item, f"{source}#cases[{i}]") for i, item in enumerate(items)]
+    return [case_from_json(data, source)]
+
+
+def load_cases(paths: list[Path]) -> list[Case]:
+    """Cases from files and folders (``*.json`` inside, sorted by path), names unique."""
+    cases: list[Case] = []
+    seen: dict[str, str] = {}
+    for path in paths:
+        if path.is_dir():
+            files = sorted(path.rglob("*.json"))
+            if not files:
+                raise CaseError(str(path), None, "folder holds no *.json case files")
+        elif path.exists():
+            files = [path]
+        else:
+            raise CaseError(str(path), None, "no such file or folder")
+        for file in files:
+            for case in load_case_file(file):
+                if case.name in seen:
+                    raise CaseError(str(file), "name", f"{case.name!r} is already defined in {seen[case.name]}")
+                seen[case.name] = str(file)
+                cases.append(case)
+    return cases
+
+
+def write_case_file(case: Case, path: Path, description: str = "") -> None:
+    data = case.to_json()
+    if description:
+        data["description"] = description
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,269 @@
+"""``parity``: the command line (also ``python -m harness``).
+
+Exit codes everywhere: 0 every item at parity, 1 some item diverges or errors,
+2 bad input or usage (one line on stderr naming the file, field and reason).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.cases import CaseError, load_cases
+from harness.model import Case, Chunk, Layout
+from harness.port import Port, PortLoadError, load_port
+from harness.runner import CaseResult, RunResult, compare_case, run
+from harness.suites import load_suite, suite_names
+from harness.summary import format_summary, summarise
+
+EXIT_PARITY, EXIT_DIVERGENT, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input or usage; the message is the one line printed."""
+
+
+# -- the oracle, behind its fingerprint check ---------------------------------------------
+
+
+def open_oracle(allow_drift: bool) -> tuple[Port, dict[str, Any]]:
+    """The oracle side and the provenance every output carries.
+
+    Refuses (UsageError, one line naming the symbol) when an installed oracle
+    symbol's fingerprint differs from the pin, unless ``allow_drift``.
+    """
+    from oracle.environment import OracleUnavailable
+    from oracle.pin import check_fingerprints, installed_version, load_pin
+
+    try:
+        from oracle.side import OracleSide
+
+        version, commit = installed_version()
+        statuses = check_fingerprints()
+        side = OracleSide()
+    except OracleUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    pin = load_pin()
+    bad = [s for s in statuses if s.status != "ok"]
+    if bad and not allow_drift:
+        s = bad[0]
+        raise UsageError(
+            f"oracle fingerprint {s.status}: {s.symbol} (pinned {s.expected}, installed {s.found or 'absent'}); "
+            "pass --allow-oracle-drift to run anyway"
+        )
+    provenance = {
+        "upstream_commit": pin["upstream_commit"],
+        "upstream_pr": pin["upstream_pr"],
+        "release": pin["release"],
+        "installed_vllm": version,
+        "installed_commit_id": commit,
+        "fingerprints": {s.symbol: s.status for s in statuses},
+        "oracle_drift_overridden": bool(bad),
+    }
+    return side, provenance
+
+
+def _drift_banner(provenance: dict[str, Any]) -> str | None:
+    if not provenance.get("oracle_drift_overridden"):
+        return None
+    drifted = [k for k, v in provenance["fingerprints"].items() if v != "ok"]
+    return f"WARNING: oracle fingerprints overridden ({len(drifted)} drifted: {', '.join(drifted)})"
+
+
+# -- case selection ------------------------------------------------------------------------
+
+
+def select_cases(args: argparse.Namespace) -> tuple[str, list[Case], list[Any]]:
+    if args.cases:
+        return "cases", load_cases([Path(p) for p in args.cases]), []
+    suite = load_suite(args.suite, size=args.size)
+    return suite.name, list(suite.cases), list(suite.workspace_configs)
+
+
+def find_case(spec: str, suite: str | None) -> Case:
+    path = Path(spec)
+    if path.suffix == ".json" or path.exists():
+        cases = load_cases([path])
+        if len(cases) != 1:
+            raise UsageError(f"{spec}: holds {len(cases)} cases; diff takes one (name it: parity diff NAME --suite ...)")
+        return cases[0]
+    name = spec.split("/", 1)[1] if "/" in spec else spec
+    for suite_name in [suite] if suite else ["smoke", "ci"]:
+        for case in load_suite(suite_name).cases:
+            if case.name == name:
+                return case
+    where = suite or "smoke or ci"
+    raise UsageError(f"{spec}: no such case file, and no case of that name in suite {where}")
+
+
+# -- printing ------------------------------------------------------------------------------
+
+
+def _short(values: tuple[object, ...], limit: int = 4) -> str:
+    if len(values) <= limit:
+        return "[" + ",".join(map(str, values)) + "]"
+    return "[" + ",".join(map(str, values[:limit])) + f",..+{len(values) - limit}]"
+
+
+def chunk_line(chunk: Chunk) -> str:
+    cont = "cont" if chunk.is_continuation else "    "
+    return (
+        f"#{chunk.index:<3} req[{chunk.request_start},{chunk.request_end}) "
+        f"tok[{chunk.token_start},{chunk.token_end}) {cont} "
+        f"starts={_short(chunk.starts)} lens={_short(chunk.seq_lens)} rows={chunk.num_context_tokens}"
+    )
+
+
+def format_diff(case: Case, result: CaseResult) -> str:
+    width = 64
+    lines = [
+        f"case {case.name} (family {case.family}): {case.num_requests} requests, "
+        f"total context {sum(case.context_lens)}, W={case.workspace_size}, block {case.block_size}, "
+        f"DCP {case.dcp_world_size}x{case.cp_kv_cache_interleave_size}, align {case.align_to_block}",
+        f"context_lens {_short(case.context_lens, 12)}",
+        f"query_lens   {_short(case.query_lens, 12)}",
+    ]
+    if result.error:
+        lines.append(f"{result.status}: {result.error}")
+        return "\n".join(lines)
+    oracle, port = result.oracle_layout or Layout(()), result.port_layout or Layout(())
+    lines.append("")
+    lines.append(f"   {'oracle: ' + str(oracle.num_chunks) + ' chunks':<{width}} | port: {port.num_chunks} chunks")
+    bad_chunk = result.divergence.chunk if result.divergence else None
+    for i in range(max(oracle.num_chunks, port.num_chunks)):
+        left = chunk_line(oracle.chunks[i]) if i < oracle.num_chunks else "-"
+        right = chunk_line(port.chunks[i]) if i < port.num_chunks else "-"
+        mark = ">> " if i == bad_chunk else "   "
+        lines.append(f"{mark}{left:<{width}} | {right}")
+    oracle_empty = "empty token slices " + _short(oracle.empty_token_slices)
+    lines.append(f"   {oracle_empty:<{width}} | empty token slices {_short(port.empty_token_slices)}")
+    lines.append("")
+    if result.divergence is None:
+        lines.append("L1 layout: PARITY (every field of every chunk identical)")
+    else:
+        lines.append(f"L1 layout: DIVERGENT at {result.divergence.message()}")
+    return "\n".join(lines)
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def _progress(total: int) -> tuple[Any, Any]:
+    if not sys.stderr.isatty():
+        return None, None
+    from rich.progress import Progress
+
+    bar = Progress(transient=True)
+    task = bar.add_task("comparing", total=total)
+    bar.start()
+    return bar, lambda _result: bar.advance(task)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    port = load_port(args.port)
+    suite, cases, configs = select_cases(args)
+    oracle, provenance = open_oracle(args.allow_oracle_drift)
+    banner = _drift_banner(provenance)
+    if banner:
+        print(banner, file=sys.stderr)
+    bar, advance = _progress(len(cases) + len(configs))
+    try:
+        result: RunResult = run(oracle, port, suite, cases, configs, progress=advance)
+    finally:
+        if bar is not None:
+            bar.stop()
+    result.provenance = provenance
+    failures = [r for r in result.results if not r.ok][: args.show]
+    if banner:
+        print(banner)
+    print(format_summary(summarise(result), failures))
+    if args.json:
+        from reports.json_report import write_json_report
+
+        write_json_report(result, Path(args.json))
+        print(f"\nwrote {args.json}")
+    return EXIT_PARITY if result.passed else EXIT_DIVERGENT
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    port = load_port(args.port)
+    case = find_case(args.case, args.suite)
+    oracle, provenance = open_oracle(args.allow_oracle_drift)
+    banner = _drift_banner(provenance)
+    if banner:
+        print(banner)
+    result = compare_case(oracle, port, case)
+    print(f"oracle {provenance['release']} (upstream {provenance['upstream_commit']})  vs  port {port.name}")
+    print(format_diff(case, result))
+    return EXIT_PARITY if result.ok else EXIT_DIVERGENT
+
+
+def cmd_oracle(args: argparse.Namespace) -> int:
+    from oracle.environment import OracleUnavailable
+    from oracle.pin import check_fingerprints, installed_version, load_pin, record_fingerprints
+
+    pin = load_pin()
+    print(f"pin: upstream commit {pin['upstream_commit']} ({pin['upstream_pr']}), release {pin['release']}")
+    try:
+        version, commit = installed_version()
+        if args.record:
+            record_fingerprints()
+        statuses = check_fingerprints()
+    except OracleUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    print(f"installed: vllm {version}, commit id {commit} (pinned release reports {pin['release_commit_id']})")
+    for s in statuses:
+        print("  " + s.line())
+    ok = all(s.status == "ok" for s in statuses) and version == pin["release_version"]
+    print("oracle: OK" if ok else "oracle: DRIFTED from the pin")
+    return EXIT_PARITY if ok else EXIT_DIVERGENT
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parity", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--port", default="per_request", help="per_request, equal_share, or package.module:attr")
+        p.add_argument(
+            "--allow-oracle-drift",
+            action="store_true",
+            help="run even if an oracle fingerprint differs from the pin (every output says so)",
+        )
+
+    p_run = sub.add_parser("run", help="compare a port with the oracle over a suite or case files")
+    common(p_run)
+    group = p_run.add_mutually_exclusive_group()
+    group.add_argument("--suite", default="ci", help=f"one of {', '.join(suite_names())} (default ci)")
+    group.add_argument("--cases", nargs="+", metavar="FILE_OR_DIR", help="case files or folders instead of a suite")
+    p_run.add_argument("--size", type=int, help="number of generated cases (overrides the suite's count)")
+    p_run.add_argument("--json", metavar="OUT", help="write the full results as JSON")
+    p_run.add_argument("--show", type=int, default=10, help="divergences listed in the summary (default 10)")
+    p_run.set_defaults(func=cmd_run)
+
+    p_diff = sub.add_parser("diff", help="side-by-side chunks of the oracle and a port for one case")
+    common(p_diff)
+    p_diff.add_argument("case", metavar="CASE", help="a case file, or a case name in a suite")
+    p_diff.add_argument("--suite", help="suite to look the case name up in (default: smoke, then ci)")
+    p_diff.set_defaults(func=cmd_diff)
+
+    p_oracle = sub.add_parser("oracle", help="the pin, the installed vLLM and each fingerprint's status")
+    p_oracle.add_argument("--record", action="store_true", help="rewrite the pin's fingerprints (maintainers)")
+    p_oracle.set_defaults(func=cmd_oracle)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except (CaseError, PortLoadError, UsageError) as exc:
+        print(f"parity: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

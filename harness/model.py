@@ -1,0 +1,194 @@
+"""The data model that flows through the harness.
+
+A :class:`Case` goes in; each side (the oracle and the port under test) turns it
+into a :class:`Layout`; :mod:`harness.compare` turns two layouts into a
+:class:`~harness.compare.Divergence` or nothing. Everything here is plain Python
+(ints and lists, no tensors) so that layouts are cheap to compare, print and
+serialise, and so a port never depends on torch or vLLM to describe its chunks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def alignment_unit(block_size: int, dcp_world_size: int, interleave: int, align_to_block: bool = True) -> int:
+    """The chunk split alignment of SPEC section 1b.
+
+    ``block_size`` (1 when alignment is off), widened under DCP to
+    ``lcm(block_size, dcp_world_size * interleave)``.
+    """
+    unit = block_size if align_to_block else 1
+    if dcp_world_size > 1:
+        unit = math.lcm(unit, dcp_world_size * interleave)
+    return unit
+
+
+@dataclass(frozen=True)
+class Case:
+    """One heterogeneous prefill batch and the workspace it is planned into.
+
+    Invariants (enforced by :func:`harness.cases.validate_case`):
+    ``len(context_lens) == len(query_lens) >= 1``; every context length >= 0;
+    every query length >= 1 (a prefill schedules at least one new token);
+    ``workspace_size`` is at least one :func:`alignment_unit`.
+    """
+
+    name: str
+    context_lens: tuple[int, ...]
+    query_lens: tuple[int, ...]
+    block_size: int
+    workspace_size: int
+    dcp_world_size: int = 1
+    cp_kv_cache_interleave_size: int = 1
+    align_to_block: bool = True
+    family: str = "hand-picked"
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.context_lens)
+
+    @property
+    def query_start_loc(self) -> list[int]:
+        """Prefix sums of ``query_lens``, length ``num_requests + 1``, from 0."""
+        loc = [0]
+        for q in self.query_lens:
+            loc.append(loc[-1] + q)
+        return loc
+
+    @property
+    def alignment(self) -> int:
+        return alignment_unit(
+            self.block_size, self.dcp_world_size, self.cp_kv_cache_interleave_size, self.align_to_block
+        )
+
+    @property
+    def row_budget(self) -> int:
+        """Workspace rows one chunk may occupy (per rank under DCP)."""
+        return self.workspace_size // self.dcp_world_size
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "family": self.family,
+            "context_lens": list(self.context_lens),
+            "query_lens": list(self.query_lens),
+            "block_size": self.block_size,
+            "workspace_size": self.workspace_size,
+            "dcp_world_size": self.dcp_world_size,
+            "cp_kv_cache_interleave_size": self.cp_kv_cache_interleave_size,
+            "align_to_block": self.align_to_block,
+        }
+
+
+@dataclass(frozen=True)
+class WorkspaceConfig:
+    """The engine settings that decide the dense MLA chunked-prefill workspace size."""
+
+    max_model_len: int
+    max_num_seqs: int
+    block_size: int
+    dcp_world_size: int = 1
+    cp_kv_cache_interleave_size: int = 1
+
+    @property
+    def name(self) -> str:
+        return (
+            f"workspace/len{self.max_model_len}-seqs{self.max_num_seqs}-blk{self.block_size}"
+            f"-dcp{self.dcp_world_size}x{self.cp_kv_cache_interleave_size}"
+        )
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One workspace-sized chunk of paged context, as SPEC section 1b defines it.
+
+    Invariants a correct planner keeps: ``request_start < request_end``; only the
+    first request may start mid-context (``is_continuation == starts[0] > 0``);
+    ``cu_seq_lens`` is the prefix sum of ``seq_lens`` from 0; ``token_to_seq``
+    names the chunk-local request of every gathered row; ``query_start_loc`` is
+    chunk-local (starts at 0). The DCP fields are ``None`` without DCP.
+    """
+
+    index: int
+    request_start: int
+    request_end: int
+    token_start: int
+    token_end: int
+    continuation_token_end: int
+    is_continuation: bool
+    num_context_tokens: int
+    query_start_loc: tuple[int, ...]
+    max_query_len: int
+    cu_seq_lens: tuple[int, ...]
+    starts: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+    max_seq_len: int
+    token_to_seq: tuple[int, ...]
+    # Decode-context-parallel only.
+    local_starts: tuple[int, ...] | None = None
+    padded_local_seq_lens: tuple[int, ...] | None = None
+    padded_local_cu_seq_lens: tuple[int, ...] | None = None
+    padded_local_token_to_seq: tuple[int, ...] | None = None
+    local_context_lens_allranks: tuple[tuple[int, ...], ...] | None = None
+    num_local_context_tokens: int | None = None
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form; the per-row ``token_to_seq`` fields are run-length encoded
+        as ``[[value, count], ...]`` because they hold one entry per context row."""
+        out: dict[str, Any] = {}
+        for name in self.field_names():
+            value = getattr(self, name)
+            if name.endswith("token_to_seq") and value is not None:
+                value = run_length(value)
+            elif isinstance(value, tuple):
+                value = [list(v) if isinstance(v, tuple) else v for v in value]
+            out[name] = value
+        return out
+
+
+def run_length(values: tuple[int, ...] | list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and runs[-1][0] == v:
+            runs[-1][1] += 1
+        else:
+            runs.append([v, 1])
+    return runs
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A side's whole plan for one case: its chunks and the token slices of the
+    prefills without context (whose context partial is output 0, LSE -inf).
+
+    A batch in which no request has context has no chunked-context metadata at
+    all: both tuples are empty.
+    """
+
+    chunks: tuple[Chunk, ...]
+    empty_token_slices: tuple[tuple[int, int], ...] = field(default=())
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.chunks)
+
+    def rows_used(self) -> int:
+        """Workspace rows the chunks occupy (local rows under DCP)."""
+        total = 0
+        for chunk in self.chunks:
+            total += chunk.num_local_context_tokens if chunk.num_local_context_tokens is not None else chunk.num_context_tokens
+        return total
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "num_chunks": self.num_chunks,
+            "empty_token_slices": [list(s) for s in self.empty_token_slices],
+            "chunks": [c.to_json() for c in self.chunks],
+        }

@@ -1,0 +1,51 @@
+"""The one place that prepares the process for importing the pinned vLLM.
+
+SPEC section 2: on a CPU the oracle needs ``VLLM_TARGET_DEVICE=cpu`` (the CPU
+platform, so no pinned memory), ``CUDA_VISIBLE_DEVICES=""`` and
+``TRITON_INTERPRET=1`` (Triton's interpreter runs the merge kernel on CPU
+tensors), all set before ``vllm`` is first imported. Every module of the oracle
+imports vLLM through :func:`import_vllm_module`, never directly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import warnings
+from types import ModuleType
+
+CPU_ENVIRONMENT = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "CUDA_VISIBLE_DEVICES": "",
+    "TRITON_INTERPRET": "1",
+    # The oracle's own logging would interleave with the harness's output.
+    "VLLM_LOGGING_LEVEL": "ERROR",
+    "VLLM_CONFIGURE_LOGGING": "0",
+}
+
+
+class OracleUnavailable(Exception):
+    """The pinned vLLM cannot be imported; the message is one line."""
+
+
+def prepare_cpu_environment() -> None:
+    """Set the CPU recipe, refusing if vLLM was already imported without it."""
+    if "vllm" in sys.modules:
+        wrong = {k: os.environ.get(k) for k, v in CPU_ENVIRONMENT.items() if k != "VLLM_LOGGING_LEVEL" and os.environ.get(k) != v}
+        if wrong:
+            raise OracleUnavailable(f"vllm was imported before the oracle's CPU environment was set ({wrong})")
+        return
+    os.environ.update(CPU_ENVIRONMENT)
+
+
+def import_vllm_module(name: str) -> ModuleType:
+    prepare_cpu_environment()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logging.getLogger("vllm").setLevel(logging.ERROR)
+            return importlib.import_module(name)
+    except Exception as exc:  # noqa: BLE001 - any import failure means "no oracle"
+        raise OracleUnavailable(f"cannot import {name} from the pinned vLLM: {type(exc).__name__}: {exc}") from exc

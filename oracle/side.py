@@ -1,0 +1,101 @@
+"""The oracle side: the pinned vLLM's own planner, metadata builder and workspace
+sizing, called (never copied) and translated into the harness's data model."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from harness.model import Case, Chunk, Layout, WorkspaceConfig
+from oracle.environment import import_vllm_module
+from oracle.pin import MLA
+
+
+def _ints(tensor: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in tensor.tolist())
+
+
+def _optional_ints(values: Any) -> tuple[int, ...] | None:
+    if values is None:
+        return None
+    return _ints(values) if hasattr(values, "tolist") else tuple(int(v) for v in values)
+
+
+class OracleSide:
+    """Upstream b38e111d3e through the installed vllm==0.28.0.
+
+    Implements the same interface as a port (:class:`harness.port.Port`).
+    """
+
+    name = "oracle"
+
+    def __init__(self) -> None:
+        self._mla = import_vllm_module(MLA)
+        self._torch = import_vllm_module("torch")
+        # The layout never touches the workspace tensor; a stub stands in for it.
+        self._workspace_stub = self._torch.empty(0)
+
+    def plan_layout(self, case: Case) -> Layout:
+        torch = self._torch
+        metadata = self._mla.build_mla_chunked_context_metadata(
+            context_lens_cpu=torch.tensor(case.context_lens, dtype=torch.int32),
+            prefill_query_start_loc_cpu=torch.tensor(case.query_start_loc, dtype=torch.int32),
+            chunked_prefill_workspace=self._workspace_stub,
+            chunked_prefill_workspace_size=case.workspace_size,
+            block_size=case.block_size,
+            align_chunk_to_block=case.align_to_block,
+            device=torch.device("cpu"),
+            dcp_world_size=case.dcp_world_size,
+            dcp_local_block_size=case.cp_kv_cache_interleave_size,
+            dcp_virtual_block_size=case.cp_kv_cache_interleave_size * case.dcp_world_size,
+        )
+        if metadata is None:
+            return Layout(chunks=())
+        chunks = tuple(self._chunk(c) for c in metadata.chunks)
+        empty = tuple((s.start, s.stop) for s in metadata.empty_token_slices)
+        return Layout(chunks=chunks, empty_token_slices=empty)
+
+    @staticmethod
+    def _chunk(c: Any) -> Chunk:
+        sharded = c.local_starts is not None
+        return Chunk(
+            index=c.index,
+            request_start=c.request_slice.start,
+            request_end=c.request_slice.stop,
+            token_start=c.token_slice.start,
+            token_end=c.token_slice.stop,
+            continuation_token_end=c.continuation_token_end,
+            is_continuation=bool(c.is_continuation),
+            num_context_tokens=c.num_context_tokens,
+            query_start_loc=_ints(c.query_start_loc),
+            max_query_len=c.max_query_len,
+            cu_seq_lens=_ints(c.cu_seq_lens),
+            starts=_ints(c.starts),
+            seq_lens=_ints(c.seq_lens),
+            max_seq_len=c.max_seq_len,
+            token_to_seq=_ints(c.token_to_seq),
+            local_starts=_optional_ints(c.local_starts),
+            padded_local_seq_lens=_optional_ints(c.padded_local_seq_lens),
+            padded_local_cu_seq_lens=_optional_ints(c.padded_local_cu_seq_lens),
+            padded_local_token_to_seq=_optional_ints(c.padded_local_token_to_seq),
+            local_context_lens_allranks=(
+                tuple(tuple(int(v) for v in ranks) for ranks in c.local_context_lens_allranks)
+                if c.local_context_lens_allranks is not None
+                else None
+            ),
+            num_local_context_tokens=c.num_local_context_tokens if sharded else None,
+        )
+
+    def workspace_size(self, config: WorkspaceConfig) -> int:
+        # determine_chunked_prefill_workspace_size reads only these attributes of
+        # a VllmConfig; a stand-in avoids building a whole engine config.
+        vllm_config = SimpleNamespace(
+            model_config=SimpleNamespace(max_model_len=config.max_model_len),
+            scheduler_config=SimpleNamespace(max_num_seqs=config.max_num_seqs),
+            cache_config=SimpleNamespace(block_size=config.block_size),
+            parallel_config=SimpleNamespace(
+                decode_context_parallel_size=config.dcp_world_size,
+                cp_kv_cache_interleave_size=config.cp_kv_cache_interleave_size,
+            ),
+        )
+        return int(self._mla.MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size(vllm_config))
