@@ -46,7 +46,11 @@ class CaseResult:
             out["port_chunks"] = self.port_layout.num_chunks if self.port_layout else None
             if with_layouts:
                 out["oracle_layout"] = self.oracle_layout.to_json() if self.oracle_layout else None
-                out["port_layout"] = self.port_layout.to_json() if self.port_layout else None
+                if self.status == PARITY:
+                    # Identical by definition; written once to keep reports small.
+                    out["port_layout"] = "same-as-oracle"
+                else:
+                    out["port_layout"] = self.port_layout.to_json() if self.port_layout else None
         else:
             out["oracle_workspace"] = self.oracle_workspace
             out["port_workspace"] = self.port_workspace

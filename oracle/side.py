@@ -12,7 +12,7 @@ from oracle.pin import MLA
 
 
 def _ints(tensor: Any) -> tuple[int, ...]:
-    return tuple(int(v) for v in tensor.tolist())
+    return tuple(tensor.tolist())
 
 
 def _optional_ints(values: Any) -> tuple[int, ...] | None:
