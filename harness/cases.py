@@ -91,9 +91,7 @@ def case_from_json(data: Any, source: str) -> Case:
     context_lens = _int_list(source, "context_lens", data["context_lens"], 0, LIMITS["context_len"])
     query_lens = _int_list(source, "query_lens", data["query_lens"], 1, LIMITS["query_len"])
     if len(context_lens) != len(query_lens):
-        raise CaseError(
-            source, "query_lens", f"has {len(query_lens)} entries but context_lens has {len(context_lens)}"
-        )
+        raise CaseError(source, "query_lens", f"has {len(query_lens)} entries but context_lens has {len(context_lens)}")
     if sum(context_lens) > LIMITS["total_context"]:
         raise CaseError(
             source, "context_lens", f"total context {sum(context_lens)} exceeds {LIMITS['total_context']} rows"
@@ -113,9 +111,7 @@ def case_from_json(data: Any, source: str) -> Case:
         raise CaseError(source, "align_to_block", f"must be true or false, got {json.dumps(align)}")
     unit = alignment_unit(block_size, world, interleave, align)
     if workspace_size < unit:
-        raise CaseError(
-            source, "workspace_size", f"{workspace_size} rows is below one alignment unit ({unit} rows)"
-        )
+        raise CaseError(source, "workspace_size", f"{workspace_size} rows is below one alignment unit ({unit} rows)")
     description = data.get("description", "")
     if not isinstance(description, str):
         raise CaseError(source, "description", "must be a string")

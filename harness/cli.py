@@ -87,7 +87,9 @@ def find_case(spec: str, suite: str | None) -> Case:
     if path.suffix == ".json" or path.exists():
         cases = load_cases([path])
         if len(cases) != 1:
-            raise UsageError(f"{spec}: holds {len(cases)} cases; diff takes one (name it: parity diff NAME --suite ...)")
+            raise UsageError(
+                f"{spec}: holds {len(cases)} cases; diff takes one (name it: parity diff NAME --suite ...)"
+            )
         return cases[0]
     name = spec.split("/", 1)[1] if "/" in spec else spec
     for suite_name in [suite] if suite else ["smoke", "ci"]:

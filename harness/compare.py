@@ -35,7 +35,12 @@ class Divergence:
         return f"{self.where}: oracle {describe(self.oracle, self.port)} != port {describe(self.port, self.oracle)}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"chunk": self.chunk, "field": self.field, "oracle": _jsonable(self.oracle), "port": _jsonable(self.port)}
+        return {
+            "chunk": self.chunk,
+            "field": self.field,
+            "oracle": _jsonable(self.oracle),
+            "port": _jsonable(self.port),
+        }
 
 
 def _jsonable(value: Any) -> Any:
@@ -46,7 +51,7 @@ def _jsonable(value: Any) -> Any:
 
 def first_difference(a: Any, b: Any) -> int | None:
     """Index of the first differing element of two sequences (or the shorter length)."""
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
@@ -81,7 +86,7 @@ def first_layout_divergence(oracle: Layout, port: Layout) -> Divergence | None:
     splits one chunk differently is reported at the field where it first goes
     wrong, not merely as "different number of chunks".
     """
-    for index, (a, b) in enumerate(zip(oracle.chunks, port.chunks)):
+    for index, (a, b) in enumerate(zip(oracle.chunks, port.chunks, strict=False)):
         divergence = compare_chunks(index, a, b)
         if divergence is not None:
             return divergence

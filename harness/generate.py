@@ -102,7 +102,7 @@ def exact_fit(rng: random.Random) -> Case:
     target = max(1, target)
     n = rng.randint(1, 12)
     cuts = sorted(rng.sample(range(1, target), min(n - 1, target - 1))) if target > 1 else []
-    contexts = [b - a for a, b in zip([0, *cuts], [*cuts, target])]
+    contexts = [b - a for a, b in zip([0, *cuts], [*cuts, target], strict=True)]
     return _case("exact-fit", contexts, rng, block, workspace)
 
 

@@ -183,7 +183,11 @@ class Layout:
         """Workspace rows the chunks occupy (local rows under DCP)."""
         total = 0
         for chunk in self.chunks:
-            total += chunk.num_local_context_tokens if chunk.num_local_context_tokens is not None else chunk.num_context_tokens
+            total += (
+                chunk.num_local_context_tokens
+                if chunk.num_local_context_tokens is not None
+                else chunk.num_context_tokens
+            )
         return total
 
     def to_json(self) -> dict[str, Any]:

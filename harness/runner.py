@@ -68,7 +68,7 @@ def compare_case(oracle: Port, port: Port, case: Case) -> CaseResult:
     result = CaseResult(case.name, case.family, "layout", PARITY, row_budget=case.row_budget)
     try:
         result.oracle_layout = oracle.plan_layout(case)
-    except Exception as exc:  # noqa: BLE001 - reported per case, the run goes on
+    except Exception as exc:
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
@@ -76,7 +76,7 @@ def compare_case(oracle: Port, port: Port, case: Case) -> CaseResult:
         if not isinstance(layout, Layout):
             raise TypeError(f"plan_layout returned {type(layout).__name__}, not a Layout")
         result.port_layout = layout
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
     result.divergence = first_layout_divergence(result.oracle_layout, result.port_layout)
@@ -89,12 +89,12 @@ def compare_workspace(oracle: Port, port: Port, config: WorkspaceConfig) -> Case
     result = CaseResult(config.name, "workspace-size", "workspace", PARITY)
     try:
         result.oracle_workspace = oracle.workspace_size(config)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
         result.port_workspace = int(port.workspace_size(config))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
     if result.oracle_workspace != result.port_workspace:

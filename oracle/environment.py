@@ -33,7 +33,11 @@ class OracleUnavailable(Exception):
 def prepare_cpu_environment() -> None:
     """Set the CPU recipe, refusing if vLLM was already imported without it."""
     if "vllm" in sys.modules:
-        wrong = {k: os.environ.get(k) for k, v in CPU_ENVIRONMENT.items() if k != "VLLM_LOGGING_LEVEL" and os.environ.get(k) != v}
+        wrong = {
+            k: os.environ.get(k)
+            for k, v in CPU_ENVIRONMENT.items()
+            if k != "VLLM_LOGGING_LEVEL" and os.environ.get(k) != v
+        }
         if wrong:
             raise OracleUnavailable(f"vllm was imported before the oracle's CPU environment was set ({wrong})")
         return
@@ -47,5 +51,5 @@ def import_vllm_module(name: str) -> ModuleType:
             warnings.simplefilter("ignore")
             logging.getLogger("vllm").setLevel(logging.ERROR)
             return importlib.import_module(name)
-    except Exception as exc:  # noqa: BLE001 - any import failure means "no oracle"
+    except Exception as exc:
         raise OracleUnavailable(f"cannot import {name} from the pinned vLLM: {type(exc).__name__}: {exc}") from exc

@@ -35,9 +35,10 @@ class OracleSide:
         # The layout never touches the workspace tensor; a stub stands in for it.
         self._workspace_stub = self._torch.empty(0)
 
-    def plan_layout(self, case: Case) -> Layout:
+    def upstream_metadata(self, case: Case) -> Any:
+        """Upstream's ``ChunkedContextMetadata`` for ``case`` (None without context)."""
         torch = self._torch
-        metadata = self._mla.build_mla_chunked_context_metadata(
+        return self._mla.build_mla_chunked_context_metadata(
             context_lens_cpu=torch.tensor(case.context_lens, dtype=torch.int32),
             prefill_query_start_loc_cpu=torch.tensor(case.query_start_loc, dtype=torch.int32),
             chunked_prefill_workspace=self._workspace_stub,
@@ -49,6 +50,17 @@ class OracleSide:
             dcp_local_block_size=case.cp_kv_cache_interleave_size,
             dcp_virtual_block_size=case.cp_kv_cache_interleave_size * case.dcp_world_size,
         )
+
+    def upstream_plan(self, case: Case) -> Any:
+        """Upstream's planner alone (``plan_mla_context_chunks``), without DCP; for timing."""
+        unit = case.alignment
+        workspace = case.workspace_size
+        return self._mla.plan_mla_context_chunks(
+            list(case.context_lens), workspace, workspace // unit * unit, unit, lambda rows: rows
+        )
+
+    def plan_layout(self, case: Case) -> Layout:
+        metadata = self.upstream_metadata(case)
         if metadata is None:
             return Layout(chunks=())
         chunks = tuple(self._chunk(c) for c in metadata.chunks)

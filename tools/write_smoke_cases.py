@@ -17,21 +17,52 @@ def q(n: int, length: int = 7) -> list[int]:
     return [length] * n
 
 
-CATALOGUE: list[dict] = []
+CATALOGUE: list[dict[str, object]] = []
 
 
-def add(name: str, family: str, description: str, context_lens: list[int], query_lens: list[int] | None = None,
-        block_size: int = 16, workspace_size: int = 2048, **extra: object) -> None:
-    CATALOGUE.append({
-        "name": f"smoke-{name}", "family": family, "description": description,
-        "context_lens": context_lens, "query_lens": query_lens or q(len(context_lens)),
-        "block_size": block_size, "workspace_size": workspace_size, **extra,
-    })
+def add(
+    name: str,
+    family: str,
+    description: str,
+    context_lens: list[int],
+    query_lens: list[int] | None = None,
+    block_size: int = 16,
+    workspace_size: int = 2048,
+    **extra: object,
+) -> None:
+    CATALOGUE.append(
+        {
+            "name": f"smoke-{name}",
+            "family": family,
+            "description": description,
+            "context_lens": context_lens,
+            "query_lens": query_lens or q(len(context_lens)),
+            "block_size": block_size,
+            "workspace_size": workspace_size,
+            **extra,
+        }
+    )
 
 
 # Upstream's worst case and other skews.
-add("upstream-worst-case", "skew", "SPEC 1a: legacy 30 chunks, per-request 1", [60000] + [16] * 31, [513] * 32, 16, 65536)
-add("worst-case-small-ws", "skew", "upstream's shape in a workspace too small for the giant", [60000] + [16] * 31, [513] * 32, 16, 16384)
+add(
+    "upstream-worst-case",
+    "skew",
+    "SPEC 1a: legacy 30 chunks, per-request 1",
+    [60000] + [16] * 31,
+    [513] * 32,
+    16,
+    65536,
+)
+add(
+    "worst-case-small-ws",
+    "skew",
+    "upstream's shape in a workspace too small for the giant",
+    [60000] + [16] * 31,
+    [513] * 32,
+    16,
+    16384,
+)
 add("giant-first", "skew", "giant request first, tiny ones after", [5000, 3, 5, 16, 17], None, 16, 2048)
 add("giant-last", "skew", "tiny requests then a giant one that must split", [3, 5, 16, 17, 5000], None, 16, 2048)
 add("giant-middle", "skew", "giant in the middle splits and continues", [40, 41, 7000, 9, 10], None, 16, 2048)
@@ -73,32 +104,89 @@ add("long-block1", "long-single", "long request, block size 1", [5000], None, 1,
 # Unaligned tails.
 add("tails-17", "unaligned-tails", "contexts 1 past a block", [17, 33, 49, 65], None, 16, 64)
 add("tails-15", "unaligned-tails", "contexts 1 short of a block", [15, 31, 47, 63], None, 16, 64)
-add("tails-split", "unaligned-tails", "split at a block boundary leaves an unaligned tail", [1000, 1001], None, 64, 1024)
+add(
+    "tails-split", "unaligned-tails", "split at a block boundary leaves an unaligned tail", [1000, 1001], None, 64, 1024
+)
 add("tails-remaining-minus-one", "unaligned-tails", "remaining one past an aligned length", [64, 65], None, 64, 64)
 add("tails-odd-ws", "unaligned-tails", "odd workspace, odd contexts", [77, 91, 123], None, 16, 100)
 # Many requests.
 add("many-512", "many-requests", "512 small requests", [3, 17, 0, 40] * 128, None, 16, 1024)
 add("many-1024-ones", "many-requests", "1024 one-row requests", [1] * 1024, None, 16, 256)
-add("many-600-mixed", "many-requests", "600 requests with zeros and a giant", ([5, 0, 12] * 200)[:599] + [9000], None, 16, 2048)
+add(
+    "many-600-mixed",
+    "many-requests",
+    "600 requests with zeros and a giant",
+    [*([5, 0, 12] * 200)[:599], 9000],
+    None,
+    16,
+    2048,
+)
 # Tiny workspaces.
 add("tiny-one-block", "tiny-workspace", "workspace of exactly one block", [40, 16, 0, 3], None, 16, 16)
 add("tiny-one-row", "tiny-workspace", "block 1, workspace 1", [3, 0, 2], None, 1, 1)
 add("tiny-block-plus", "tiny-workspace", "workspace one block and a bit", [70, 5], None, 16, 20)
 add("tiny-block128", "tiny-workspace", "workspace of one 128-row block", [300, 1, 128, 129], None, 128, 128)
 # Split alignment off.
-add("noalign-split", "unaligned-split", "alignment off: split at any row", [1000, 1049], None, 16, 2048, align_to_block=False)
+add(
+    "noalign-split",
+    "unaligned-split",
+    "alignment off: split at any row",
+    [1000, 1049],
+    None,
+    16,
+    2048,
+    align_to_block=False,
+)
 add("noalign-long", "unaligned-split", "alignment off: long request", [7001], None, 16, 1000, align_to_block=False)
 add("noalign-many", "unaligned-split", "alignment off: many small", [33] * 40, None, 16, 100, align_to_block=False)
 # Decode-context parallel.
 for world in (2, 4, 8):
     for interleave in (1, 16, 64):
         block = {1: 16, 16: 64, 64: 128}[interleave]
-        add(f"dcp{world}-i{interleave}-b{block}", "dcp",
+        add(
+            f"dcp{world}-i{interleave}-b{block}",
+            "dcp",
             f"DCP world {world}, interleave {interleave}, block {block}: skew with a zero",
-            [9000, 0, 37, 300, 1, 2500], None, block, 4096, dcp_world_size=world, cp_kv_cache_interleave_size=interleave)
-add("dcp-tiny", "dcp", "DCP workspace of one alignment unit", [700, 3, 0, 129], None, 16, 128, dcp_world_size=8, cp_kv_cache_interleave_size=16)
-add("dcp-unaligned-ws", "dcp", "DCP workspace not an alignment multiple", [5000, 17], None, 64, 1000, dcp_world_size=4, cp_kv_cache_interleave_size=16)
-add("dcp-many", "dcp", "DCP with 512 requests", [5, 70, 0, 200] * 128, None, 16, 2048, dcp_world_size=2, cp_kv_cache_interleave_size=1)
+            [9000, 0, 37, 300, 1, 2500],
+            None,
+            block,
+            4096,
+            dcp_world_size=world,
+            cp_kv_cache_interleave_size=interleave,
+        )
+add(
+    "dcp-tiny",
+    "dcp",
+    "DCP workspace of one alignment unit",
+    [700, 3, 0, 129],
+    None,
+    16,
+    128,
+    dcp_world_size=8,
+    cp_kv_cache_interleave_size=16,
+)
+add(
+    "dcp-unaligned-ws",
+    "dcp",
+    "DCP workspace not an alignment multiple",
+    [5000, 17],
+    None,
+    64,
+    1000,
+    dcp_world_size=4,
+    cp_kv_cache_interleave_size=16,
+)
+add(
+    "dcp-many",
+    "dcp",
+    "DCP with 512 requests",
+    [5, 70, 0, 200] * 128,
+    None,
+    16,
+    2048,
+    dcp_world_size=2,
+    cp_kv_cache_interleave_size=1,
+)
 
 
 def main() -> None:
@@ -106,8 +194,8 @@ def main() -> None:
     for old in OUT.glob("*.json"):
         old.unlink()
     for entry in CATALOGUE:
-        description = entry.pop("description")
-        case = case_from_json(entry, entry["name"])
+        description = str(entry.pop("description"))
+        case = case_from_json(entry, str(entry["name"]))
         write_case_file(case, OUT / f"{case.name.removeprefix('smoke-')}.json", description)
     print(f"wrote {len(CATALOGUE)} cases to {OUT}")
 

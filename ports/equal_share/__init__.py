@@ -44,7 +44,10 @@ def grid_layout(case: Case) -> Layout:
         rows = [r for r, length in enumerate(seq_lens) for _ in range(length)]
         dcp: dict[str, object] = {}
         if world > 1:
-            local = [_padded(window + s, world, interleave) - _padded(window, world, interleave) if s else 0 for s in seq_lens]
+            local = [
+                _padded(window + s, world, interleave) - _padded(window, world, interleave) if s else 0
+                for s in seq_lens
+            ]
             dcp = {
                 "local_starts": tuple(_padded(window, world, interleave) for _ in seq_lens),
                 "padded_local_seq_lens": tuple(local),

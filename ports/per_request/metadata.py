@@ -91,11 +91,7 @@ def build_layout(case: Case) -> Layout:
     if max(case.context_lens, default=0) == 0:
         return Layout(chunks=())
     query_start_loc = case.query_start_loc
-    empty = tuple(
-        (query_start_loc[r], query_start_loc[r + 1]) for r, c in enumerate(case.context_lens) if c == 0
-    )
+    empty = tuple((query_start_loc[r], query_start_loc[r + 1]) for r, c in enumerate(case.context_lens) if c == 0)
     plans = plan_chunks(list(case.context_lens), geometry)
-    chunks = tuple(
-        _chunk_metadata(index, plan, case, geometry, query_start_loc) for index, plan in enumerate(plans)
-    )
+    chunks = tuple(_chunk_metadata(index, plan, case, geometry, query_start_loc) for index, plan in enumerate(plans))
     return Layout(chunks=chunks, empty_token_slices=empty)

@@ -1,0 +1,22 @@
+# The two quick-start commands. Each bootstraps tox if the machine lacks it; tox
+# builds the pinned environment once (.tox/oracle) and every command reuses it.
+PYTHON ?= python3
+TOX := $(PYTHON) -m tox
+IN_ENV := $(TOX) exec -q -e oracle --
+
+.PHONY: gate test bench tox
+
+tox:
+	@$(PYTHON) -m tox --version >/dev/null 2>&1 || $(PYTHON) -m pip install -q 'tox>=4.10'
+
+## gate: per_request against the pinned oracle on the ci suite; writes reports/out/gate.json
+gate: tox
+	$(IN_ENV) python -m harness run --suite ci --port per_request --json reports/out/gate.json
+
+## test: lint, type-check and the test suite
+test: tox
+	$(TOX) -e oracle
+
+## bench: L1 throughput figures (a script that prints, not a test)
+bench: tox
+	$(IN_ENV) python -m benchmarks.layout_throughput

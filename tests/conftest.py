@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import pytest
+
+from harness.model import Case
+from harness.port import Port, load_port
+
+
+@pytest.fixture(scope="session")
+def oracle() -> Port:
+    from oracle.side import OracleSide
+
+    return OracleSide()
+
+
+@pytest.fixture(scope="session")
+def per_request() -> Port:
+    return load_port("per_request")
+
+
+@pytest.fixture(scope="session")
+def equal_share() -> Port:
+    return load_port("equal_share")
+
+
+def make_case(context_lens: list[int], query_lens: list[int] | None = None, **kwargs: object) -> Case:
+    fields: dict[str, object] = {"block_size": 16, "workspace_size": 2048, "name": "t"}
+    fields.update(kwargs)
+    return Case(
+        context_lens=tuple(context_lens),
+        query_lens=tuple(query_lens or [5] * len(context_lens)),
+        **fields,  # type: ignore[arg-type]
+    )

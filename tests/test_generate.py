@@ -1,0 +1,73 @@
+"""The seeded generator: determinism, validity and family coverage."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+from harness.cases import case_from_json
+from harness.generate import FAMILIES, WORST_CASE_CONTEXT, generate
+from harness.suites import load_suite
+
+SNIPPET = (
+    "import hashlib, json; from harness.generate import generate; "
+    "print(hashlib.sha256(json.dumps([c.to_json() for c in generate(123, 300)]).encode()).hexdigest())"
+)
+
+
+def digest_in_subprocess(hash_seed: str) -> str:
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    return subprocess.run([sys.executable, "-c", SNIPPET], env=env, check=True, capture_output=True, text=True).stdout
+
+
+def test_same_seed_same_cases() -> None:
+    assert list(generate(42, 200)) == list(generate(42, 200))
+
+
+def test_different_seed_different_cases() -> None:
+    assert list(generate(42, 50)) != list(generate(43, 50))
+
+
+def test_independent_of_hash_seed() -> None:
+    assert digest_in_subprocess("0") == digest_in_subprocess("12345")
+
+
+def test_prefix_stable() -> None:
+    """Growing a suite's size never changes the cases it already had."""
+    assert list(generate(7, 100)) == list(generate(7, 300))[:100]
+
+
+def test_every_generated_case_is_valid_input() -> None:
+    for case in generate(20260825, 2000):
+        assert case_from_json(case.to_json(), case.name) == case
+
+
+def test_families_cover_the_contract() -> None:
+    cases = list(load_suite("ci").cases)
+    assert len(cases) >= 5000
+    families = Counter(c.family for c in cases)
+    assert set(FAMILIES) <= set(families)
+    assert max(c.num_requests for c in cases if c.family == "many-requests") >= 1024
+    assert min(c.num_requests for c in cases if c.family == "many-requests") >= 512
+    dcp = [c for c in cases if c.family == "dcp"]
+    assert {c.dcp_world_size for c in dcp} == {2, 4, 8}
+    assert {c.cp_kv_cache_interleave_size for c in dcp} == {1, 16, 64}
+    assert {c.block_size for c in dcp} == {16, 64, 128}
+    assert any(c.context_lens == WORST_CASE_CONTEXT and c.workspace_size == 65536 for c in cases)
+    tiny = [c for c in cases if c.family == "tiny-workspace"]
+    assert any(c.workspace_size == c.alignment for c in tiny)
+    zero = [c for c in cases if c.family == "zero-context"]
+    assert any(c.context_lens[0] == 0 and c.context_lens[-1] > 0 for c in zero)
+    assert any(c.context_lens[-1] == 0 and c.context_lens[0] > 0 for c in zero)
+    exact = [c for c in cases if c.family == "exact-fit"]
+    offsets = {sum(c.context_lens) - c.workspace_size for c in exact}
+    assert {0, -1, 1} <= offsets
+    assert any(c.context_lens[-1] > 4 * c.workspace_size for c in cases if c.family == "long-single")
+
+
+def test_nightly_size_is_a_parameter() -> None:
+    assert len(load_suite("nightly", size=30).cases) == len(load_suite("smoke").cases) + 30
+    json.dumps([c.to_json() for c in load_suite("nightly", size=30).cases])
