@@ -12,8 +12,14 @@ A case file holds one case object, or ``{"cases": [case, ...]}``. A case object:
       "dcp_world_size": 1,                  # optional, default 1
       "cp_kv_cache_interleave_size": 1,     # optional, default 1
       "align_to_block": true,               # optional, default true
-      "description": "..."                  # optional, free text
+      "description": "...",                 # optional, free text
+      "numeric": {"preset": "tiny", "seed": 7}   # optional: enables L3 (see below)
     }
+
+``numeric`` takes a ``preset`` (tiny, deepseek-v2-lite, deepseek-v3) and/or any
+of num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, kv_lora_rank,
+dtype (bf16, fp16, fp32) and seed, each overriding the preset. DCP cases stay
+layout-only (their numeric path needs real ranks).
 
 Anything wrong is a :class:`CaseError` whose message is one line naming the
 file, the field and the reason. Sizes are bounded (:data:`LIMITS`) so that an
@@ -26,7 +32,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.model import Case, alignment_unit
+from harness.model import NUMERIC_DTYPES, PRESETS, Case, NumericSpec, alignment_unit
 
 LIMITS = {
     "requests": 65536,
@@ -37,10 +43,19 @@ LIMITS = {
     "block_size": 4096,
     "dcp_world_size": 64,
     "cp_kv_cache_interleave_size": 4096,
+    "numeric_elements": 1 << 31,
 }
 
 _REQUIRED = ("name", "context_lens", "query_lens", "block_size", "workspace_size")
-_OPTIONAL = ("family", "dcp_world_size", "cp_kv_cache_interleave_size", "align_to_block", "description")
+_OPTIONAL = (
+    "family",
+    "dcp_world_size",
+    "cp_kv_cache_interleave_size",
+    "align_to_block",
+    "description",
+    "numeric",
+)
+_NUMERIC_DIMS = ("num_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank")
 
 
 class CaseError(Exception):
@@ -70,6 +85,32 @@ def _int_list(source: str, field: str, value: Any, minimum: int, maximum: int) -
     if len(value) > LIMITS["requests"]:
         raise CaseError(source, field, f"must hold at most {LIMITS['requests']} requests, got {len(value)}")
     return tuple(_int(source, f"{field}[{i}]", v, minimum, maximum) for i, v in enumerate(value))
+
+
+def numeric_from_json(data: Any, source: str) -> NumericSpec:
+    if not isinstance(data, dict):
+        raise CaseError(source, "numeric", f"must be an object, got {type(data).__name__}")
+    unknown = sorted(set(data) - {"preset", "dtype", "seed", *_NUMERIC_DIMS})
+    if unknown:
+        raise CaseError(source, f"numeric.{unknown[0]}", "is not a numeric field")
+    preset_name = data.get("preset")
+    if preset_name is None:
+        missing = [k for k in _NUMERIC_DIMS if k not in data]
+        if missing:
+            raise CaseError(source, f"numeric.{missing[0]}", "is missing (or give a preset)")
+        base = None
+    elif preset_name not in PRESETS:
+        raise CaseError(source, "numeric.preset", f"unknown preset {preset_name!r} (known: {', '.join(PRESETS)})")
+    else:
+        base = PRESETS[preset_name]
+    dims = {
+        k: _int(source, f"numeric.{k}", data[k], 1, 4096) if k in data else getattr(base, k) for k in _NUMERIC_DIMS
+    }
+    dtype = data.get("dtype", base.dtype if base else "bf16")
+    if dtype not in NUMERIC_DTYPES:
+        raise CaseError(source, "numeric.dtype", f"must be one of {', '.join(NUMERIC_DTYPES)}, got {dtype!r}")
+    seed = _int(source, "numeric.seed", data.get("seed", 0), 0, (1 << 63) - 1)
+    return NumericSpec(**dims, dtype=dtype, seed=seed)
 
 
 def case_from_json(data: Any, source: str) -> Case:
@@ -115,6 +156,13 @@ def case_from_json(data: Any, source: str) -> Case:
     description = data.get("description", "")
     if not isinstance(description, str):
         raise CaseError(source, "description", "must be a string")
+    numeric = numeric_from_json(data["numeric"], source) if "numeric" in data else None
+    if numeric is not None and world > 1:
+        raise CaseError(source, "numeric", "DCP cases are layout-only (their numeric path needs real ranks)")
+    if numeric is not None:
+        elements = sum(query_lens) * numeric.num_heads * max(numeric.qk_head_dim, numeric.kv_lora_rank)
+        if elements + sum(context_lens) * numeric.latent_dim > LIMITS["numeric_elements"]:
+            raise CaseError(source, "numeric", "tensors too large (refused before allocating)")
     return Case(
         name=name,
         family=family,
@@ -125,6 +173,7 @@ def case_from_json(data: Any, source: str) -> Case:
         dcp_world_size=world,
         cp_kv_cache_interleave_size=interleave,
         align_to_block=align,
+        numeric=numeric,
     )
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import CaseError, load_cases
-from harness.model import Case, Chunk, Layout
+from harness.model import Case, Chunk, Layout, MergeCase
 from harness.port import Port, PortLoadError, load_port
-from harness.runner import CaseResult, RunResult, compare_case, run
-from harness.suites import load_suite, suite_names
+from harness.runner import LEVELS, CaseResult, RunResult, compare_case, compare_merge, compare_prefill, count_items, run
+from harness.suites import Suite, load_suite, suite_names
 from harness.summary import format_summary, summarise
 
 EXIT_PARITY, EXIT_DIVERGENT, EXIT_USAGE = 0, 1, 2
@@ -75,14 +75,17 @@ def _drift_banner(provenance: dict[str, Any]) -> str | None:
 # -- case selection ------------------------------------------------------------------------
 
 
-def select_cases(args: argparse.Namespace) -> tuple[str, list[Case], list[Any]]:
+def select_suite(args: argparse.Namespace) -> Suite:
     if args.cases:
-        return "cases", load_cases([Path(p) for p in args.cases]), []
-    suite = load_suite(args.suite, size=args.size)
-    return suite.name, list(suite.cases), list(suite.workspace_configs)
+        return Suite("cases", tuple(load_cases([Path(p) for p in args.cases])), ())
+    return load_suite(args.suite, size=args.size)
 
 
-def find_case(spec: str, suite: str | None) -> Case:
+def selected_levels(level: str) -> tuple[str, ...]:
+    return LEVELS if level == "all" else (level,)
+
+
+def find_case(spec: str, suite: str | None) -> Case | MergeCase:
     path = Path(spec)
     if path.suffix == ".json" or path.exists():
         cases = load_cases([path])
@@ -93,9 +96,10 @@ def find_case(spec: str, suite: str | None) -> Case:
         return cases[0]
     name = spec.split("/", 1)[1] if "/" in spec else spec
     for suite_name in [suite] if suite else ["smoke", "ci"]:
-        for case in load_suite(suite_name).cases:
-            if case.name == name:
-                return case
+        loaded = load_suite(suite_name)
+        for item in (*loaded.cases, *loaded.merge_cases):
+            if item.name == name:
+                return item
     where = suite or "smoke or ci"
     raise UsageError(f"{spec}: no such case file, and no case of that name in suite {where}")
 
@@ -149,6 +153,23 @@ def format_diff(case: Case, result: CaseResult) -> str:
     return "\n".join(lines)
 
 
+def format_tensor_verdict(label: str, result: CaseResult) -> str:
+    """Per-tensor ULP summaries and a short table of the worst token rows."""
+    if result.error:
+        return f"{label}: {result.status.upper()}: {result.error}"
+    verdict = "BIT-EXACT" if result.ok else "DIVERGENT"
+    lines = [f"{label}: {verdict}"]
+    for t in result.tensors:
+        lines.append(f"  {t.summary()}")
+        if t.histogram:
+            lines.append("    ULP histogram: " + ", ".join(f"{k}: {v}" for k, v in t.histogram.items()))
+        if t.worst_rows:
+            lines.append(f"    {'token':>7}{'mismatches':>12}{'max ULP':>10}")
+            for row in t.worst_rows:
+                lines.append(f"    {row['token']:>7}{row['mismatches']:>12}{row['max_ulp']:>10}")
+    return "\n".join(lines)
+
+
 # -- commands ------------------------------------------------------------------------------
 
 
@@ -165,14 +186,15 @@ def _progress(total: int) -> tuple[Any, Any]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     port = load_port(args.port)
-    suite, cases, configs = select_cases(args)
+    suite = select_suite(args)
+    levels = selected_levels(args.level)
     oracle, provenance = open_oracle(args.allow_oracle_drift)
     banner = _drift_banner(provenance)
     if banner:
         print(banner, file=sys.stderr)
-    bar, advance = _progress(len(cases) + len(configs))
+    bar, advance = _progress(count_items(suite, levels))
     try:
-        result: RunResult = run(oracle, port, suite, cases, configs, progress=advance)
+        result: RunResult = run(oracle, port, suite, levels, progress=advance)
     finally:
         if bar is not None:
             bar.stop()
@@ -196,10 +218,26 @@ def cmd_diff(args: argparse.Namespace) -> int:
     banner = _drift_banner(provenance)
     if banner:
         print(banner)
-    result = compare_case(oracle, port, case)
     print(f"oracle {provenance['release']} (upstream {provenance['upstream_commit']})  vs  port {port.name}")
-    print(format_diff(case, result))
-    return EXIT_PARITY if result.ok else EXIT_DIVERGENT
+    levels = selected_levels(args.level)
+    if isinstance(case, MergeCase):
+        print(f"merge case {case.name}: {case.to_json()}")
+        result = compare_merge(oracle, port, case)
+        print(format_tensor_verdict("L2 merge", result))
+        return EXIT_PARITY if result.ok else EXIT_DIVERGENT
+    results = []
+    if "layout" in levels:
+        results.append(compare_case(oracle, port, case))
+        print(format_diff(case, results[-1]))
+    if "prefill" in levels:
+        if case.numeric is None:
+            print("L3 prefill: not run (the case has no numeric section)")
+        else:
+            from harness.kernels import CpuKernels
+
+            results.append(compare_prefill(oracle, port, case, CpuKernels()))
+            print(format_tensor_verdict("L3 prefill", results[-1]))
+    return EXIT_PARITY if all(r.ok for r in results) else EXIT_DIVERGENT
 
 
 def cmd_oracle(args: argparse.Namespace) -> int:
@@ -243,12 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--size", type=int, help="number of generated cases (overrides the suite's count)")
     p_run.add_argument("--json", metavar="OUT", help="write the full results as JSON")
     p_run.add_argument("--show", type=int, default=10, help="divergences listed in the summary (default 10)")
+    p_run.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
     p_run.set_defaults(func=cmd_run)
 
     p_diff = sub.add_parser("diff", help="side-by-side chunks of the oracle and a port for one case")
     common(p_diff)
     p_diff.add_argument("case", metavar="CASE", help="a case file, or a case name in a suite")
     p_diff.add_argument("--suite", help="suite to look the case name up in (default: smoke, then ci)")
+    p_diff.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
     p_diff.set_defaults(func=cmd_diff)
 
     p_oracle = sub.add_parser("oracle", help="the pin, the installed vLLM and each fingerprint's status")

@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from harness.model import Case, alignment_unit
+from harness.model import MERGE_PATTERNS, NUMERIC_DTYPES, PRESETS, Case, MergeCase, alignment_unit
 
 BLOCK_SIZES = (1, 16, 16, 32, 64, 128)
 WORKSPACES = (64, 128, 256, 512, 1024, 2048, 4096)
@@ -196,3 +196,112 @@ def generate(seed: int, count: int, families: list[str] | None = None) -> Iterat
         rng = random.Random(f"{seed}:{family}:{k}")
         case = FAMILIES[family](rng)
         yield replace(case, name=f"{family}-{k:04d}")
+
+
+# -- numeric cases -------------------------------------------------------------------------------
+
+MERGE_HEAD_SIZES = (128, 512, 576, 96)
+
+
+def generate_merge(seed: int, count: int) -> Iterator[MergeCase]:
+    """L2 cases: patterns, dtypes and head sizes dealt so that every combination
+    recurs; a third of the cases merge only a prefix of their tokens."""
+    for index in range(count):
+        rng = random.Random(f"{seed}:merge:{index}")
+        pattern = MERGE_PATTERNS[index % len(MERGE_PATTERNS)]
+        dtype = NUMERIC_DTYPES[(index // len(MERGE_PATTERNS)) % len(NUMERIC_DTYPES)]
+        head_size = MERGE_HEAD_SIZES[(index // (len(MERGE_PATTERNS) * len(NUMERIC_DTYPES))) % len(MERGE_HEAD_SIZES)]
+        num_tokens = rng.randint(1, 6)
+        with_context = rng.randrange(num_tokens) if rng.random() < 1 / 3 else None
+        yield MergeCase(
+            name=f"merge-{pattern}-{index:04d}",
+            family=f"merge-{pattern}",
+            num_tokens=num_tokens,
+            num_heads=rng.randint(1, 3),
+            head_size=head_size,
+            dtype=dtype,
+            pattern=pattern,
+            seed=rng.randrange(1 << 31),
+            prefill_tokens_with_context=with_context,
+        )
+
+
+def _small_queries(rng: random.Random, n: int) -> tuple[int, ...]:
+    return tuple(rng.randint(1, 4) for _ in range(n))
+
+
+def _numeric_batch(family: str, rng: random.Random) -> tuple[list[int], int, int, bool]:
+    """(context_lens, block_size, workspace_size, align_to_block), sized for the
+    CPU interpreter: a few dozen query tokens and a few thousand context rows."""
+    block = rng.choice((1, 16, 16, 32))
+    workspace = rng.choice((32, 64, 128, 256)) // block * block or block
+    n = rng.randint(1, 6)
+    align = True
+    if family == "zero-context":
+        contexts = [rng.choice((0, rng.randint(1, 3 * workspace))) for _ in range(n + 2)]
+        contexts[rng.randrange(len(contexts))] = 0
+        contexts[rng.randrange(len(contexts))] = rng.randint(workspace + 1, 4 * workspace)
+    elif family == "long-single":
+        contexts = [rng.randint(3 * workspace, 8 * workspace)]
+        if rng.random() < 0.5:
+            contexts = [rng.randint(0, workspace)] + contexts + [rng.randint(0, workspace)]
+    elif family == "many-chunks":
+        contexts = [rng.randint(workspace // 2, 2 * workspace) for _ in range(n + 3)]
+    elif family == "single-chunk":
+        # The fast path: one chunk, no empty token slices.
+        contexts = [rng.randint(1, max(1, workspace // (n + 1))) for _ in range(n)]
+    elif family == "skew":
+        contexts = [rng.randint(1, 2 * block) for _ in range(n + 2)]
+        contexts[rng.randrange(len(contexts))] = rng.randint(2 * workspace, 5 * workspace)
+    elif family == "exact-fit":
+        target = workspace + rng.choice((0, -1, 1, -block, block))
+        cut = rng.randint(1, max(1, target - 1))
+        contexts = [cut, max(1, target - cut)]
+    elif family == "unaligned-tails":
+        block = rng.choice((16, 32))
+        workspace = max(workspace, block)
+        contexts = [rng.randint(0, 4) * block + rng.randint(1, block - 1) for _ in range(n)]
+    elif family == "tiny-workspace":
+        workspace = block
+        contexts = [rng.randint(0, 4 * block) for _ in range(n)]
+    elif family == "unaligned-split":
+        align = False
+        contexts = [rng.randint(0, 2 * workspace) for _ in range(n)]
+    else:  # uniform
+        contexts = [rng.randint(1, workspace)] * n
+    return contexts, block, workspace, align
+
+
+NUMERIC_FAMILIES = (
+    "zero-context",
+    "long-single",
+    "many-chunks",
+    "single-chunk",
+    "skew",
+    "exact-fit",
+    "unaligned-tails",
+    "tiny-workspace",
+    "unaligned-split",
+    "uniform",
+)
+
+
+def generate_prefill(seed: int, count: int, preset: str = "tiny") -> Iterator[Case]:
+    """L3 cases (layout and numeric) over :data:`NUMERIC_FAMILIES`, dtypes dealt in turn."""
+    for index in range(count):
+        family = NUMERIC_FAMILIES[index % len(NUMERIC_FAMILIES)]
+        rng = random.Random(f"{seed}:prefill:{family}:{index}")
+        contexts, block, workspace, align = _numeric_batch(family, rng)
+        spec = replace(
+            PRESETS[preset], dtype=NUMERIC_DTYPES[(index // len(NUMERIC_FAMILIES)) % 3], seed=rng.randrange(1 << 31)
+        )
+        yield Case(
+            name=f"numeric-{family}-{index:04d}",
+            family=family,
+            context_lens=tuple(contexts),
+            query_lens=_small_queries(rng, len(contexts)),
+            block_size=block,
+            workspace_size=workspace,
+            align_to_block=align,
+            numeric=spec,
+        )

@@ -45,6 +45,8 @@ class Case:
     cp_kv_cache_interleave_size: int = 1
     align_to_block: bool = True
     family: str = "hand-picked"
+    # Dimensions and seed for the numeric levels (L3); None: layout only.
+    numeric: NumericSpec | None = None
 
     @property
     def num_requests(self) -> int:
@@ -80,6 +82,7 @@ class Case:
             "dcp_world_size": self.dcp_world_size,
             "cp_kv_cache_interleave_size": self.cp_kv_cache_interleave_size,
             "align_to_block": self.align_to_block,
+            **({"numeric": self.numeric.to_json()} if self.numeric else {}),
         }
 
 
@@ -195,4 +198,99 @@ class Layout:
             "num_chunks": self.num_chunks,
             "empty_token_slices": [list(s) for s in self.empty_token_slices],
             "chunks": [c.to_json() for c in self.chunks],
+        }
+
+
+# -- numeric levels (L2, L3) ------------------------------------------------------------
+
+NUMERIC_DTYPES = ("bf16", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class NumericSpec:
+    """Model dimensions and seed for a case's L3 tensors.
+
+    ``qk_head_dim = qk_nope_head_dim + qk_rope_head_dim``; the latent cache row is
+    ``kv_lora_rank + qk_rope_head_dim`` wide.
+    """
+
+    num_heads: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    kv_lora_rank: int
+    dtype: str = "bf16"
+    seed: int = 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent_dim(self) -> int:
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "num_heads": self.num_heads,
+            "qk_nope_head_dim": self.qk_nope_head_dim,
+            "qk_rope_head_dim": self.qk_rope_head_dim,
+            "v_head_dim": self.v_head_dim,
+            "kv_lora_rank": self.kv_lora_rank,
+            "dtype": self.dtype,
+            "seed": self.seed,
+        }
+
+
+PRESETS: dict[str, NumericSpec] = {
+    # Small enough for Triton's interpreter on a 2-core CPU (about 1.6 ms per
+    # (token, head) merge program), wide enough to exercise every code path.
+    "tiny": NumericSpec(num_heads=2, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, kv_lora_rank=32),
+    "deepseek-v2-lite": NumericSpec(
+        num_heads=16, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, kv_lora_rank=512
+    ),
+    "deepseek-v3": NumericSpec(
+        num_heads=128, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, kv_lora_rank=512
+    ),
+}
+
+
+MERGE_PATTERNS = (
+    "random",  # finite LSEs of similar size
+    "neg-inf-both",  # both sides empty: output 0, LSE -inf
+    "neg-inf-prefix",  # empty context: the suffix alone
+    "neg-inf-suffix",
+    "pos-inf",  # FA2's +inf for an empty side, which the merge turns into -inf
+    "large-gap",  # LSEs 30-90 apart: one side's weight underflows
+    "mixed",  # every one of the above, element by element
+)
+
+
+@dataclass(frozen=True)
+class MergeCase:
+    """One L2 input: two partials ``[num_tokens, num_heads, head_size]`` with
+    fp32 LSEs ``[num_heads, num_tokens]``; tokens at and past
+    ``prefill_tokens_with_context`` take the suffix unmerged."""
+
+    name: str
+    num_tokens: int
+    num_heads: int
+    head_size: int
+    dtype: str
+    pattern: str
+    seed: int
+    prefill_tokens_with_context: int | None = None
+    family: str = "merge"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "family": self.family,
+            "num_tokens": self.num_tokens,
+            "num_heads": self.num_heads,
+            "head_size": self.head_size,
+            "dtype": self.dtype,
+            "pattern": self.pattern,
+            "seed": self.seed,
+            "prefill_tokens_with_context": self.prefill_tokens_with_context,
         }

@@ -3,7 +3,9 @@
 Definitions live in ``cases/suites.json``. A suite takes checked-in case files
 (``files``, relative to ``cases/``), generated cases (``generate``: a seed and a
 count; ``--size`` overrides the count), and a workspace-size grid (``small`` or
-``full``).
+``full``), merge cases for L2 (``merge``: seed and count) and numeric prefill
+cases for L3 (``prefill``: seed, count and numeric preset). Case files with a
+``numeric`` section are prefill cases too.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import CaseError, load_cases
-from harness.generate import generate
-from harness.model import Case, WorkspaceConfig
+from harness.generate import generate, generate_merge, generate_prefill
+from harness.model import Case, MergeCase, WorkspaceConfig
 
 CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
 SUITES_FILE = CASES_DIR / "suites.json"
@@ -44,6 +46,7 @@ class Suite:
     name: str
     cases: tuple[Case, ...]
     workspace_configs: tuple[WorkspaceConfig, ...]
+    merge_cases: tuple[MergeCase, ...] = ()
 
 
 def workspace_grid(kind: str) -> tuple[WorkspaceConfig, ...]:
@@ -74,9 +77,14 @@ def load_suite(name: str, size: int | None = None) -> Suite:
     if "generate" in spec:
         count = spec["generate"]["count"] if size is None else size
         cases += list(generate(spec["generate"]["seed"], count))
+    if "prefill" in spec:
+        cases += list(generate_prefill(spec["prefill"]["seed"], spec["prefill"]["count"], spec["prefill"]["preset"]))
+    merge_cases = ()
+    if "merge" in spec:
+        merge_cases = tuple(generate_merge(spec["merge"]["seed"], spec["merge"]["count"]))
     names = [c.name for c in cases]
     if len(set(names)) != len(names):
         duplicate = next(n for n in names if names.count(n) > 1)
         raise CaseError(str(SUITES_FILE), name, f"case name {duplicate!r} appears twice")
     grid = workspace_grid(spec["workspace_grid"]) if "workspace_grid" in spec else ()
-    return Suite(name, tuple(cases), grid)
+    return Suite(name, tuple(cases), grid, merge_cases)

@@ -4,9 +4,15 @@ sizing, called (never copied) and translated into the harness's data model."""
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from harness.kernels import SharedKernels
+    from harness.numeric import MergeInputs, PrefillInputs
 from oracle.environment import import_vllm_module
 from oracle.pin import MLA
 
@@ -97,6 +103,18 @@ class OracleSide:
             ),
             num_local_context_tokens=c.num_local_context_tokens if sharded else None,
         )
+
+    def merge_states(self, inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """L2: upstream ``merge_attn_states`` and its Triton kernel."""
+        from oracle.numeric import merge_states
+
+        return merge_states(inputs)
+
+    def prefill(self, case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]:
+        """L3: upstream's context loop and final merge on the shared kernels."""
+        from oracle.numeric import prefill
+
+        return prefill(case, inputs, kernels)
 
     def workspace_size(self, config: WorkspaceConfig) -> int:
         # determine_chunked_prefill_workspace_size reads only these attributes of

@@ -10,8 +10,15 @@ expected to diverge from the oracle; the harness reports by how much.
 from __future__ import annotations
 
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig, alignment_unit
+
+if TYPE_CHECKING:
+    import torch
+
+    from harness.kernels import SharedKernels
+    from harness.numeric import MergeInputs, PrefillInputs
 
 
 def _padded(rows: int, world: int, interleave: int) -> int:
@@ -96,6 +103,17 @@ class EqualSharePort:
 
     def workspace_size(self, config: WorkspaceConfig) -> int:
         return legacy_workspace_size(config)
+
+    def merge_states(self, inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        # The merge kernel did not change in b38e111d3e: the legacy port's is per_request's.
+        from ports.per_request import PORT as per_request
+
+        return per_request.merge_states(inputs)
+
+    def prefill(self, case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]:
+        from ports.equal_share.prefill import prefill
+
+        return prefill(grid_layout(case), case.workspace_size, inputs, kernels)
 
 
 PORT = EqualSharePort()

@@ -6,8 +6,16 @@ object the harness loads as ``--port per_request``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harness.model import Case, Layout, WorkspaceConfig, alignment_unit
 from ports.per_request.metadata import build_layout
+
+if TYPE_CHECKING:
+    import torch
+
+    from harness.kernels import SharedKernels
+    from harness.numeric import MergeInputs, PrefillInputs
 
 # Upstream's dense workspace heuristic (SPEC section 1b): room for 8 full-length
 # requests or 4 pages per sequence, capped so the up-projected context stays bounded.
@@ -34,6 +42,29 @@ class PerRequestPort:
 
     def workspace_size(self, config: WorkspaceConfig) -> int:
         return dense_workspace_size(config)
+
+    def merge_states(self, inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
+        from ports.per_request.merge_kernel import merge_partials
+
+        out = torch.empty_like(inputs.prefix_output)
+        out_lse = torch.empty_like(inputs.prefix_lse)
+        merge_partials(
+            inputs.prefix_output,
+            inputs.prefix_lse,
+            inputs.suffix_output,
+            inputs.suffix_lse,
+            out,
+            out_lse,
+            inputs.prefill_tokens_with_context,
+        )
+        return out, out_lse
+
+    def prefill(self, case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]:
+        from ports.per_request.prefill import prefill
+
+        return prefill(build_layout(case), case.workspace_size, inputs, kernels)
 
 
 PORT = PerRequestPort()
