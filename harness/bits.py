@@ -101,6 +101,11 @@ class TensorComparison:
         }
 
 
+def _by_row(t: torch.Tensor) -> torch.Tensor:
+    """``[rows, everything else]``; a scalar is one row of one element."""
+    return t.reshape(t.shape[0] if t.dim() else 1, -1)
+
+
 def compare_bits(
     name: str, oracle: torch.Tensor, port: torch.Tensor, index_names: tuple[str, ...], worst: int = 5
 ) -> TensorComparison:
@@ -118,8 +123,10 @@ def compare_bits(
     oracle, port = oracle.detach().cpu(), port.detach().cpu()
     result.nan_oracle = int(oracle.isnan().sum())
     result.nan_port = int(port.isnan().sum())
+    view = _INT_VIEW[oracle.dtype]
+    # Bits decide equality (so -0.0 differs from +0.0); the ordered map only measures distance.
+    differ = oracle.contiguous().view(view) != port.contiguous().view(view)
     a, b = ordered(oracle), ordered(port)
-    differ = a != b
     result.mismatches = int(differ.sum())
     if result.mismatches == 0:
         return result
@@ -141,8 +148,8 @@ def compare_bits(
         "port": float(port.flatten()[flat]),
         "ulp": int(distance.flatten()[flat]),
     }
-    per_row = torch.where(differ, distance, torch.zeros_like(distance)).flatten(1).max(dim=1).values
-    mismatches_per_row = differ.flatten(1).sum(dim=1)
+    per_row = _by_row(torch.where(differ, distance, torch.zeros_like(distance))).max(dim=1).values
+    mismatches_per_row = _by_row(differ).sum(dim=1)
     for row in per_row.argsort(descending=True, stable=True)[:worst].tolist():
         if mismatches_per_row[row] == 0:
             break

@@ -103,9 +103,7 @@ def numeric_from_json(data: Any, source: str) -> NumericSpec:
         raise CaseError(source, "numeric.preset", f"unknown preset {preset_name!r} (known: {', '.join(PRESETS)})")
     else:
         base = PRESETS[preset_name]
-    dims = {
-        k: _int(source, f"numeric.{k}", data[k], 1, 4096) if k in data else getattr(base, k) for k in _NUMERIC_DIMS
-    }
+    dims = {k: _int(source, f"numeric.{k}", data[k], 1, 4096) if k in data else getattr(base, k) for k in _NUMERIC_DIMS}
     dtype = data.get("dtype", base.dtype if base else "bf16")
     if dtype not in NUMERIC_DTYPES:
         raise CaseError(source, "numeric.dtype", f"must be one of {', '.join(NUMERIC_DTYPES)}, got {dtype!r}")

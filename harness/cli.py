@@ -97,7 +97,8 @@ def find_case(spec: str, suite: str | None) -> Case | MergeCase:
     name = spec.split("/", 1)[1] if "/" in spec else spec
     for suite_name in [suite] if suite else ["smoke", "ci"]:
         loaded = load_suite(suite_name)
-        for item in (*loaded.cases, *loaded.merge_cases):
+        items: tuple[Case | MergeCase, ...] = (*loaded.cases, *loaded.merge_cases)
+        for item in items:
             if item.name == name:
                 return item
     where = suite or "smoke or ci"

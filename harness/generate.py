@@ -244,7 +244,7 @@ def _numeric_batch(family: str, rng: random.Random) -> tuple[list[int], int, int
     elif family == "long-single":
         contexts = [rng.randint(3 * workspace, 8 * workspace)]
         if rng.random() < 0.5:
-            contexts = [rng.randint(0, workspace)] + contexts + [rng.randint(0, workspace)]
+            contexts = [rng.randint(0, workspace), *contexts, rng.randint(0, workspace)]
     elif family == "many-chunks":
         contexts = [rng.randint(workspace // 2, 2 * workspace) for _ in range(n + 3)]
     elif family == "single-chunk":

@@ -134,6 +134,6 @@ def new_token_attention(
     """The suffix partial: causal attention of the new tokens over themselves,
     with their keys and values up-projected from the new latent rows."""
     kv = kernels.kv_b_proj(kv_b_weight, new_kv_c).view(-1, num_heads, qk_nope_head_dim + v_head_dim)
-    k_nope, v = kv.split([qk_nope_head_dim, v_head_dim], dim=-1)
+    k_nope, v = torch.split(kv, [qk_nope_head_dim, v_head_dim], dim=-1)
     k = torch.cat([k_nope, new_k_pe.expand(-1, num_heads, -1)], dim=-1)
     return kernels.attention(q, k, v, query_start_loc, query_start_loc, True, scale)

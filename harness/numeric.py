@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -118,7 +117,6 @@ def materialise_prefill(
 
 
 # -- L2: merge partials ------------------------------------------------------------------------
-
 
 
 @dataclass(frozen=True)

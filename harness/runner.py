@@ -177,12 +177,12 @@ def compare_merge(oracle: Port, port: Port, case: MergeCase, device: str = "cpu"
     result = CaseResult(case.name, case.family, "merge", PARITY)
     try:
         out, lse = oracle.merge_states(materialise_merge(case, device))  # type: ignore[attr-defined]
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
         port_out, port_lse = port.merge_states(materialise_merge(case, device))  # type: ignore[attr-defined]
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
     return _tensor_verdict(result, {"output": out, "lse": lse}, {"output": port_out, "lse": port_lse})
@@ -201,14 +201,14 @@ def compare_prefill(oracle: Port, port: Port, case: Case, kernels: SharedKernels
 
     try:
         oracle_out = oracle.prefill(case, inputs(), kernels)  # type: ignore[attr-defined]
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
         port_out = port.prefill(case, inputs(), kernels)  # type: ignore[attr-defined]
         if not isinstance(port_out, dict):
             raise TypeError(f"prefill returned {type(port_out).__name__}, not a dict of tensors")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
     return _tensor_verdict(result, oracle_out, port_out)

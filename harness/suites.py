@@ -79,7 +79,7 @@ def load_suite(name: str, size: int | None = None) -> Suite:
         cases += list(generate(spec["generate"]["seed"], count))
     if "prefill" in spec:
         cases += list(generate_prefill(spec["prefill"]["seed"], spec["prefill"]["count"], spec["prefill"]["preset"]))
-    merge_cases = ()
+    merge_cases: tuple[MergeCase, ...] = ()
     if "merge" in spec:
         merge_cases = tuple(generate_merge(spec["merge"]["seed"], spec["merge"]["count"]))
     names = [c.name for c in cases]

@@ -35,7 +35,13 @@ def _numeric(results: list[CaseResult]) -> dict[str, Any]:
             max_ulp = max(max_ulp, t.max_ulp)
             nan_items += bool(t.nan_oracle or t.nan_port)
     exact = sum(1 for r in results if r.tensors and all(t.exact for t in r.tensors))
-    return {"items": len(results), "bit_exact": exact, "max_ulp": max_ulp, "histogram": dict(histogram), "nan": nan_items}
+    return {
+        "items": len(results),
+        "bit_exact": exact,
+        "max_ulp": max_ulp,
+        "histogram": dict(histogram),
+        "nan": nan_items,
+    }
 
 
 def summarise(run: RunResult) -> dict[str, Any]:

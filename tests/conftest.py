@@ -31,3 +31,10 @@ def make_case(context_lens: list[int], query_lens: list[int] | None = None, **kw
         query_lens=tuple(query_lens or [5] * len(context_lens)),
         **fields,  # type: ignore[arg-type]
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The CPU recipe (TRITON_INTERPRET among it) before anything imports Triton.
+    from oracle.environment import prepare_cpu_environment
+
+    prepare_cpu_environment()

@@ -69,5 +69,7 @@ def test_families_cover_the_contract() -> None:
 
 
 def test_nightly_size_is_a_parameter() -> None:
-    assert len(load_suite("nightly", size=30).cases) == len(load_suite("smoke").cases) + 30
-    json.dumps([c.to_json() for c in load_suite("nightly", size=30).cases])
+    small, large = load_suite("nightly", size=30), load_suite("nightly", size=60)
+    assert len(large.cases) - len(small.cases) == 30
+    assert sum(c.family == "uniform" and c.name.startswith("uniform-") for c in small.cases) == 3
+    json.dumps([c.to_json() for c in small.cases])

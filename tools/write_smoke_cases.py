@@ -187,6 +187,57 @@ add(
     dcp_world_size=2,
     cp_kv_cache_interleave_size=1,
 )
+# Numeric (L3) hand-picked cases: continuations next to zero-context requests.
+add(
+    "numeric-continuation-zero",
+    "zero-context",
+    "L3: a request split over 3 chunks between zero-context requests",
+    [0, 300, 0, 45],
+    [3, 4, 2, 3],
+    16,
+    128,
+    numeric={"preset": "tiny", "seed": 11},
+)
+add(
+    "numeric-continuation-fp16",
+    "long-single",
+    "L3 fp16: many continuations of one request",
+    [700],
+    [5],
+    16,
+    128,
+    numeric={"preset": "tiny", "seed": 12, "dtype": "fp16"},
+)
+add(
+    "numeric-continuation-fp32",
+    "zero-context",
+    "L3 fp32: continuation then a zero-context request",
+    [200, 0, 17],
+    [2, 3, 4],
+    16,
+    64,
+    numeric={"preset": "tiny", "seed": 13, "dtype": "fp32"},
+)
+add(
+    "numeric-single-chunk",
+    "single-chunk",
+    "L3: the single-chunk fast path (no empty slices)",
+    [40, 33, 7],
+    [3, 2, 5],
+    16,
+    128,
+    numeric={"preset": "tiny", "seed": 14},
+)
+add(
+    "numeric-worst-case-shape",
+    "skew",
+    "L3: upstream's worst-case shape, scaled down",
+    [600] + [16] * 7,
+    [3] * 8,
+    16,
+    1024,
+    numeric={"preset": "tiny", "seed": 15},
+)
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ import triton.language as tl
 @functools.cache
 def _merge_program() -> Any:
     # Built on first use so that the interpreter setting in force then applies.
-    @triton.jit  # type: ignore[misc]
+    @triton.jit
     def merge_partials(
         out_ptr,
         out_lse_ptr,
@@ -51,7 +51,7 @@ def _merge_program() -> Any:
         tokens_with_context,
         HEAD_DIM: tl.constexpr,
         BLOCK: tl.constexpr,
-    ):  # type: ignore[no-untyped-def]
+    ):
         token = tl.program_id(0)
         head = tl.program_id(1)
         lanes = tl.arange(0, BLOCK)

@@ -45,9 +45,8 @@ def chunk_partial(chunk: Chunk, inputs: PrefillInputs, kernels: SharedKernels, w
     )
     latent = workspace[:rows]
     kv = kernels.kv_b_proj(inputs.kv_b_weight, latent[:, : spec.kv_lora_rank])
-    k_nope, v = kv.view(-1, spec.num_heads, spec.qk_nope_head_dim + spec.v_head_dim).split(
-        [spec.qk_nope_head_dim, spec.v_head_dim], dim=-1
-    )
+    per_head = kv.view(-1, spec.num_heads, spec.qk_nope_head_dim + spec.v_head_dim)
+    k_nope, v = torch.split(per_head, [spec.qk_nope_head_dim, spec.v_head_dim], dim=-1)
     k_rope = latent[:, spec.kv_lora_rank :].unsqueeze(1).expand(-1, spec.num_heads, -1)
     k = torch.cat([k_nope, k_rope], dim=-1)
     q = inputs.q[chunk.token_start : chunk.token_end]
@@ -92,11 +91,10 @@ def context_partial(layout: Layout, workspace_rows: int, inputs: PrefillInputs, 
     return running
 
 
-def prefill(layout: Layout, workspace_rows: int, inputs: PrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]:
-    """``context_output``/``context_lse`` (when any request has context) and the
-    final ``output``/``lse``."""
+def new_token_partial(inputs: PrefillInputs, kernels: SharedKernels) -> Partial:
+    """The suffix partial: the new tokens' causal attention over themselves (shared kernels)."""
     spec = inputs.spec
-    suffix_out, suffix_lse = new_token_attention(
+    return new_token_attention(
         kernels,
         inputs.q,
         inputs.new_kv_c,
@@ -108,17 +106,25 @@ def prefill(layout: Layout, workspace_rows: int, inputs: PrefillInputs, kernels:
         spec.v_head_dim,
         inputs.scale,
     )
-    if not layout.chunks:
-        return {"output": suffix_out, "lse": suffix_lse}
-    context_out, context_lse = context_partial(layout, workspace_rows, inputs, kernels)
-    output = torch.empty_like(suffix_out)
-    lse = torch.empty_like(suffix_lse)
+
+
+def final_merge(context: Partial, suffix: Partial, v_head_dim: int) -> dict[str, torch.Tensor]:
+    """``merge(context partial, suffix partial)`` cut to ``v_head_dim``, with both partials' tensors."""
+    (context_out, context_lse), (suffix_out, suffix_lse) = context, suffix
+    output, lse = torch.empty_like(suffix_out), torch.empty_like(suffix_lse)
     merge_partials(
-        context_out[..., : spec.v_head_dim],
-        context_lse,
-        suffix_out[..., : spec.v_head_dim],
-        suffix_lse,
-        out=output,
-        out_lse=lse,
+        context_out[..., :v_head_dim], context_lse, suffix_out[..., :v_head_dim], suffix_lse, out=output, out_lse=lse
     )
     return {"context_output": context_out, "context_lse": context_lse, "output": output, "lse": lse}
+
+
+def prefill(
+    layout: Layout, workspace_rows: int, inputs: PrefillInputs, kernels: SharedKernels
+) -> dict[str, torch.Tensor]:
+    """``context_output``/``context_lse`` (when any request has context) and the
+    final ``output``/``lse``."""
+    suffix_out, suffix_lse = new_token_partial(inputs, kernels)
+    if not layout.chunks:
+        return {"output": suffix_out, "lse": suffix_lse}
+    context = context_partial(layout, workspace_rows, inputs, kernels)
+    return final_merge(context, (suffix_out, suffix_lse), inputs.spec.v_head_dim)
