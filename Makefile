@@ -20,3 +20,4 @@ test: tox
 ## bench: L1 throughput figures (a script that prints, not a test)
 bench: tox
 	$(IN_ENV) python -m benchmarks.layout_throughput
+	$(IN_ENV) python -m benchmarks.numeric_cost
