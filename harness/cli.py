@@ -15,7 +15,17 @@ from typing import Any
 from harness.cases import CaseError, load_cases
 from harness.model import Case, Chunk, Layout, MergeCase
 from harness.port import Port, PortLoadError, load_port
-from harness.runner import LEVELS, CaseResult, RunResult, compare_case, compare_merge, compare_prefill, count_items, run
+from harness.runner import (
+    LEVELS,
+    CaseResult,
+    RunResult,
+    Shard,
+    compare_case,
+    compare_merge,
+    compare_prefill,
+    count_items,
+    run,
+)
 from harness.suites import Suite, load_suite, suite_names
 from harness.summary import format_summary, summarise
 
@@ -186,22 +196,39 @@ def _progress(total: int) -> tuple[Any, Any]:
     return bar, lambda _result: bar.advance(task)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def parse_shard(text: str | None) -> Shard | None:
+    if text is None:
+        return None
+    try:
+        return Shard.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"--shard: {exc}") from None
+
+
+def execute(args: argparse.Namespace) -> tuple[RunResult, Port, dict[str, Any]]:
+    """The shared body of run and gate: load, check the oracle, run with progress."""
     port = load_port(args.port)
     suite = select_suite(args)
     levels = selected_levels(args.level)
+    shard = parse_shard(args.shard)
     oracle, provenance = open_oracle(args.allow_oracle_drift)
     banner = _drift_banner(provenance)
     if banner:
         print(banner, file=sys.stderr)
-    bar, advance = _progress(count_items(suite, levels))
+    bar, advance = _progress(count_items(suite, levels, shard))
     try:
-        result: RunResult = run(oracle, port, suite, levels, progress=advance)
+        result: RunResult = run(oracle, port, suite, levels, progress=advance, shard=shard)
     finally:
         if bar is not None:
             bar.stop()
     result.provenance = provenance
-    failures = [r for r in result.results if not r.ok][: args.show]
+    return result, port, provenance
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    result, _, provenance = execute(args)
+    banner = _drift_banner(provenance)
+    failures = [(r.status, r.id, r.detail()) for r in result.results if not r.ok][: args.show]
     if banner:
         print(banner)
     print(format_summary(summarise(result), failures))
@@ -211,6 +238,56 @@ def cmd_run(args: argparse.Namespace) -> int:
         write_json_report(result, Path(args.json))
         print(f"\nwrote {args.json}")
     return EXIT_PARITY if result.passed else EXIT_DIVERGENT
+
+
+def _gate_meta(args: argparse.Namespace, result: RunResult, provenance: dict[str, Any]) -> dict[str, Any]:
+    from harness.provenance import collect
+
+    return {
+        "suite": result.suite,
+        "port": result.port,
+        "levels": list(result.levels),
+        "size": args.size,
+        "shard": args.shard,
+        "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
+        "oracle_drift_overridden": provenance["oracle_drift_overridden"],
+        "provenance": collect(provenance),
+    }
+
+
+def _finish_gate(outcome: Any, out_dir: Path) -> int:
+    from harness.gate import write_outputs
+    from reports.gate_summary import render_gate_summary
+
+    write_outputs(outcome, out_dir)
+    print(render_gate_summary(outcome), end="")
+    print(f"\nwrote {out_dir}/summary.md, junit.xml, results.parquet")
+    return EXIT_PARITY if outcome.passed else EXIT_DIVERGENT
+
+
+def _baseline_entries(path: str | None) -> list[Any]:
+    from harness.baseline import load_baseline
+
+    return load_baseline(Path(path)) if path else []
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from harness.gate import judge
+    from harness.summary import results_table
+
+    entries = _baseline_entries(args.baseline)
+    result, port, provenance = execute(args)
+    meta = _gate_meta(args, result, provenance)
+    outcome = judge(results_table(result.results), meta, entries, check_stale=args.shard is None)
+    return _finish_gate(outcome, Path(args.out or f"reports/out/gate-{port.name}"))
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from harness.gate import judge, merge_shards
+
+    entries = _baseline_entries(args.baseline)
+    table, meta = merge_shards([Path(d) for d in args.shards])
+    return _finish_gate(judge(table, meta, entries, check_stale=True), Path(args.out))
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -275,16 +352,33 @@ def build_parser() -> argparse.ArgumentParser:
             help="run even if an oracle fingerprint differs from the pin (every output says so)",
         )
 
+    def selection(p: argparse.ArgumentParser) -> None:
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("--suite", default="ci", help=f"one of {', '.join(suite_names())} (default ci)")
+        group.add_argument("--cases", nargs="+", metavar="FILE_OR_DIR", help="case files or folders instead of a suite")
+        p.add_argument("--size", type=int, help="number of generated layout cases (overrides the suite's count)")
+        p.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
+        p.add_argument("--shard", metavar="K/N", help="run only shard K of N (deterministic, interleaved)")
+
     p_run = sub.add_parser("run", help="compare a port with the oracle over a suite or case files")
     common(p_run)
-    group = p_run.add_mutually_exclusive_group()
-    group.add_argument("--suite", default="ci", help=f"one of {', '.join(suite_names())} (default ci)")
-    group.add_argument("--cases", nargs="+", metavar="FILE_OR_DIR", help="case files or folders instead of a suite")
-    p_run.add_argument("--size", type=int, help="number of generated cases (overrides the suite's count)")
+    selection(p_run)
     p_run.add_argument("--json", metavar="OUT", help="write the full results as JSON")
     p_run.add_argument("--show", type=int, default=10, help="divergences listed in the summary (default 10)")
-    p_run.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
     p_run.set_defaults(func=cmd_run)
+
+    p_gate = sub.add_parser("gate", help="the CI gate: summary.md, junit.xml, results.parquet; baseline-aware")
+    common(p_gate)
+    selection(p_gate)
+    p_gate.add_argument("--baseline", metavar="FILE", help="expected divergences (JSON, see harness/baseline.py)")
+    p_gate.add_argument("--out", metavar="DIR", help="output folder (default reports/out/gate-<port>)")
+    p_gate.set_defaults(func=cmd_gate)
+
+    p_merge = sub.add_parser("merge", help="combine sharded gate outputs into one summary and report")
+    p_merge.add_argument("shards", nargs="+", metavar="DIR", help="the shard gates' output folders")
+    p_merge.add_argument("--baseline", metavar="FILE", help="the baseline the shards ran with")
+    p_merge.add_argument("--out", metavar="DIR", required=True, help="output folder")
+    p_merge.set_defaults(func=cmd_merge)
 
     p_diff = sub.add_parser("diff", help="side-by-side chunks of the oracle and a port for one case")
     common(p_diff)

@@ -42,6 +42,8 @@ class CaseResult:
     oracle_workspace: int | None = None
     port_workspace: int | None = None
     tensors: list[TensorComparison] = field(default_factory=list)
+    # Position in the suite's full item order (stable across shards).
+    index: int = -1
 
     @property
     def level(self) -> str:
@@ -214,38 +216,81 @@ def compare_prefill(oracle: Port, port: Port, case: Case, kernels: SharedKernels
     return _tensor_verdict(result, oracle_out, port_out)
 
 
-def run_items(
-    oracle: Port, port: Port, suite: Suite, levels: tuple[str, ...], kernels: SharedKernels | None = None
-) -> Iterator[CaseResult]:
-    """Every item of ``suite`` at ``levels``, in a fixed order: layout cases,
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``number`` (1-based) of ``count``: items whose suite index ``i``
+    has ``i % count == number - 1``. Deterministic, and interleaved so every
+    shard gets a share of every level and family."""
+
+    number: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        try:
+            number, count = (int(part) for part in text.split("/"))
+        except ValueError:
+            raise ValueError(f"shard {text!r} is not K/N") from None
+        if not 1 <= number <= count:
+            raise ValueError(f"shard {text!r}: K must be in 1..N")
+        return cls(number, count)
+
+    def owns(self, index: int) -> bool:
+        return index % self.count == self.number - 1
+
+    def __str__(self) -> str:
+        return f"{self.number}/{self.count}"
+
+
+def plan_items(suite: Suite, levels: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """The suite's items at ``levels`` in their fixed order: layout cases,
     workspace configs, merge cases, prefill cases."""
+    items: list[tuple[str, Any]] = []
     if "layout" in levels:
-        for case in suite.cases:
-            yield compare_case(oracle, port, case)
-        for config in suite.workspace_configs:
-            yield compare_workspace(oracle, port, config)
+        items += [("layout", case) for case in suite.cases]
+        items += [("workspace", config) for config in suite.workspace_configs]
     if "merge" in levels:
-        for merge_case in suite.merge_cases:
-            yield compare_merge(oracle, port, merge_case)
+        items += [("merge", case) for case in suite.merge_cases]
     if "prefill" in levels:
-        if kernels is None:
-            from harness.kernels import CpuKernels
-
-            kernels = CpuKernels()
-        for case in suite.cases:
-            if case.numeric is not None:
-                yield compare_prefill(oracle, port, case, kernels)
+        items += [("prefill", case) for case in suite.cases if case.numeric is not None]
+    return items
 
 
-def count_items(suite: Suite, levels: tuple[str, ...]) -> int:
-    total = 0
-    if "layout" in levels:
-        total += len(suite.cases) + len(suite.workspace_configs)
-    if "merge" in levels:
-        total += len(suite.merge_cases)
-    if "prefill" in levels:
-        total += sum(1 for c in suite.cases if c.numeric is not None)
-    return total
+def run_item(oracle: Port, port: Port, kind: str, item: Any, kernels: SharedKernels) -> CaseResult:
+    if kind == "layout":
+        return compare_case(oracle, port, item)
+    if kind == "workspace":
+        return compare_workspace(oracle, port, item)
+    if kind == "merge":
+        return compare_merge(oracle, port, item)
+    return compare_prefill(oracle, port, item, kernels)
+
+
+def run_items(
+    oracle: Port,
+    port: Port,
+    suite: Suite,
+    levels: tuple[str, ...],
+    shard: Shard | None = None,
+    kernels: SharedKernels | None = None,
+    skip: frozenset[int] = frozenset(),
+) -> Iterator[CaseResult]:
+    """Run the items of ``suite`` this shard owns, skipping indices in ``skip``."""
+    if kernels is None:
+        from harness.kernels import CpuKernels
+
+        kernels = CpuKernels()
+    for index, (kind, item) in enumerate(plan_items(suite, levels)):
+        if (shard is not None and not shard.owns(index)) or index in skip:
+            continue
+        result = run_item(oracle, port, kind, item, kernels)
+        result.index = index
+        yield result
+
+
+def count_items(suite: Suite, levels: tuple[str, ...], shard: Shard | None = None) -> int:
+    total = len(plan_items(suite, levels))
+    return total if shard is None else sum(1 for i in range(total) if shard.owns(i))
 
 
 def run(
@@ -254,10 +299,11 @@ def run(
     suite: Suite,
     levels: tuple[str, ...] = LEVELS,
     progress: Callable[[CaseResult], None] | None = None,
+    shard: Shard | None = None,
 ) -> RunResult:
     started = time.perf_counter()
     outcome = RunResult(suite=suite.name, port=port.name, levels=levels)
-    for result in run_items(oracle, port, suite, levels):
+    for result in run_items(oracle, port, suite, levels, shard):
         outcome.results.append(result)
         if progress is not None:
             progress(result)

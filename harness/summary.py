@@ -1,92 +1,150 @@
-"""Aggregate figures of a run, shared by the printed summary and the JSON report."""
+"""The results table and the summary computed from it.
+
+Every consumer (the printed summary of ``parity run``, the gate's ``summary.md``
+and parquet table, the nightly report, shard merging) goes through one pandas
+table with a row per item, so a run split over shards and merged gives exactly
+the summary of the unsharded run: the summary is a function of the table alone.
+"""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+import json
+from collections import Counter
 from typing import Any
+
+import pandas as pd
 
 from harness.model import Layout
 from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult, RunResult
 
 STATUSES = (PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR)
+COLUMNS = (
+    "index",
+    "id",
+    "name",
+    "family",
+    "kind",
+    "level",
+    "status",
+    "detail",
+    "oracle_chunks",
+    "port_chunks",
+    "oracle_rows",
+    "port_rows",
+    "oracle_capacity",
+    "port_capacity",
+    "max_ulp",
+    "mismatches",
+    "nan",
+    "histogram",
+)
 
 
-def _utilisation(results: list[CaseResult], side: str) -> tuple[int, int, int]:
-    """(chunks, rows used, rows available) of one side across layout cases."""
-    chunks = used = available = 0
-    for r in results:
-        layout: Layout | None = getattr(r, f"{side}_layout")
-        if layout is None:
-            continue
-        chunks += layout.num_chunks
-        used += layout.rows_used()
-        available += layout.num_chunks * r.row_budget
-    return chunks, used, available
+def _layout_figures(layout: Layout | None, row_budget: int) -> tuple[int, int, int]:
+    if layout is None:
+        return -1, 0, 0
+    return layout.num_chunks, layout.rows_used(), layout.num_chunks * row_budget
 
 
-def _numeric(results: list[CaseResult]) -> dict[str, Any]:
-    """Bit-exactness of one numeric level: items exact, worst ULP, merged histogram."""
+def result_row(r: CaseResult) -> dict[str, Any]:
+    oracle_chunks, oracle_rows, oracle_capacity = _layout_figures(r.oracle_layout, r.row_budget)
+    port_chunks, port_rows, port_capacity = _layout_figures(r.port_layout, r.row_budget)
     histogram: Counter[str] = Counter()
-    max_ulp = 0
-    nan_items = 0
-    for r in results:
-        for t in r.tensors:
-            histogram.update(t.histogram)
-            max_ulp = max(max_ulp, t.max_ulp)
-            nan_items += bool(t.nan_oracle or t.nan_port)
-    exact = sum(1 for r in results if r.tensors and all(t.exact for t in r.tensors))
+    for t in r.tensors:
+        histogram.update(t.histogram)
     return {
-        "items": len(results),
-        "bit_exact": exact,
-        "max_ulp": max_ulp,
+        "index": r.index,
+        "id": r.id,
+        "name": r.name,
+        "family": r.family,
+        "kind": r.kind,
+        "level": r.level,
+        "status": r.status,
+        "detail": "" if r.ok else r.detail(),
+        "oracle_chunks": oracle_chunks,
+        "port_chunks": port_chunks,
+        "oracle_rows": oracle_rows,
+        "port_rows": port_rows,
+        "oracle_capacity": oracle_capacity,
+        "port_capacity": port_capacity,
+        "max_ulp": max((t.max_ulp for t in r.tensors), default=0),
+        "mismatches": sum(t.mismatches for t in r.tensors),
+        "nan": sum(t.nan_oracle + t.nan_port for t in r.tensors),
+        "histogram": json.dumps(dict(sorted(histogram.items()))),
+    }
+
+
+def results_table(results: list[CaseResult]) -> pd.DataFrame:
+    return pd.DataFrame([result_row(r) for r in results], columns=list(COLUMNS))
+
+
+def _counts(frame: pd.DataFrame) -> dict[str, int]:
+    counts = frame["status"].value_counts()
+    return {s: int(counts.get(s, 0)) for s in STATUSES}
+
+
+def _side(frame: pd.DataFrame, side: str) -> dict[str, Any]:
+    planned = frame[(frame["kind"] == "layout") & (frame[f"{side}_chunks"] >= 0)]
+    chunks, rows, capacity = (int(planned[c].sum()) for c in (f"{side}_chunks", f"{side}_rows", f"{side}_capacity"))
+    return {
+        "chunks": chunks,
+        "rows_used": rows,
+        "rows_available": capacity,
+        "utilisation": rows / capacity if capacity else None,
+    }
+
+
+def _numeric(frame: pd.DataFrame) -> dict[str, Any]:
+    histogram: Counter[str] = Counter()
+    for text in frame["histogram"]:
+        histogram.update(json.loads(text))
+    return {
+        "items": len(frame),
+        "bit_exact": int((frame["status"] == PARITY).sum()),
+        "max_ulp": int(frame["max_ulp"].max()) if len(frame) else 0,
         "histogram": dict(histogram),
-        "nan": nan_items,
+        "nan": int((frame["nan"] > 0).sum()),
+    }
+
+
+def summarise_table(frame: pd.DataFrame, suite: str, port: str, levels: tuple[str, ...]) -> dict[str, Any]:
+    """Everything the summaries print, from the table alone (order-independent)."""
+    frame = frame.sort_values("index")
+    by_family = {
+        f"{level}/{family}": _counts(group) for (level, family), group in frame.groupby(["level", "family"], sort=True)
+    }
+    return {
+        "suite": suite,
+        "port": port,
+        "verdict": "pass" if bool((frame["status"] == PARITY).all()) else "fail",
+        "items": len(frame),
+        "layout_cases": int((frame["kind"] == "layout").sum()),
+        "workspace_configs": int((frame["kind"] == "workspace").sum()),
+        "merge_cases": int((frame["kind"] == "merge").sum()),
+        "prefill_cases": int((frame["kind"] == "prefill").sum()),
+        "counts": _counts(frame),
+        "levels": {lv: _counts(frame[frame["level"] == lv]) for lv in levels},
+        "families": by_family,
+        "numeric": {lv: _numeric(frame[frame["level"] == lv]) for lv in ("merge", "prefill") if lv in levels},
+        "sides": {side: _side(frame, side) for side in ("oracle", "port")},
     }
 
 
 def summarise(run: RunResult) -> dict[str, Any]:
-    layout_results = [r for r in run.results if r.kind == "layout"]
-    families: dict[str, Counter[str]] = defaultdict(Counter)
-    levels: dict[str, Counter[str]] = defaultdict(Counter)
-    for r in run.results:
-        families[f"{r.level}/{r.family}"][r.status] += 1
-        levels[r.level][r.status] += 1
-    sides = {}
-    for side in ("oracle", "port"):
-        chunks, used, available = _utilisation(layout_results, side)
-        sides[side] = {
-            "chunks": chunks,
-            "rows_used": used,
-            "rows_available": available,
-            "utilisation": used / available if available else None,
-        }
-    return {
-        "suite": run.suite,
-        "port": run.port,
-        "verdict": "pass" if run.passed else "fail",
-        "items": len(run.results),
-        "layout_cases": len(layout_results),
-        "workspace_configs": sum(1 for r in run.results if r.kind == "workspace"),
-        "merge_cases": sum(1 for r in run.results if r.kind == "merge"),
-        "prefill_cases": sum(1 for r in run.results if r.kind == "prefill"),
-        "counts": {s: run.count(s) for s in STATUSES},
-        "levels": {lv: {s: levels[lv][s] for s in STATUSES} for lv in run.levels},
-        "families": {f: {s: c[s] for s in STATUSES} for f, c in sorted(families.items())},
-        "numeric": {
-            lv: _numeric([r for r in run.results if r.level == lv]) for lv in ("merge", "prefill") if lv in run.levels
-        },
-        "sides": sides,
-        "seconds": round(run.seconds, 3),
-    }
+    summary = summarise_table(results_table(run.results), run.suite, run.port, run.levels)
+    summary["seconds"] = round(run.seconds, 3)
+    return summary
 
 
-def format_summary(summary: dict[str, Any], first_failures: list[CaseResult]) -> str:
+def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str, str]]) -> str:
+    """The printed summary; ``first_failures`` are (status, item id, detail)."""
     counts = summary["counts"]
+    seconds = f" in {summary['seconds']:.1f}s" if "seconds" in summary else ""
     lines = [
         f"suite {summary['suite']}  port {summary['port']}  verdict {summary['verdict'].upper()}",
         f"items {summary['items']} ({summary['layout_cases']} layout cases, "
         f"{summary['workspace_configs']} workspace configs, {summary['merge_cases']} merge cases, "
-        f"{summary['prefill_cases']} prefill cases) in {summary['seconds']:.1f}s",
+        f"{summary['prefill_cases']} prefill cases){seconds}",
         f"parity {counts[PARITY]}  divergent {counts[DIVERGENT]}  "
         f"errors {counts[ORACLE_ERROR] + counts[PORT_ERROR]} "
         f"(oracle {counts[ORACLE_ERROR]}, port {counts[PORT_ERROR]})",
@@ -113,6 +171,6 @@ def format_summary(summary: dict[str, Any], first_failures: list[CaseResult]) ->
     if first_failures:
         lines.append("")
         lines.append("first divergences:")
-        for r in first_failures:
-            lines.append(f"  {r.status:<10} {r.id}: {r.detail()}")
+        for status, item, detail in first_failures:
+            lines.append(f"  {status:<10} {item}: {detail}")
     return "\n".join(lines)

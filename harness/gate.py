@@ -1,0 +1,83 @@
+"""``parity gate``: a suite for a port, judged against its baseline, written as
+``summary.md`` (small enough for a PR comment), ``junit.xml`` and
+``results.parquet`` (the table of :mod:`harness.summary`), plus ``gate.json``
+(what ran, for merging shards).
+
+A sharded gate (``--shard K/N``) writes the same files for its share; ``parity
+merge`` concatenates shard tables and judges the whole, stale entries included.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.baseline import BaselineEntry, BaselineVerdict, apply_baseline
+from harness.cases import CaseError
+from harness.summary import summarise_table
+
+RESULTS, META, SUMMARY, JUNIT = "results.parquet", "gate.json", "summary.md", "junit.xml"
+
+
+@dataclass
+class GateOutcome:
+    meta: dict[str, Any]
+    summary: dict[str, Any]
+    verdict: BaselineVerdict
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.passed
+
+
+def judge(table: pd.DataFrame, meta: dict[str, Any], entries: list[BaselineEntry], check_stale: bool) -> GateOutcome:
+    levels = tuple(meta["levels"])
+    verdict = apply_baseline(table, meta["port"], entries, levels, check_stale)
+    summary = summarise_table(verdict.table, meta["suite"], meta["port"], levels)
+    return GateOutcome(meta, summary, verdict)
+
+
+def write_outputs(outcome: GateOutcome, out_dir: Path) -> None:
+    from reports.gate_summary import write_gate_summary
+    from reports.junit import write_junit
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    outcome.verdict.table.to_parquet(out_dir / RESULTS, index=False)
+    (out_dir / META).write_text(json.dumps(outcome.meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_gate_summary(outcome, out_dir / SUMMARY)
+    write_junit(outcome, out_dir / JUNIT)
+
+
+def load_shard(directory: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    meta_path, results_path = directory / META, directory / RESULTS
+    for path in (meta_path, results_path):
+        if not path.exists():
+            raise CaseError(str(path), None, "missing: not a gate output folder")
+    meta: dict[str, Any] = json.loads(meta_path.read_text(encoding="utf-8"))
+    table = pd.read_parquet(results_path).drop(columns=["baseline", "reason"], errors="ignore")
+    return table, meta
+
+
+def merge_shards(directories: list[Path]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """One table and one meta from shard outputs, refusing shards of different runs."""
+    tables, metas = zip(*(load_shard(d) for d in directories), strict=True)
+    first = metas[0]
+    for directory, meta in zip(directories, metas, strict=True):
+        for key in ("suite", "port", "levels", "size", "pin"):
+            if meta.get(key) != first.get(key):
+                raise CaseError(str(directory / META), key, f"differs from {directories[0] / META}: not one run")
+    shards = sorted(m["shard"] for m in metas if m.get("shard"))
+    expected = (
+        [f"{k}/{first['shard'].split('/')[1]}" for k in range(1, len(directories) + 1)] if first.get("shard") else []
+    )
+    if shards != sorted(expected):
+        raise CaseError(str(directories[0]), "shard", f"have shards {shards}, need all of {expected}")
+    table = pd.concat(tables, ignore_index=True).sort_values("index", kind="stable").reset_index(drop=True)
+    if table["index"].duplicated().any():
+        raise CaseError(str(directories[0]), "index", "an item appears in two shards")
+    meta = {**first, "shard": None, "merged_from": [str(d) for d in directories]}
+    return table, meta

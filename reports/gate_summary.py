@@ -1,0 +1,84 @@
+"""``summary.md``: the gate's verdict, small enough for a PR comment.
+
+It holds the verdict, counts per level and per level/family, the baseline's
+effect (expected, new, stale), and the first new divergences, each with the
+``parity diff`` command that reproduces it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR
+
+if TYPE_CHECKING:
+    from harness.gate import GateOutcome
+
+SHOWN = 10
+
+
+def reproduce_command(name: str, level: str, suite: str, port: str) -> str:
+    level_arg = "layout" if level == "workspace" else level
+    return f"parity diff {name} --suite {suite} --port {port} --level {level_arg}"
+
+
+def _cell(text: str, limit: int = 160) -> str:
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def render_gate_summary(outcome: GateOutcome) -> str:
+    meta, summary, verdict = outcome.meta, outcome.summary, outcome.verdict
+    mark = "PASS" if outcome.passed else "FAIL"
+    shard = f", shard {meta['shard']}" if meta.get("shard") else ""
+    lines = [
+        f"## Parity gate: {mark}",
+        "",
+        f"Port `{meta['port']}` against the pinned oracle ({meta['pin']}), suite `{meta['suite']}`{shard}: "
+        f"{summary['items']} items, {len(verdict.new)} new divergences, {len(verdict.expected)} expected "
+        f"(baseline), {len(verdict.stale)} stale baseline entries.",
+    ]
+    if meta.get("oracle_drift_overridden"):
+        lines += ["", "**Oracle fingerprints overridden: the oracle may not be the pinned upstream.**"]
+    if not verdict.stale_checked:
+        lines += ["", "Stale baseline entries are checked when the shards are merged (`parity merge`)."]
+    lines += [
+        "",
+        "| level | items | parity | divergent | port errors | oracle errors |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for level, c in summary["levels"].items():
+        total = sum(c.values())
+        lines.append(f"| {level} | {total} | {c[PARITY]} | {c[DIVERGENT]} | {c[PORT_ERROR]} | {c[ORACLE_ERROR]} |")
+    for level, n in summary["numeric"].items():
+        lines.append("")
+        lines.append(f"{level}: bit-exact {n['bit_exact']}/{n['items']}, max {n['max_ulp']} ULP")
+    new = verdict.new
+    if not new.empty:
+        lines += ["", f"### New divergences (first {min(SHOWN, len(new))} of {len(new)})", ""]
+        for row in new.head(SHOWN).itertuples(index=False):
+            lines.append(f"- `{row.id}` {row.status}: {_cell(row.detail)}")
+            lines.append(f"  reproduce: `{reproduce_command(row.name, row.level, meta['suite'], meta['port'])}`")
+    if verdict.stale:
+        lines += ["", "### Stale baseline entries (no longer diverge: remove them)", ""]
+        lines += [f"- {e.label}: {e.reason}" for e in verdict.stale]
+    families = [(f, c) for f, c in summary["families"].items() if c[PARITY] != sum(c.values())]
+    if families:
+        lines += ["", "<details><summary>Families with failures</summary>", ""]
+        lines += ["| level/family | items | parity | divergent | errors |", "|---|---:|---:|---:|---:|"]
+        for family, c in families:
+            errors = c[PORT_ERROR] + c[ORACLE_ERROR]
+            lines.append(f"| {family} | {sum(c.values())} | {c[PARITY]} | {c[DIVERGENT]} | {errors} |")
+        lines += ["", "</details>"]
+    expected = verdict.expected
+    if not expected.empty:
+        by_reason = expected.groupby("reason").size().sort_values(ascending=False)
+        lines += ["", "<details><summary>Expected divergences (baseline)</summary>", ""]
+        lines += [f"- {count} items: {_cell(reason)}" for reason, count in by_reason.items()]
+        lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def write_gate_summary(outcome: GateOutcome, path: Path) -> None:
+    path.write_text(render_gate_summary(outcome), encoding="utf-8")

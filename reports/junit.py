@@ -1,0 +1,51 @@
+"""``junit.xml``: one testcase per item, for CI systems that read JUnit.
+
+A new divergence is a ``<failure>``, an oracle error an ``<error>``, an
+expected (baseline) divergence a ``<skipped>`` with its reason, and each stale
+baseline entry a failing testcase of its own.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness.baseline import EXPECTED, NEW
+from harness.runner import ORACLE_ERROR
+
+if TYPE_CHECKING:
+    from harness.gate import GateOutcome
+
+
+def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
+    meta, table = outcome.meta, outcome.verdict.table
+    suites = ET.Element("testsuites", name=f"parity {meta['suite']} {meta['port']}")
+    counts = {"failures": 0, "errors": 0, "skipped": 0}
+    suite = ET.SubElement(suites, "testsuite", name=f"parity.{meta['suite']}.{meta['port']}")
+    for row in table.itertuples(index=False):
+        case = ET.SubElement(suite, "testcase", classname=f"parity.{meta['suite']}.{row.level}", name=row.id)
+        if row.baseline == EXPECTED:
+            ET.SubElement(case, "skipped", message=f"expected divergence: {row.reason}").text = row.detail
+            counts["skipped"] += 1
+        elif row.baseline == NEW and row.status == ORACLE_ERROR:
+            ET.SubElement(case, "error", message=row.detail, type=row.status)
+            counts["errors"] += 1
+        elif row.baseline == NEW:
+            ET.SubElement(case, "failure", message=row.detail, type=row.status).text = row.detail
+            counts["failures"] += 1
+    for entry in outcome.verdict.stale:
+        case = ET.SubElement(suite, "testcase", classname=f"parity.{meta['suite']}.baseline", name=entry.label)
+        ET.SubElement(case, "failure", message="stale baseline entry: no longer diverges", type="stale")
+        counts["failures"] += 1
+    tests = len(table) + len(outcome.verdict.stale)
+    for element in (suite, suites):
+        element.set("tests", str(tests))
+        for key, value in counts.items():
+            element.set(key, str(value))
+    ET.indent(suites)
+    return ET.ElementTree(suites)
+
+
+def write_junit(outcome: GateOutcome, path: Path) -> None:
+    render_junit(outcome).write(path, encoding="utf-8", xml_declaration=True)
