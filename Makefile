@@ -13,8 +13,9 @@ tox:
 gate: tox
 	$(IN_ENV) python -m harness run --suite ci --port per_request --json reports/out/gate.json
 
-## test: lint, type-check and the test suite
+## test: lint, type-check and the test suite (the browser test needs Debian's chromium)
 test: tox
+	tools/ensure_chromium.sh
 	$(TOX) -e oracle
 
 ## bench: L1 throughput figures (a script that prints, not a test)

@@ -290,6 +290,37 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return _finish_gate(judge(table, meta, entries, check_stale=True), Path(args.out))
 
 
+def cmd_nightly(args: argparse.Namespace) -> int:
+    """Every registered port over the nightly suite, into <out>/<date>/."""
+    import datetime
+
+    from harness.nightly import NightlyPlan, merge_nightly_shards, run_nightly
+    from harness.port import BUILTIN_PORTS
+
+    date = args.date or datetime.date.today().isoformat()
+    out_dir = Path(args.out) / date
+    history = Path(args.history) if args.history else Path(args.out) / "history.jsonl"
+    if args.from_shards:
+        night = merge_nightly_shards([Path(d) for d in args.from_shards], out_dir, history)
+    else:
+        port_names = args.ports.split(",") if args.ports else list(BUILTIN_PORTS)
+        ports = [load_port(name) for name in port_names]
+        suite = load_suite("nightly", size=args.size, numeric_size=args.numeric_size)
+        shard = parse_shard(args.shard)
+        oracle, provenance = open_oracle(args.allow_oracle_drift)
+        plan = NightlyPlan(date, suite, selected_levels(args.level), shard, out_dir, history)
+        night = run_nightly(plan, oracle, ports, provenance, progress=_progress)
+    for p in night.ports:
+        verdict = "PASS" if p.summary["verdict"] == "pass" else "FAIL"
+        print(f"{p.port:<14} {verdict}  {len(p.table)} items in {p.seconds:.1f}s")
+    state = "" if night.complete else "  (INCOMPLETE: interrupted)"
+    print(f"wrote {out_dir / 'index.html'} and {out_dir / 'report.md'}{state}")
+    if not night.complete:
+        return 130
+    per_request = [p for p in night.ports if p.port == "per_request"]
+    return EXIT_PARITY if all(p.summary["verdict"] == "pass" for p in per_request) else EXIT_DIVERGENT
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     port = load_port(args.port)
     case = find_case(args.case, args.suite)
@@ -386,6 +417,21 @@ def build_parser() -> argparse.ArgumentParser:
     p_diff.add_argument("--suite", help="suite to look the case name up in (default: smoke, then ci)")
     p_diff.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
     p_diff.set_defaults(func=cmd_diff)
+
+    p_nightly = sub.add_parser("nightly", help="every port over the nightly suite; HTML and Markdown report")
+    p_nightly.add_argument("--size", type=int, help="generated layout cases (default: the suite's 50,000)")
+    p_nightly.add_argument("--numeric-size", type=int, help="merge and prefill cases (default: the suite's)")
+    p_nightly.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
+    p_nightly.add_argument("--ports", help="comma-separated ports (default: every registered port)")
+    p_nightly.add_argument("--shard", metavar="K/N", help="run only shard K of N")
+    p_nightly.add_argument("--from-shards", nargs="+", metavar="DIR", help="merge shard outputs into one report")
+    p_nightly.add_argument("--out", default="reports", help="report root; the report goes to <out>/<date>/")
+    p_nightly.add_argument("--history", help="history store (default <out>/history.jsonl)")
+    p_nightly.add_argument("--date", help="report date (default today)")
+    p_nightly.add_argument(
+        "--allow-oracle-drift", action="store_true", help="run even if an oracle fingerprint differs"
+    )
+    p_nightly.set_defaults(func=cmd_nightly)
 
     p_oracle = sub.add_parser("oracle", help="the pin, the installed vLLM and each fingerprint's status")
     p_oracle.add_argument("--record", action="store_true", help="rewrite the pin's fingerprints (maintainers)")

@@ -71,9 +71,8 @@ def merge_shards(directories: list[Path]) -> tuple[pd.DataFrame, dict[str, Any]]
             if meta.get(key) != first.get(key):
                 raise CaseError(str(directory / META), key, f"differs from {directories[0] / META}: not one run")
     shards = sorted(m["shard"] for m in metas if m.get("shard"))
-    expected = (
-        [f"{k}/{first['shard'].split('/')[1]}" for k in range(1, len(directories) + 1)] if first.get("shard") else []
-    )
+    count = int(first["shard"].split("/")[1]) if first.get("shard") else 0
+    expected = [f"{k}/{count}" for k in range(1, count + 1)]
     if shards != sorted(expected):
         raise CaseError(str(directories[0]), "shard", f"have shards {shards}, need all of {expected}")
     table = pd.concat(tables, ignore_index=True).sort_values("index", kind="stable").reset_index(drop=True)

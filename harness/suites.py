@@ -68,7 +68,9 @@ def _definitions() -> dict[str, Any]:
     return data
 
 
-def load_suite(name: str, size: int | None = None) -> Suite:
+def load_suite(name: str, size: int | None = None, numeric_size: int | None = None) -> Suite:
+    """``size`` overrides the generated layout case count, ``numeric_size`` the
+    merge and prefill case counts."""
     definitions = _definitions()
     if name not in definitions:
         raise CaseError(str(SUITES_FILE), None, f"no suite named {name!r} (known: {', '.join(sorted(definitions))})")
@@ -78,10 +80,12 @@ def load_suite(name: str, size: int | None = None) -> Suite:
         count = spec["generate"]["count"] if size is None else size
         cases += list(generate(spec["generate"]["seed"], count))
     if "prefill" in spec:
-        cases += list(generate_prefill(spec["prefill"]["seed"], spec["prefill"]["count"], spec["prefill"]["preset"]))
+        count = spec["prefill"]["count"] if numeric_size is None else numeric_size
+        cases += list(generate_prefill(spec["prefill"]["seed"], count, spec["prefill"]["preset"]))
     merge_cases: tuple[MergeCase, ...] = ()
     if "merge" in spec:
-        merge_cases = tuple(generate_merge(spec["merge"]["seed"], spec["merge"]["count"]))
+        count = spec["merge"]["count"] if numeric_size is None else numeric_size
+        merge_cases = tuple(generate_merge(spec["merge"]["seed"], count))
     names = [c.name for c in cases]
     if len(set(names)) != len(names):
         duplicate = next(n for n in names if names.count(n) > 1)

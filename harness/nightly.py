@@ -1,0 +1,136 @@
+"""Running the nightly sweep: every port, incremental writes, interruption.
+
+The report is rewritten after every port, and first of all before any work, so
+a run killed at any point leaves a readable report; only a run that finishes
+marks it complete and appends to the history store. SIGINT and SIGTERM stop
+the run gracefully: what finished is kept and the report says INCOMPLETE.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.cases import CaseError
+from harness.port import Port
+from harness.provenance import collect
+from harness.runner import CaseResult, Shard, count_items, run_items
+from harness.suites import Suite
+from harness.summary import results_table, summarise_table
+from reports.nightly import Night, PortNight, write_night
+
+NIGHT_META = "night.json"
+
+
+@dataclass(frozen=True)
+class NightlyPlan:
+    date: str
+    suite: Suite
+    levels: tuple[str, ...]
+    shard: Shard | None
+    out_dir: Path
+    history: Path
+
+
+def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path) -> None:
+    meta = {
+        "date": night.date,
+        "suite": night.suite,
+        "levels": list(plan_levels),
+        "expected_items": night.expected_items,
+        "complete": night.complete,
+        "ports": [p.port for p in night.ports],
+        "provenance": night.provenance,
+    }
+    (out_dir / NIGHT_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _save(night: Night, plan: NightlyPlan) -> None:
+    write_night(night, plan.out_dir, plan.history)
+    _write_meta(night, plan.levels, plan.out_dir)
+
+
+ProgressFactory = Callable[[int], tuple[Any, Any]]
+
+
+def run_nightly(
+    plan: NightlyPlan,
+    oracle: Port,
+    ports: list[Port],
+    oracle_provenance: dict[str, Any],
+    progress: ProgressFactory | None = None,
+) -> Night:
+    per_port = count_items(plan.suite, plan.levels, plan.shard)
+    night = Night(plan.date, plan.suite.name, per_port * len(ports), provenance=collect(oracle_provenance))
+    night.provenance["shard"] = str(plan.shard) if plan.shard else None
+    _save(night, plan)
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    interrupted = False
+    try:
+        for port in ports:
+            bar, advance = progress(per_port) if progress else (None, None)
+            results: list[CaseResult] = []
+            started = time.perf_counter()
+            try:
+                for result in run_items(oracle, port, plan.suite, plan.levels, plan.shard):
+                    results.append(result)
+                    if advance is not None:
+                        advance(result)
+            except KeyboardInterrupt:
+                interrupted = True
+            finally:
+                if bar is not None:
+                    bar.stop()
+            table = results_table(results)
+            summary = summarise_table(table, plan.suite.name, port.name, plan.levels)
+            night.ports.append(PortNight(port.name, table, summary, time.perf_counter() - started))
+            _save(night, plan)
+            if interrupted:
+                break
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    night.complete = not interrupted
+    _save(night, plan)
+    return night
+
+
+def merge_nightly_shards(directories: list[Path], out_dir: Path, history: Path) -> Night:
+    """One night from the outputs of ``parity nightly --shard K/N`` runs."""
+    metas = []
+    for directory in directories:
+        path = directory / NIGHT_META
+        if not path.exists():
+            raise CaseError(str(path), None, "missing: not a nightly output folder")
+        metas.append(json.loads(path.read_text(encoding="utf-8")))
+    first = metas[0]
+    for directory, meta in zip(directories, metas, strict=True):
+        if (meta["suite"], meta["levels"], meta["ports"]) != (first["suite"], first["levels"], first["ports"]):
+            raise CaseError(str(directory / NIGHT_META), "suite", "shards of different runs")
+    levels = tuple(first["levels"])
+    night = Night(
+        first["date"],
+        first["suite"],
+        sum(m["expected_items"] for m in metas),
+        provenance={**first["provenance"], "shard": None, "merged_from": [str(d) for d in directories]},
+        complete=all(m["complete"] for m in metas),
+    )
+    for port in first["ports"]:
+        table = pd.concat(
+            [pd.read_parquet(d / f"results-{port}.parquet") for d in directories], ignore_index=True
+        ).sort_values("index", kind="stable")
+        table = table.reset_index(drop=True)
+        night.ports.append(PortNight(port, table, summarise_table(table, night.suite, port, levels)))
+    write_night(night, out_dir, history)
+    _write_meta(night, levels, out_dir)
+    return night

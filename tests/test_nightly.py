@@ -1,0 +1,76 @@
+"""``parity nightly``: the report, the history store, shards, and interruption."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from reports.nightly import read_history
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = ["--size", "60", "--numeric-size", "8"]
+
+
+def nightly(capsys: pytest.CaptureFixture[str], out: Path, date: str, *extra: str) -> int:
+    code = main(["nightly", *QUICK, "--out", str(out), "--date", date, *extra])
+    capsys.readouterr()
+    return code
+
+
+def test_report_and_history(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert nightly(capsys, tmp_path, "2026-11-27") == 0
+    assert nightly(capsys, tmp_path, "2026-11-28") == 0
+    page = (tmp_path / "2026-11-28" / "index.html").read_text()
+    assert "Verdict (per_request): PASS" in page and "INCOMPLETE" not in page
+    assert 'id="verdicts"' in page and 'id="chunks"' in page and "Port equal_share" in page
+    assert page.count("data:image/png;base64,") >= 4  # chunks, ULP histogram, two history plots
+    assert "http://" not in page and "https://" not in page  # self-contained
+    assert "b38e111d3e" in page and "&quot;fingerprints&quot;" in page and "&quot;dirty&quot;" in page
+    markdown = (tmp_path / "2026-11-28" / "report.md").read_text()
+    assert "| per_request | layout" in markdown and "## Provenance" in markdown
+    history = read_history(tmp_path / "history.jsonl")
+    assert sorted(set(history["date"])) == ["2026-11-27", "2026-11-28"]
+    assert set(history["port"]) == {"per_request", "equal_share"}
+    per_request = history[history["port"] == "per_request"]
+    assert (per_request["pass_rate"] == 1.0).all()
+    equal_share = history[history["port"] == "equal_share"]
+    assert (equal_share["pass_rate"] < 1.0).all()
+
+
+def test_shards_merge_into_one_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for k in (1, 2):
+        nightly(capsys, tmp_path / f"s{k}", "2026-11-28", "--shard", f"{k}/2", "--level", "layout")
+    nightly(capsys, tmp_path / "whole", "2026-11-28", "--level", "layout")
+    shards = [str(tmp_path / f"s{k}" / "2026-11-28") for k in (1, 2)]
+    assert main(["nightly", "--from-shards", *shards, "--out", str(tmp_path / "merged"), "--date", "2026-11-28"]) == 0
+    capsys.readouterr()
+    whole = (tmp_path / "whole" / "2026-11-28" / "report.md").read_text()
+    merged = (tmp_path / "merged" / "2026-11-28" / "report.md").read_text()
+    # Provenance names the shard folders; everything above it must match.
+    assert merged.split("## Provenance")[0] == whole.split("## Provenance")[0]
+
+
+def test_interrupted_run_leaves_incomplete_report(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "nightly", "--size", "5000", "--out", str(tmp_path), "--date", "2026-11-28"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    meta = tmp_path / "2026-11-28" / "night.json"
+    deadline = time.monotonic() + 120
+    while not meta.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(1.5)
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "INCOMPLETE" in out
+    page = (tmp_path / "2026-11-28" / "index.html").read_text()
+    assert 'id="incomplete"' in page and "INCOMPLETE: the run stopped after" in page
+    assert not (tmp_path / "history.jsonl").exists()  # an incomplete night is not history
