@@ -22,6 +22,8 @@ _SIGN_MASK = {torch.int32: 0x7FFFFFFF, torch.int16: 0x7FFF}
 # Histogram buckets of ULP distance: 0 (bits differ, values equal: only ±0),
 # 1, 2, 3-4, 5-8, ..., then everything from 2**20 on, including inf and NaN.
 HISTOGRAM_EDGES: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 64, 256, 1024, 1 << 20)
+# The distance recorded when a NaN or an infinity differs: beyond any finite one.
+NON_FINITE_ULP = 1 << 62
 
 
 def ordered(t: torch.Tensor) -> torch.Tensor:
@@ -79,8 +81,9 @@ class TensorComparison:
             return f"{head}: bit-exact{nan}"
         first = self.first_mismatch or {}
         at = ", ".join(f"{k} {v}" for k, v in first.get("index", {}).items())
+        worst = "inf (a non-finite value differs)" if self.max_ulp >= NON_FINITE_ULP else str(self.max_ulp)
         return (
-            f"{head}: {self.mismatches}/{size} elements differ, max {self.max_ulp} ULP; first at ({at}): "
+            f"{head}: {self.mismatches}/{size} elements differ, max {worst} ULP; first at ({at}): "
             f"oracle {first.get('oracle')} port {first.get('port')}{nan}"
         )
 
@@ -133,7 +136,7 @@ def compare_bits(
     distance = (a - b).abs()
     # A NaN or an infinity is as far as it gets, whatever its bits say.
     special = oracle.isnan() | port.isnan() | oracle.isinf() | port.isinf()
-    distance = torch.where(differ & special, torch.full_like(distance, 1 << 62), distance)
+    distance = torch.where(differ & special, torch.full_like(distance, NON_FINITE_ULP), distance)
     distance = torch.where(differ, distance, torch.full_like(distance, -1))
     result.max_ulp = int(distance.max())
     edges = torch.tensor(HISTOGRAM_EDGES, dtype=torch.int64)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,10 @@ from harness.runner import (
     compare_merge,
     compare_prefill,
     count_items,
-    run,
+    run_items,
 )
 from harness.suites import Suite, load_suite, suite_names
-from harness.summary import format_summary, summarise
+from harness.summary import format_summary
 
 EXIT_PARITY, EXIT_DIVERGENT, EXIT_USAGE = 0, 1, 2
 
@@ -205,39 +207,81 @@ def parse_shard(text: str | None) -> Shard | None:
         raise UsageError(f"--shard: {exc}") from None
 
 
-def execute(args: argparse.Namespace) -> tuple[RunResult, Port, dict[str, Any]]:
-    """The shared body of run and gate: load, check the oracle, run with progress."""
+@dataclass
+class Execution:
+    """What run and gate share: the table of every item (resumed ones included),
+    the new results in full, and where they came from."""
+
+    table: Any
+    result: RunResult
+    port: Port
+    oracle: Port
+    suite: Suite
+    provenance: dict[str, Any]
+
+
+def execute(args: argparse.Namespace) -> Execution:
+    """Load, check the oracle, run with progress; rows go to --results as they finish."""
+    import pandas as pd
+
+    import harness.runner
+    from harness.results_file import ResultsWriter
+    from harness.summary import COLUMNS, result_row
+
+    harness.runner.PORT_TIMEOUT_S = args.timeout
     port = load_port(args.port)
     suite = select_suite(args)
     levels = selected_levels(args.level)
     shard = parse_shard(args.shard)
+    header = {"suite": suite.name, "port": port.name, "levels": list(levels), "size": args.size, "shard": args.shard}
+    writer = ResultsWriter(Path(args.results), header, args.resume) if args.results else None
+    if args.resume and writer is None:
+        raise UsageError("--resume needs --results FILE (the file to resume)")
     oracle, provenance = open_oracle(args.allow_oracle_drift)
     banner = _drift_banner(provenance)
     if banner:
         print(banner, file=sys.stderr)
-    bar, advance = _progress(count_items(suite, levels, shard))
+    skip = writer.done_indices if writer else frozenset()
+    bar, advance = _progress(count_items(suite, levels, shard) - len(skip))
+    result = RunResult(suite=suite.name, port=port.name, levels=levels)
+    started = time.perf_counter()
     try:
-        result: RunResult = run(oracle, port, suite, levels, progress=advance, shard=shard)
+        for item in run_items(oracle, port, suite, levels, shard, skip=skip):
+            result.results.append(item)
+            if writer is not None:
+                writer.write(result_row(item))
+            if advance is not None:
+                advance(item)
     finally:
         if bar is not None:
             bar.stop()
+        if writer is not None:
+            writer.close()
+    result.seconds = time.perf_counter() - started
     result.provenance = provenance
-    return result, port, provenance
+    rows = (writer.done if writer else []) + [result_row(r) for r in result.results]
+    table = pd.DataFrame(rows, columns=list(COLUMNS)).sort_values("index", kind="stable").reset_index(drop=True)
+    return Execution(table, result, port, oracle, suite, provenance)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    result, _, provenance = execute(args)
-    banner = _drift_banner(provenance)
-    failures = [(r.status, r.id, r.detail()) for r in result.results if not r.ok][: args.show]
+    from harness.summary import summarise_table
+
+    done = execute(args)
+    banner = _drift_banner(done.provenance)
+    failing = done.table[done.table["status"] != "parity"].head(args.show)
+    failures = [(row.status, row.id, row.detail) for row in failing.itertuples(index=False)]
     if banner:
         print(banner)
-    print(format_summary(summarise(result), failures))
+    summary = summarise_table(done.table, done.result.suite, done.result.port, done.result.levels)
+    summary["seconds"] = round(done.result.seconds, 3)
+    print(format_summary(summary, failures))
     if args.json:
         from reports.json_report import write_json_report
 
-        write_json_report(result, Path(args.json))
+        write_json_report(done.result, Path(args.json), done.table)
         print(f"\nwrote {args.json}")
-    return EXIT_PARITY if result.passed else EXIT_DIVERGENT
+    return EXIT_PARITY if (done.table["status"] == "parity").all() else EXIT_DIVERGENT
 
 
 def _gate_meta(args: argparse.Namespace, result: RunResult, provenance: dict[str, Any]) -> dict[str, Any]:
@@ -273,13 +317,23 @@ def _baseline_entries(path: str | None) -> list[Any]:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     from harness.gate import judge
-    from harness.summary import results_table
 
     entries = _baseline_entries(args.baseline)
-    result, port, provenance = execute(args)
-    meta = _gate_meta(args, result, provenance)
-    outcome = judge(results_table(result.results), meta, entries, check_stale=args.shard is None)
-    return _finish_gate(outcome, Path(args.out or f"reports/out/gate-{port.name}"))
+    done = execute(args)
+    port, oracle, suite = done.port, done.oracle, done.suite
+    meta = _gate_meta(args, done.result, done.provenance)
+    outcome = judge(done.table, meta, entries, check_stale=args.shard is None)
+    out_dir = Path(args.out or f"reports/out/gate-{port.name}")
+    # The first new layout divergences come with a shrunk case that reproduces them.
+    cases = {c.name: c for c in suite.cases}
+    new_layout = outcome.verdict.new
+    new_layout = new_layout[(new_layout["kind"] == "layout") & (new_layout["status"] == "divergent")].head(3)
+    meta["shrunk"] = {
+        row.id: shrink_to_file(oracle, port, cases[row.name], "layout", None, out_dir / "shrunk" / f"{row.name}.json")
+        for row in new_layout.itertuples(index=False)
+        if row.name in cases
+    }
+    return _finish_gate(outcome, out_dir)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -319,6 +373,79 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         return 130
     per_request = [p for p in night.ports if p.port == "per_request"]
     return EXIT_PARITY if all(p.summary["verdict"] == "pass" for p in per_request) else EXIT_DIVERGENT
+
+
+def cmd_mutants(args: argparse.Namespace) -> int:
+    """Every seeded mutant against the oracle; the kill matrix."""
+    from harness.kernels import CpuKernels
+    from harness.mutants import kill_matrix, render_matrix, write_matrix
+    from ports.mutants import MUTANTS
+
+    names = args.only.split(",") if args.only else list(MUTANTS)
+    unknown = [n for n in names if n not in MUTANTS]
+    if unknown:
+        raise UsageError(f"unknown mutant {unknown[0]!r} (known: {', '.join(MUTANTS)})")
+    suite = load_suite(args.suite, size=args.size)
+    levels = selected_levels(args.level)
+    oracle, _ = open_oracle(args.allow_oracle_drift)
+    out_dir = Path(args.out or f"reports/out/mutants-{suite.name}")
+    kernels = CpuKernels()
+    cases = {c.name: c for c in suite.cases}
+
+    def shrink_kill(mutant: Any, level: str, kill: Any, result: CaseResult) -> None:
+        case = cases.get(result.name)
+        if args.no_shrink or case is None or level not in ("layout", "prefill") or result.kind == "workspace":
+            return
+        kill.shrunk = shrink_to_file(
+            oracle, mutant, case, level, kernels, out_dir / "shrunk" / f"{mutant.name}-{level}.json"
+        )
+
+    rows = kill_matrix(oracle, [MUTANTS[n]() for n in names], suite, levels, kernels, on_kill=shrink_kill)
+    write_matrix(rows, levels, suite.name, out_dir)
+    print(render_matrix(rows, levels, suite.name), end="")
+    print(f"\nwrote {out_dir}/kill-matrix.md and kill-matrix.json")
+    return EXIT_PARITY if all(r.killed for r in rows) else EXIT_DIVERGENT
+
+
+def shrink_to_file(oracle: Port, port: Port, case: Case, level: str, kernels: Any, out: Path) -> str:
+    """Shrink a kill and write it; the kill matrix and gate summary show the result."""
+    from harness.cases import write_case_file
+    from harness.shrink import checker, describe_case, shrink
+
+    budget = 60 if level == "prefill" else 600
+    outcome = shrink(case, checker(oracle, port, level, kernels), budget=budget)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_case_file(outcome.case, out, f"shrunk from {case.name} for {port.name}: {outcome.result.detail()}")
+    return f"{describe_case(outcome.case)} ({out})"
+
+
+def cmd_shrink(args: argparse.Namespace) -> int:
+    """Reduce a divergent case to a minimal one that diverges the same way."""
+    from harness.cases import write_case_file
+    from harness.kernels import CpuKernels
+    from harness.shrink import checker, describe_case, shrink
+
+    port = load_port(args.port)
+    case = find_case(args.case, args.suite)
+    if isinstance(case, MergeCase):
+        raise UsageError(f"{args.case}: merge cases are already minimal partials; shrink takes a layout case")
+    level = "prefill" if args.level == "prefill" else "layout"
+    if level == "prefill" and case.numeric is None:
+        raise UsageError(f"{args.case}: --level prefill needs a case with a numeric section")
+    oracle, _ = open_oracle(args.allow_oracle_drift)
+    try:
+        outcome = shrink(case, checker(oracle, port, level, CpuKernels()), budget=args.budget)
+    except ValueError as exc:
+        print(str(exc))
+        return EXIT_PARITY
+    out = Path(args.out or f"reports/out/shrunk/{outcome.case.name}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_case_file(outcome.case, out, f"shrunk from {case.name} for port {port.name}: {outcome.result.detail()}")
+    print(f"original: {describe_case(case)}")
+    print(f"shrunk:   {describe_case(outcome.case)}  ({outcome.steps} steps, {outcome.evaluations} evaluations)")
+    print(f"still {outcome.result.status}: {outcome.result.detail()}")
+    print(f"wrote {out}  (parity diff {out} --port {args.port})")
+    return EXIT_DIVERGENT
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -390,6 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--size", type=int, help="number of generated layout cases (overrides the suite's count)")
         p.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
         p.add_argument("--shard", metavar="K/N", help="run only shard K of N (deterministic, interleaved)")
+        p.add_argument("--results", metavar="FILE", help="write each item's row as it finishes (JSON lines)")
+        p.add_argument("--resume", action="store_true", help="finish the run recorded in --results FILE")
+        p.add_argument("--timeout", type=float, default=300.0, help="seconds a port call may take (default 300)")
 
     p_run = sub.add_parser("run", help="compare a port with the oracle over a suite or case files")
     common(p_run)
@@ -432,6 +562,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-oracle-drift", action="store_true", help="run even if an oracle fingerprint differs"
     )
     p_nightly.set_defaults(func=cmd_nightly)
+
+    p_mutants = sub.add_parser("mutants", help="run the seeded mutant ports; write the kill matrix")
+    p_mutants.add_argument("--suite", default="ci", help="suite to kill them with (default ci)")
+    p_mutants.add_argument("--size", type=int, help="generated layout cases (overrides the suite's count)")
+    p_mutants.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s)")
+    p_mutants.add_argument("--only", help="comma-separated mutant names")
+    p_mutants.add_argument("--out", metavar="DIR", help="output folder (default reports/out/mutants-<suite>)")
+    p_mutants.add_argument("--no-shrink", action="store_true", help="do not shrink the killing cases")
+    p_mutants.add_argument("--allow-oracle-drift", action="store_true", help="run despite fingerprint drift")
+    p_mutants.set_defaults(func=cmd_mutants)
+
+    p_shrink = sub.add_parser("shrink", help="reduce a divergent case to a minimal one; write it as a case file")
+    common(p_shrink)
+    p_shrink.add_argument("case", metavar="CASE", help="a case file, or a case name in a suite")
+    p_shrink.add_argument("--suite", help="suite to look the case name up in (default: smoke, then ci)")
+    p_shrink.add_argument("--level", choices=("layout", "prefill"), default="layout", help="level to keep diverging")
+    p_shrink.add_argument("--budget", type=int, default=2000, help="most evaluations (default 2000)")
+    p_shrink.add_argument("--out", metavar="FILE", help="where to write the shrunk case")
+    p_shrink.set_defaults(func=cmd_shrink)
 
     p_oracle = sub.add_parser("oracle", help="the pin, the installed vLLM and each fingerprint's status")
     p_oracle.add_argument("--record", action="store_true", help="rewrite the pin's fingerprints (maintainers)")

@@ -41,7 +41,14 @@ class PortLoadError(Exception):
 
 
 def load_port(spec: str) -> Port:
-    """Resolve a built-in name or ``package.module:attr`` into a port object."""
+    """Resolve a built-in name, ``mutant:NAME`` or ``package.module:attr`` into a port object."""
+    if spec.startswith("mutant:"):
+        from ports.mutants import MUTANTS
+
+        name = spec.removeprefix("mutant:")
+        if name not in MUTANTS:
+            raise PortLoadError(f"unknown mutant {name!r} (known: {', '.join(MUTANTS)})")
+        return MUTANTS[name]()
     target = BUILTIN_PORTS.get(spec, spec)
     if ":" not in target:
         known = ", ".join(sorted(BUILTIN_PORTS))

@@ -7,6 +7,9 @@ marks that case ``oracle-error`` or ``port-error`` and the run goes on.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -88,6 +91,38 @@ class CaseResult:
         return out
 
 
+class PortTimeout(Exception):
+    """A port call ran past the per-item time limit."""
+
+
+# Seconds a single port call may take; the CLI's --timeout sets it.
+PORT_TIMEOUT_S = 300.0
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise :class:`PortTimeout` in the calling (main) thread after ``seconds``.
+
+    SIGALRM interrupts Python code, including ``time.sleep``; a port hung inside
+    a C call that never returns to the interpreter is out of its reach (an
+    external port process, killed by the protocol's own timeout, is not).
+    """
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise PortTimeout(f"port call exceeded the {seconds:g} s time limit")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -101,7 +136,8 @@ def compare_case(oracle: Port, port: Port, case: Case) -> CaseResult:
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
-        layout = port.plan_layout(case)
+        with time_limit(PORT_TIMEOUT_S):
+            layout = port.plan_layout(case)
         if not isinstance(layout, Layout):
             raise TypeError(f"plan_layout returned {type(layout).__name__}, not a Layout")
         result.port_layout = layout
@@ -122,7 +158,8 @@ def compare_workspace(oracle: Port, port: Port, config: WorkspaceConfig) -> Case
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
-        result.port_workspace = int(port.workspace_size(config))
+        with time_limit(PORT_TIMEOUT_S):
+            result.port_workspace = int(port.workspace_size(config))
     except Exception as exc:
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
@@ -161,12 +198,20 @@ def _tensor_verdict(result: CaseResult, oracle_out: dict[str, Any], port_out: di
             return result
         kind = "lse" if name.endswith("lse") else "output"
         a, b = oracle_out[name], port_out[name]
+        if not hasattr(b, "dtype") or not hasattr(b, "shape"):
+            result.status, result.error = PORT_ERROR, f"port returned {type(b).__name__} for {name!r}, not a tensor"
+            return result
         if kind == "lse":  # [heads, tokens] compared token-major, so rows are tokens
             a, b = a.transpose(0, 1), b.transpose(0, 1) if b.dim() == 2 else b
         result.tensors.append(compare_bits(name, a, b, axes[kind]))
     shape_errors = [t for t in result.tensors if t.error]
+    new_nan = [t for t in result.tensors if t.nan_port > t.nan_oracle]
     if shape_errors:
         result.status, result.error = PORT_ERROR, shape_errors[0].summary()
+    elif new_nan:
+        t = new_nan[0]
+        result.status = PORT_ERROR
+        result.error = f"port returned NaN in {t.name!r} ({t.nan_port} elements, oracle {t.nan_oracle})"
     elif not all(t.exact for t in result.tensors):
         result.status = DIVERGENT
     return result
@@ -183,7 +228,9 @@ def compare_merge(oracle: Port, port: Port, case: MergeCase, device: str = "cpu"
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
-        port_out, port_lse = port.merge_states(materialise_merge(case, device))  # type: ignore[attr-defined]
+        port_inputs = materialise_merge(case, device)
+        with time_limit(PORT_TIMEOUT_S):
+            port_out, port_lse = port.merge_states(port_inputs)  # type: ignore[attr-defined]
     except Exception as exc:
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
@@ -207,7 +254,9 @@ def compare_prefill(oracle: Port, port: Port, case: Case, kernels: SharedKernels
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
-        port_out = port.prefill(case, inputs(), kernels)  # type: ignore[attr-defined]
+        port_inputs = inputs()
+        with time_limit(PORT_TIMEOUT_S):
+            port_out = port.prefill(case, port_inputs, kernels)  # type: ignore[attr-defined]
         if not isinstance(port_out, dict):
             raise TypeError(f"prefill returned {type(port_out).__name__}, not a dict of tensors")
     except Exception as exc:

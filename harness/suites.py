@@ -26,7 +26,7 @@ SUITES_FILE = CASES_DIR / "suites.json"
 _GRIDS: dict[str, dict[str, tuple[int, ...]]] = {
     "small": {
         "max_model_len": (2048, 163840),
-        "max_num_seqs": (1, 256),
+        "max_num_seqs": (1, 256, 2048),
         "block_size": (16, 64),
         "dcp_world_size": (1, 4),
         "interleave": (1, 64),

@@ -60,6 +60,8 @@ def render_gate_summary(outcome: GateOutcome) -> str:
         for row in new.head(SHOWN).itertuples(index=False):
             lines.append(f"- `{row.id}` {row.status}: {_cell(row.detail)}")
             lines.append(f"  reproduce: `{reproduce_command(row.name, row.level, meta['suite'], meta['port'])}`")
+            if row.id in meta.get("shrunk", {}):
+                lines.append(f"  shrunk: {meta['shrunk'][row.id]}")
     if verdict.stale:
         lines += ["", "### Stale baseline entries (no longer diverge: remove them)", ""]
         lines += [f"- {e.label}: {e.reason}" for e in verdict.stale]
