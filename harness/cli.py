@@ -362,7 +362,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         suite = load_suite("nightly", size=args.size, numeric_size=args.numeric_size)
         shard = parse_shard(args.shard)
         oracle, provenance = open_oracle(args.allow_oracle_drift)
-        plan = NightlyPlan(date, suite, selected_levels(args.level), shard, out_dir, history)
+        plan = NightlyPlan(date, suite, selected_levels(args.level), shard, out_dir, history, not args.skip_mutants)
         night = run_nightly(plan, oracle, ports, provenance, progress=_progress)
     for p in night.ports:
         verdict = "PASS" if p.summary["verdict"] == "pass" else "FAIL"
@@ -558,6 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_nightly.add_argument("--out", default="reports", help="report root; the report goes to <out>/<date>/")
     p_nightly.add_argument("--history", help="history store (default <out>/history.jsonl)")
     p_nightly.add_argument("--date", help="report date (default today)")
+    p_nightly.add_argument("--skip-mutants", action="store_true", help="leave the mutant kill matrix out")
     p_nightly.add_argument(
         "--allow-oracle-drift", action="store_true", help="run even if an oracle fingerprint differs"
     )

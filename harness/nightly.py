@@ -37,6 +37,7 @@ class NightlyPlan:
     shard: Shard | None
     out_dir: Path
     history: Path
+    mutants: bool = True
 
 
 def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path) -> None:
@@ -98,11 +99,25 @@ def run_nightly(
             _save(night, plan)
             if interrupted:
                 break
+        if plan.mutants and plan.shard is None and not interrupted:
+            night.kill_matrix = _kill_matrix(oracle, plan)
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         signal.signal(signal.SIGTERM, previous)
     night.complete = not interrupted
     _save(night, plan)
     return night
+
+
+def _kill_matrix(oracle: Port, plan: NightlyPlan) -> dict[str, Any]:
+    """The seeded mutants against tonight's suite (no shrinking: a night has a budget)."""
+    from harness.kernels import CpuKernels
+    from harness.mutants import kill_matrix
+    from ports.mutants import MUTANTS
+
+    rows = kill_matrix(oracle, [m() for m in MUTANTS.values()], plan.suite, plan.levels, CpuKernels())
+    return {"suite": plan.suite.name, "levels": list(plan.levels), "mutants": [r.to_json() for r in rows]}
 
 
 def merge_nightly_shards(directories: list[Path], out_dir: Path, history: Path) -> Night:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -340,21 +339,3 @@ def run_items(
 def count_items(suite: Suite, levels: tuple[str, ...], shard: Shard | None = None) -> int:
     total = len(plan_items(suite, levels))
     return total if shard is None else sum(1 for i in range(total) if shard.owns(i))
-
-
-def run(
-    oracle: Port,
-    port: Port,
-    suite: Suite,
-    levels: tuple[str, ...] = LEVELS,
-    progress: Callable[[CaseResult], None] | None = None,
-    shard: Shard | None = None,
-) -> RunResult:
-    started = time.perf_counter()
-    outcome = RunResult(suite=suite.name, port=port.name, levels=levels)
-    for result in run_items(oracle, port, suite, levels, shard):
-        outcome.results.append(result)
-        if progress is not None:
-            progress(result)
-    outcome.seconds = time.perf_counter() - started
-    return outcome

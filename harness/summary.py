@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from harness.model import Layout
-from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult, RunResult
+from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult
 
 STATUSES = (PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR)
 COLUMNS = (
@@ -128,12 +128,6 @@ def summarise_table(frame: pd.DataFrame, suite: str, port: str, levels: tuple[st
         "numeric": {lv: _numeric(frame[frame["level"] == lv]) for lv in ("merge", "prefill") if lv in levels},
         "sides": {side: _side(frame, side) for side in ("oracle", "port")},
     }
-
-
-def summarise(run: RunResult) -> dict[str, Any]:
-    summary = summarise_table(results_table(run.results), run.suite, run.port, run.levels)
-    summary["seconds"] = round(run.seconds, 3)
-    return summary
 
 
 def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str, str]]) -> str:

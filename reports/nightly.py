@@ -44,6 +44,7 @@ class Night:
     provenance: dict[str, Any] = field(default_factory=dict)
     complete: bool = False
     extra_sections: list[tuple[str, str]] = field(default_factory=list)  # (title, html)
+    kill_matrix: dict[str, Any] | None = None  # harness.mutants' JSON form
 
     @property
     def items_done(self) -> int:
@@ -183,6 +184,22 @@ def chunk_table(night: Night) -> pd.DataFrame:
 # -- history -----------------------------------------------------------------------------------
 
 
+def kill_matrix_table(matrix: dict[str, Any]) -> pd.DataFrame:
+    rows = []
+    for m in matrix["mutants"]:
+        first = next((k for k in m["kills"].values() if k), None)
+        rows.append(
+            {
+                "mutant": m["name"],
+                "bug": m["description"],
+                "source": m["source"],
+                **{lv: ("killed" if m["kills"].get(lv) else "survived") for lv in matrix["levels"]},
+                "first kill": first["item"] if first else "SURVIVED",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def history_rows(night: Night) -> list[dict[str, Any]]:
     rows = []
     for p in night.ports:
@@ -290,6 +307,10 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         if not failing.empty:
             parts.append("<h3>First failing items</h3>")
             parts.append(failing[["id", "status", "detail"]].to_html(index=False))
+    if night.kill_matrix:
+        killed = sum(m["killed"] for m in night.kill_matrix["mutants"])
+        parts.append(f"<h2>Mutant kill matrix: {killed}/{len(night.kill_matrix['mutants'])} killed</h2>")
+        parts.append(kill_matrix_table(night.kill_matrix).to_html(index=False, table_id="kill-matrix"))
     for title, body in night.extra_sections:
         parts += [f"<h2>{html.escape(title)}</h2>", body]
     parts.append("<h2>History</h2>")
@@ -317,6 +338,10 @@ def render_markdown(night: Night) -> str:
         for level, n in p.summary["numeric"].items():
             lines.append(f"- {level}: bit-exact {n['bit_exact']}/{n['items']}, max {n['max_ulp']} ULP")
         lines.append("")
+    if night.kill_matrix:
+        killed = sum(m["killed"] for m in night.kill_matrix["mutants"])
+        lines += [f"## Mutant kill matrix: {killed}/{len(night.kill_matrix['mutants'])} killed", ""]
+        lines += [kill_matrix_table(night.kill_matrix).to_markdown(index=False), ""]
     oracle = night.provenance.get("oracle", {})
     environment = night.provenance.get("environment", {})
     repo = night.provenance.get("port_repository", {})

@@ -111,5 +111,5 @@ def test_numeric_port_faults(
 ) -> None:
     code, rows = statuses(tmp_path, capsys, f"tests.fault_ports:{port}", "--suite", "smoke", "--level", level)
     assert code == 1
-    assert rows and all(r["status"] == "port-error" for r in rows.values()), list(rows.values())[0]
+    assert rows and all(r["status"] == "port-error" for r in rows.values()), next(iter(rows.values()))
     assert all(expected in r["detail"] for r in rows.values())

@@ -33,6 +33,7 @@ def test_report_and_history(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert page.count("data:image/png;base64,") >= 4  # chunks, ULP histogram, two history plots
     assert "http://" not in page and "https://" not in page  # self-contained
     assert "b38e111d3e" in page and "&quot;fingerprints&quot;" in page and "&quot;dirty&quot;" in page
+    assert "Mutant kill matrix: 12/12 killed" in page and 'id="kill-matrix"' in page
     markdown = (tmp_path / "2026-11-28" / "report.md").read_text()
     assert "| per_request | layout" in markdown and "## Provenance" in markdown
     history = read_history(tmp_path / "history.jsonl")
@@ -47,7 +48,7 @@ def test_report_and_history(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 def test_shards_merge_into_one_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     for k in (1, 2):
         nightly(capsys, tmp_path / f"s{k}", "2026-11-28", "--shard", f"{k}/2", "--level", "layout")
-    nightly(capsys, tmp_path / "whole", "2026-11-28", "--level", "layout")
+    nightly(capsys, tmp_path / "whole", "2026-11-28", "--level", "layout", "--skip-mutants")
     shards = [str(tmp_path / f"s{k}" / "2026-11-28") for k in (1, 2)]
     assert main(["nightly", "--from-shards", *shards, "--out", str(tmp_path / "merged"), "--date", "2026-11-28"]) == 0
     capsys.readouterr()
