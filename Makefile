@@ -4,7 +4,7 @@ PYTHON ?= python3
 TOX := $(PYTHON) -m tox
 IN_ENV := $(TOX) exec -q -e oracle --
 
-.PHONY: gate test bench tox
+.PHONY: gate test bench tox cpp-port
 
 tox:
 	@$(PYTHON) -m tox --version >/dev/null 2>&1 || $(PYTHON) -m pip install -q 'tox>=4.10'
@@ -22,3 +22,7 @@ test: tox
 bench: tox
 	$(IN_ENV) python -m benchmarks.layout_throughput
 	$(IN_ENV) python -m benchmarks.numeric_cost
+
+## cpp-port: the C++ reference port of the planner (docs/external-port-protocol.md)
+cpp-port:
+	mkdir -p build && g++ -O2 -std=c++17 -Wall -Wextra -o build/cpp-port ports/cpp/per_request_port.cpp

@@ -257,6 +257,9 @@ def execute(args: argparse.Namespace) -> Execution:
             bar.stop()
         if writer is not None:
             writer.close()
+        close = getattr(port, "close", None)
+        if callable(close):
+            close()  # an external port's processes end with the run
     result.seconds = time.perf_counter() - started
     result.provenance = provenance
     rows = (writer.done if writer else []) + [result_row(r) for r in result.results]

@@ -156,6 +156,54 @@ class Chunk:
         return out
 
 
+def _ints(value: Any, name: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValueError(f"chunk field {name!r} must be a list of integers")
+    return tuple(value)
+
+
+def chunk_from_json(data: Any) -> Chunk:
+    """The inverse of :meth:`Chunk.to_json`, checking types (for ports that speak JSON)."""
+    if not isinstance(data, dict):
+        raise ValueError("a chunk must be a JSON object")
+    missing = [n for n in Chunk.field_names() if n not in data]
+    if missing:
+        raise ValueError(f"chunk lacks field {missing[0]!r}")
+    values: dict[str, Any] = {}
+    for name in Chunk.field_names():
+        value = data[name]
+        if value is None:
+            values[name] = None
+        elif name.endswith("token_to_seq"):
+            if not isinstance(value, list) or not all(isinstance(r, list) and len(r) == 2 for r in value):
+                raise ValueError(f"chunk field {name!r} must be run-length pairs [[value, count], ...]")
+            values[name] = tuple(v for v, count in value for _ in range(count))
+        elif name == "local_context_lens_allranks":
+            if not isinstance(value, list):
+                raise ValueError(f"chunk field {name!r} must be a list of lists")
+            values[name] = tuple(_ints(ranks, name) for ranks in value)
+        elif name == "is_continuation":
+            if not isinstance(value, bool):
+                raise ValueError("chunk field 'is_continuation' must be true or false")
+            values[name] = value
+        elif isinstance(value, list):
+            values[name] = _ints(value, name)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            values[name] = value
+        else:
+            raise ValueError(f"chunk field {name!r} has an unexpected {type(value).__name__}")
+    return Chunk(**values)
+
+
+def layout_from_json(data: Any) -> Layout:
+    if not isinstance(data, dict) or not isinstance(data.get("chunks"), list):
+        raise ValueError("a layout must be an object with a list of chunks")
+    slices = data.get("empty_token_slices", [])
+    if not isinstance(slices, list) or not all(isinstance(s, list) and len(s) == 2 for s in slices):
+        raise ValueError("empty_token_slices must be a list of [start, stop] pairs")
+    return Layout(tuple(chunk_from_json(c) for c in data["chunks"]), tuple((int(a), int(b)) for a, b in slices))
+
+
 def run_length(values: tuple[int, ...] | list[int]) -> list[list[int]]:
     runs: list[list[int]] = []
     for v in values:

@@ -41,7 +41,15 @@ class PortLoadError(Exception):
 
 
 def load_port(spec: str) -> Port:
-    """Resolve a built-in name, ``mutant:NAME`` or ``package.module:attr`` into a port object."""
+    """Resolve a built-in name, ``mutant:NAME``, ``cmd:COMMAND`` (an external
+    process speaking docs/external-port-protocol.md) or ``package.module:attr``."""
+    if spec.startswith("cmd:"):
+        from harness.external import ExternalPort, ExternalPortError
+
+        try:
+            return ExternalPort(spec.removeprefix("cmd:"))
+        except (ExternalPortError, ValueError) as exc:
+            raise PortLoadError(f"port {spec!r}: {exc}") from None
     if spec.startswith("mutant:"):
         from ports.mutants import MUTANTS
 

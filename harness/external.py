@@ -1,0 +1,242 @@
+"""Ports in any language: a command speaking newline-delimited JSON.
+
+``--port 'cmd:build/cpp-port --mode per_request'`` starts the command once per
+run (in its own process group) and exchanges one JSON object per line over its
+stdin and stdout; ``docs/external-port-protocol.md`` is the specification.
+Every request has a timeout. A port that crashes, hangs, prints something that
+is not a JSON reply, or replies with an error or a malformed result makes that
+item a ``port-error`` carrying the tail of its stderr; the process is killed and
+a fresh one is started for the next item. No process outlives the run: the
+harness kills the group on close and at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import shlex
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.model import Case, Layout, WorkspaceConfig, layout_from_json
+
+PROTOCOL_VERSION = 1
+STDERR_TAIL = 600
+
+
+class ExternalPortError(Exception):
+    """The port failed one request; the message is one line (plus stderr's tail)."""
+
+
+class ExternalPort:
+    """The :class:`harness.port.Port` interface over an external process."""
+
+    # Each request carries its own timeout (it kills the process on expiry).
+    enforces_timeout = True
+
+    def __init__(self, command: str, timeout_s: float | None = None, startup_timeout_s: float = 30.0) -> None:
+        if timeout_s is None:
+            from harness import runner
+
+            timeout_s = runner.PORT_TIMEOUT_S
+        self.command = shlex.split(command)
+        if not self.command:
+            raise ValueError("cmd: port needs a command")
+        self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self._stderr: Any = None
+        self._buffer = b""
+        self._next_id = 0
+        self.restarts = 0
+        self.hello: dict[str, Any] = {}
+        self._start()
+        self.name = str(self.hello.get("name", Path(self.command[0]).name))
+        atexit.register(self.close)
+
+    # -- process ---------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._stderr = tempfile.TemporaryFile()
+        try:
+            self._process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ExternalPortError(f"cannot start {self.command[0]!r}: {exc.strerror or exc}") from None
+        self._buffer = b""
+        reply = self._request({"op": "hello", "protocol": PROTOCOL_VERSION}, self.startup_timeout_s)
+        if reply.get("protocol", PROTOCOL_VERSION) != PROTOCOL_VERSION:
+            raise ExternalPortError(f"port speaks protocol {reply.get('protocol')}, harness {PROTOCOL_VERSION}")
+        self.hello = reply
+
+    def _kill(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        # The whole group, even when the port itself already exited: helpers it
+        # started must not outlive it.
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+    def close(self) -> None:
+        """Ask the port to exit, then make sure its whole process group is gone."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            try:
+                assert process.stdin is not None
+                process.stdin.write(b'{"id": -1, "op": "bye"}\n')
+                process.stdin.flush()
+                process.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._kill()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def stderr_tail(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0, os.SEEK_END)
+        size = self._stderr.tell()
+        self._stderr.seek(max(0, size - STDERR_TAIL))
+        tail = self._stderr.read().decode("utf-8", "replace")
+        return " ".join(tail.split())
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def _fail(self, reason: str) -> ExternalPortError:
+        tail = self.stderr_tail()
+        self._kill()
+        return ExternalPortError(reason + (f"; stderr: ...{tail}" if tail else ""))
+
+    def _readline(self, deadline: float) -> bytes:
+        assert self._process is not None and self._process.stdout is not None
+        fd = self._process.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._fail(f"port did not answer within {self.timeout_s:g} s")
+            # Wake up now and then: a port's helper processes may hold its stdout
+            # open after the port itself died, so EOF alone is not enough.
+            ready, _, _ = select.select([fd], [], [], min(left, 0.2))
+            chunk = os.read(fd, 1 << 16) if ready else None
+            if chunk:
+                self._buffer += chunk
+                continue
+            code = self._process.poll()
+            if code is not None or chunk == b"":
+                raise self._fail(f"port exited (code {code}) before answering")
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def _request(self, message: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+        if self._process is None or self._process.poll() is not None:
+            self._kill()
+            self.restarts += 1
+            self._start()
+        assert self._process is not None and self._process.stdin is not None
+        self._next_id += 1
+        message = {"id": self._next_id, **message}
+        try:
+            self._process.stdin.write(json.dumps(message).encode() + b"\n")
+            self._process.stdin.flush()
+        except OSError as exc:
+            raise self._fail(f"port closed its input ({exc.strerror or exc})") from None
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        try:
+            line = self._readline(deadline)
+        except ExternalPortError:
+            raise
+        except BaseException:
+            # Interrupted mid-request (a harness time limit, ^C): the reply would
+            # arrive out of turn, so this process is done.
+            self._kill()
+            raise
+        try:
+            reply = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise self._fail(f"port printed something that is not JSON: {line[:80]!r}") from None
+        if not isinstance(reply, dict) or reply.get("id") != message["id"]:
+            raise self._fail(f"port replied out of turn: {line[:80]!r}")
+        if not reply.get("ok", False):
+            # A clean error reply leaves the process usable.
+            raise ExternalPortError(f"port error: {reply.get('error', 'no reason given')}")
+        return reply
+
+    # -- the Port interface ----------------------------------------------------------------------
+
+    def plan_layout(self, case: Case) -> Layout:
+        reply = self._request({"op": "layout", "case": case.to_json()})
+        try:
+            return layout_from_json(reply.get("layout"))
+        except (ValueError, TypeError) as exc:
+            raise ExternalPortError(f"port sent a malformed layout: {exc}") from None
+
+    def workspace_size(self, config: WorkspaceConfig) -> int:
+        reply = self._request(
+            {
+                "op": "workspace_size",
+                "config": {
+                    "max_model_len": config.max_model_len,
+                    "max_num_seqs": config.max_num_seqs,
+                    "block_size": config.block_size,
+                    "dcp_world_size": config.dcp_world_size,
+                    "cp_kv_cache_interleave_size": config.cp_kv_cache_interleave_size,
+                },
+            }
+        )
+        size = reply.get("workspace_size")
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise ExternalPortError(f"port sent workspace_size {size!r}, not an integer")
+        return size
+
+    def _tensor_call(self, op: str, tensors: dict[str, torch.Tensor], extra: dict[str, Any]) -> dict[str, torch.Tensor]:
+        from safetensors.torch import load_file, save_file
+
+        if op not in self.hello.get("levels", []):
+            raise ExternalPortError(f"port does not support {op!r} (hello lists {self.hello.get('levels')})")
+        with tempfile.TemporaryDirectory(prefix="parity-port-") as folder:
+            inputs, outputs = Path(folder) / "inputs.safetensors", Path(folder) / "outputs.safetensors"
+            save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(inputs))
+            self._request({"op": op, "inputs": str(inputs), "outputs": str(outputs), **extra})
+            if not outputs.exists():
+                raise ExternalPortError(f"port answered {op!r} but wrote no {outputs.name}")
+            try:
+                return dict(load_file(str(outputs)))
+            except Exception as exc:
+                raise ExternalPortError(f"port wrote an unreadable {outputs.name}: {exc}") from None
+
+    def merge_states(self, inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self._tensor_call(
+            "merge",
+            {
+                "prefix_output": inputs.prefix_output,
+                "prefix_lse": inputs.prefix_lse,
+                "suffix_output": inputs.suffix_output,
+                "suffix_lse": inputs.suffix_lse,
+            },
+            {"prefill_tokens_with_context": inputs.prefill_tokens_with_context},
+        )
+        if "output" not in out or "lse" not in out:
+            raise ExternalPortError("port's merge outputs lack 'output' or 'lse'")
+        return out["output"], out["lse"]

@@ -1,0 +1,349 @@
+// A C++17 reference port of the per-request MLA chunk planner (SPEC section 1b)
+// that speaks the harness's external-port protocol (docs/external-port-protocol.md):
+// newline-delimited JSON on stdin and stdout, one reply per request.
+//
+// Written from the contract, like ports/per_request; it shares no code with vLLM.
+// Build: g++ -O2 -std=c++17 -o build/cpp-port ports/cpp/per_request_port.cpp
+#include <algorithm>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using i64 = std::int64_t;
+
+// ---------------------------------------------------------------------------
+// Just enough JSON: objects, arrays, strings, integers, booleans, null.
+// ---------------------------------------------------------------------------
+struct Json {
+  enum Kind { Null, Bool, Int, String, Array, Object } kind = Null;
+  bool boolean = false;
+  i64 integer = 0;
+  std::string text;
+  std::vector<Json> items;
+  std::map<std::string, Json> fields;
+
+  const Json& at(const std::string& key) const {
+    auto found = fields.find(key);
+    if (kind != Object || found == fields.end()) throw std::runtime_error("missing field '" + key + "'");
+    return found->second;
+  }
+  bool has(const std::string& key) const { return kind == Object && fields.count(key) > 0; }
+  i64 as_int() const {
+    if (kind != Int) throw std::runtime_error("expected an integer");
+    return integer;
+  }
+  std::vector<i64> as_ints() const {
+    if (kind != Array) throw std::runtime_error("expected an array");
+    std::vector<i64> out;
+    for (const Json& v : items) out.push_back(v.as_int());
+    return out;
+  }
+};
+
+class Parser {
+ public:
+  explicit Parser(const std::string& s) : s_(s) {}
+  Json parse() {
+    Json v = value();
+    skip();
+    if (pos_ != s_.size()) throw std::runtime_error("trailing characters");
+    return v;
+  }
+
+ private:
+  const std::string& s_;
+  size_t pos_ = 0;
+
+  void skip() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\r' || s_[pos_] == '\n')) ++pos_;
+  }
+  char peek() {
+    skip();
+    if (pos_ >= s_.size()) throw std::runtime_error("unexpected end of JSON");
+    return s_[pos_];
+  }
+  void expect(char c) {
+    if (peek() != c) throw std::runtime_error(std::string("expected '") + c + "'");
+    ++pos_;
+  }
+  Json value() {
+    char c = peek();
+    Json v;
+    if (c == '{') {
+      v.kind = Json::Object;
+      ++pos_;
+      if (peek() == '}') { ++pos_; return v; }
+      while (true) {
+        Json key = string_value();
+        expect(':');
+        v.fields[key.text] = value();
+        if (peek() == ',') { ++pos_; continue; }
+        expect('}');
+        return v;
+      }
+    }
+    if (c == '[') {
+      v.kind = Json::Array;
+      ++pos_;
+      if (peek() == ']') { ++pos_; return v; }
+      while (true) {
+        v.items.push_back(value());
+        if (peek() == ',') { ++pos_; continue; }
+        expect(']');
+        return v;
+      }
+    }
+    if (c == '"') return string_value();
+    if (s_.compare(pos_, 4, "true") == 0) { pos_ += 4; v.kind = Json::Bool; v.boolean = true; return v; }
+    if (s_.compare(pos_, 5, "false") == 0) { pos_ += 5; v.kind = Json::Bool; return v; }
+    if (s_.compare(pos_, 4, "null") == 0) { pos_ += 4; return v; }
+    size_t start = pos_;
+    if (s_[pos_] == '-') ++pos_;
+    while (pos_ < s_.size() && isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+    if (start == pos_ || (pos_ < s_.size() && (s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E')))
+      throw std::runtime_error("only integers are expected");
+    v.kind = Json::Int;
+    v.integer = std::stoll(s_.substr(start, pos_ - start));
+    return v;
+  }
+  Json string_value() {
+    expect('"');
+    Json v;
+    v.kind = Json::String;
+    while (pos_ < s_.size() && s_[pos_] != '"') {
+      if (s_[pos_] == '\\' && pos_ + 1 < s_.size()) ++pos_;  // keep escaped characters as they are
+      v.text += s_[pos_++];
+    }
+    expect('"');
+    return v;
+  }
+};
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') { out += "\\n"; continue; }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string ints(const std::vector<i64>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+// [[value, count], ...] for one chunk-local request index per gathered row.
+std::string run_lengths(const std::vector<i64>& rows_per_request) {
+  std::string out = "[";
+  bool first = true;
+  for (size_t r = 0; r < rows_per_request.size(); ++r) {
+    if (rows_per_request[r] == 0) continue;
+    out += (first ? "" : ",") + std::string("[") + std::to_string(r) + "," + std::to_string(rows_per_request[r]) + "]";
+    first = false;
+  }
+  return out + "]";
+}
+
+std::vector<i64> prefix_sums(const std::vector<i64>& v) {
+  std::vector<i64> out{0};
+  for (i64 x : v) out.push_back(out.back() + x);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// The planner (SPEC section 1b).
+// ---------------------------------------------------------------------------
+struct Geometry {
+  i64 budget, alignment, max_span, world, interleave;
+
+  static Geometry make(i64 workspace, i64 block, bool align, i64 world, i64 interleave) {
+    i64 alignment = align ? block : 1;
+    i64 budget = workspace;
+    if (world > 1) {
+      alignment = std::lcm(alignment, world * interleave);
+      budget = workspace / world;
+    }
+    i64 max_span = workspace / alignment * alignment;
+    if (max_span <= 0) throw std::runtime_error("workspace is below one alignment unit");
+    return {budget, alignment, max_span, world, interleave};
+  }
+  // Rows one rank holds of the first `rows` context rows.
+  i64 padded(i64 rows) const {
+    if (world <= 1) return rows;
+    i64 stride = interleave * world;
+    return (rows + stride - 1) / stride * interleave;
+  }
+  i64 cost(i64 start, i64 length) const { return padded(start + length) - padded(start); }
+};
+
+struct Span { i64 start, length; };
+struct Planned { i64 first; std::vector<Span> spans; };
+
+// The longest aligned prefix, strictly shorter than what remains, within max_span, that fits.
+i64 largest_split(const Geometry& g, i64 start, i64 remaining, i64 free_rows) {
+  i64 longest = std::min(g.max_span, (remaining - 1) / g.alignment * g.alignment);
+  i64 lo = 0, hi = longest / g.alignment;
+  while (lo < hi) {
+    i64 mid = (lo + hi + 1) / 2;
+    if (g.cost(start, mid * g.alignment) <= free_rows) lo = mid; else hi = mid - 1;
+  }
+  return lo * g.alignment;
+}
+
+std::vector<Planned> plan(const std::vector<i64>& context, const Geometry& g) {
+  std::vector<Planned> chunks;
+  size_t request = 0;
+  i64 offset = 0;
+  while (request < context.size()) {
+    if (context[request] == 0) { ++request; continue; }
+    Planned chunk{static_cast<i64>(request), {}};
+    i64 used = 0;
+    while (request < context.size() && context[request] > 0) {
+      i64 remaining = context[request] - offset;
+      i64 need = g.cost(offset, remaining);
+      if (used + need <= g.budget) {
+        chunk.spans.push_back({offset, remaining});
+        used += need;
+        ++request;
+        offset = 0;
+        continue;
+      }
+      i64 cut = largest_split(g, offset, remaining, g.budget - used);
+      if (cut > 0) {
+        chunk.spans.push_back({offset, cut});
+        offset += cut;
+      }
+      break;
+    }
+    if (chunk.spans.empty()) throw std::runtime_error("planner made no progress");
+    chunks.push_back(std::move(chunk));
+  }
+  return chunks;
+}
+
+std::vector<i64> rank_context_lens(i64 context, i64 world, i64 interleave) {
+  i64 stride = world * interleave;
+  i64 rounds = context / stride, tail = context - rounds * stride;
+  std::vector<i64> out;
+  for (i64 rank = 0; rank < world; ++rank)
+    out.push_back(rounds * interleave + std::min(std::max<i64>(tail - rank * interleave, 0), interleave));
+  return out;
+}
+
+std::string layout_json(const Json& c) {
+  std::vector<i64> context = c.at("context_lens").as_ints(), query = c.at("query_lens").as_ints();
+  if (context.size() != query.size()) throw std::runtime_error("context_lens and query_lens differ in length");
+  i64 world = c.has("dcp_world_size") ? c.at("dcp_world_size").as_int() : 1;
+  i64 interleave = c.has("cp_kv_cache_interleave_size") ? c.at("cp_kv_cache_interleave_size").as_int() : 1;
+  bool align = !c.has("align_to_block") || c.at("align_to_block").boolean;
+  Geometry g = Geometry::make(c.at("workspace_size").as_int(), c.at("block_size").as_int(), align, world, interleave);
+  if (*std::max_element(context.begin(), context.end()) == 0) return "{\"chunks\":[],\"empty_token_slices\":[]}";
+  std::vector<i64> qsl = prefix_sums(query);
+
+  std::ostringstream out;
+  out << "{\"chunks\":[";
+  std::vector<Planned> chunks = plan(context, g);
+  for (size_t index = 0; index < chunks.size(); ++index) {
+    const Planned& p = chunks[index];
+    i64 first = p.first, end = p.first + static_cast<i64>(p.spans.size());
+    std::vector<i64> starts, lens, local_qsl, local_starts, local_lens;
+    for (const Span& s : p.spans) {
+      starts.push_back(s.start);
+      lens.push_back(s.length);
+      local_starts.push_back(g.padded(s.start));
+      local_lens.push_back(g.cost(s.start, s.length));
+    }
+    for (i64 r = first; r <= end; ++r) local_qsl.push_back(qsl[r] - qsl[first]);
+    i64 max_query = 0;
+    for (i64 r = first; r < end; ++r) max_query = std::max(max_query, query[r]);
+    bool sharded = world > 1;
+    out << (index ? "," : "") << "{"
+        << "\"index\":" << index << ",\"request_start\":" << first << ",\"request_end\":" << end
+        << ",\"token_start\":" << qsl[first] << ",\"token_end\":" << qsl[end]
+        << ",\"continuation_token_end\":" << qsl[first + 1]
+        << ",\"is_continuation\":" << (starts[0] > 0 ? "true" : "false")
+        << ",\"num_context_tokens\":" << std::accumulate(lens.begin(), lens.end(), i64{0})
+        << ",\"query_start_loc\":" << ints(local_qsl) << ",\"max_query_len\":" << max_query
+        << ",\"cu_seq_lens\":" << ints(prefix_sums(lens))
+        << ",\"starts\":" << ints(sharded ? local_starts : starts)  // the gather takes local starts under DCP
+        << ",\"seq_lens\":" << ints(lens) << ",\"max_seq_len\":" << *std::max_element(lens.begin(), lens.end())
+        << ",\"token_to_seq\":" << run_lengths(lens);
+    if (sharded) {
+      out << ",\"local_starts\":" << ints(local_starts) << ",\"padded_local_seq_lens\":" << ints(local_lens)
+          << ",\"padded_local_cu_seq_lens\":" << ints(prefix_sums(local_lens))
+          << ",\"padded_local_token_to_seq\":" << run_lengths(local_lens) << ",\"local_context_lens_allranks\":[";
+      for (i64 r = first; r < end; ++r) out << (r > first ? "," : "") << ints(rank_context_lens(context[r], world, interleave));
+      out << "],\"num_local_context_tokens\":" << std::accumulate(local_lens.begin(), local_lens.end(), i64{0});
+    } else {
+      out << ",\"local_starts\":null,\"padded_local_seq_lens\":null,\"padded_local_cu_seq_lens\":null"
+          << ",\"padded_local_token_to_seq\":null,\"local_context_lens_allranks\":null,\"num_local_context_tokens\":null";
+    }
+    out << "}";
+  }
+  out << "],\"empty_token_slices\":[";
+  bool first_slice = true;
+  for (size_t r = 0; r < context.size(); ++r) {
+    if (context[r] != 0) continue;
+    out << (first_slice ? "" : ",") << "[" << qsl[r] << "," << qsl[r + 1] << "]";
+    first_slice = false;
+  }
+  out << "]}";
+  return out.str();
+}
+
+// The dense workspace: min(max(8 * max_model_len, 4 * max_num_seqs * block), 65536),
+// at least one alignment unit, rounded up to it. No max_num_seqs * block floor.
+i64 workspace_size(const Json& c) {
+  i64 block = c.at("block_size").as_int();
+  i64 world = c.has("dcp_world_size") ? c.at("dcp_world_size").as_int() : 1;
+  i64 interleave = c.has("cp_kv_cache_interleave_size") ? c.at("cp_kv_cache_interleave_size").as_int() : 1;
+  i64 unit = world > 1 ? std::lcm(block, world * interleave) : block;
+  i64 wanted = std::min(std::max(8 * c.at("max_model_len").as_int(), 4 * c.at("max_num_seqs").as_int() * block), i64{65536});
+  wanted = std::max(wanted, unit);
+  return (wanted + unit - 1) / unit * unit;
+}
+
+std::string reply(i64 id, const std::string& body) { return "{\"id\":" + std::to_string(id) + ",\"ok\":true" + body + "}"; }
+
+}  // namespace
+
+int main() {
+  std::ios::sync_with_stdio(false);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    i64 id = 0;
+    try {
+      Json request = Parser(line).parse();
+      id = request.has("id") ? request.at("id").as_int() : 0;
+      const std::string op = request.at("op").text;
+      if (op == "hello") {
+        std::cout << reply(id, ",\"protocol\":1,\"name\":\"cpp-per-request\",\"version\":\"1.0\",\"levels\":[\"layout\"]");
+      } else if (op == "layout") {
+        std::cout << reply(id, ",\"layout\":" + layout_json(request.at("case")));
+      } else if (op == "workspace_size") {
+        std::cout << reply(id, ",\"workspace_size\":" + std::to_string(workspace_size(request.at("config"))));
+      } else if (op == "bye") {
+        return 0;
+      } else {
+        std::cout << "{\"id\":" << id << ",\"ok\":false,\"error\":" << quote("unsupported op '" + op + "'") << "}";
+      }
+    } catch (const std::exception& e) {
+      std::cout << "{\"id\":" << id << ",\"ok\":false,\"error\":" << quote(e.what()) << "}";
+    }
+    std::cout << "\n" << std::flush;
+  }
+  return 0;
+}
