@@ -232,6 +232,14 @@ def execute(args: argparse.Namespace) -> Execution:
     port = load_port(args.port)
     suite = select_suite(args)
     levels = selected_levels(args.level)
+    declared = getattr(port, "levels", None)
+    if declared is not None:
+        skipped = [lv for lv in levels if lv not in declared]
+        levels = tuple(lv for lv in levels if lv in declared)
+        if skipped:
+            print(f"note: port {port.name} declares levels {', '.join(declared)}; not run: {', '.join(skipped)}")
+        if not levels:
+            raise UsageError(f"port {port.name} supports none of the requested levels ({args.level})")
     shard = parse_shard(args.shard)
     header = {"suite": suite.name, "port": port.name, "levels": list(levels), "size": args.size, "shard": args.shard}
     writer = ResultsWriter(Path(args.results), header, args.resume) if args.results else None

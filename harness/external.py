@@ -59,6 +59,8 @@ class ExternalPort:
         self.hello: dict[str, Any] = {}
         self._start()
         self.name = str(self.hello.get("name", Path(self.command[0]).name))
+        # The levels the port declares; the harness runs only these for it.
+        self.levels = tuple(lv for lv in self.hello.get("levels", ["layout"]) if lv in ("layout", "merge"))
         atexit.register(self.close)
 
     # -- process ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.kernels import SharedKernels
 from harness.model import MergeCase, NumericSpec
 
 DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -113,6 +114,26 @@ def materialise_prefill(
     }
     return PrefillInputs(
         spec=spec, scale=1.0 / math.sqrt(spec.qk_head_dim), **{k: v.to(device) for k, v in tensors.items()}
+    )
+
+
+def new_token_partial(inputs: PrefillInputs, kernels: SharedKernels) -> tuple[torch.Tensor, torch.Tensor]:
+    """The suffix partial of SPEC 1c on the shared kernels: the new tokens' causal
+    attention over themselves. Both sides call this one function."""
+    from harness.kernels import new_token_attention
+
+    spec = inputs.spec
+    return new_token_attention(
+        kernels,
+        inputs.q,
+        inputs.new_kv_c,
+        inputs.new_k_pe,
+        inputs.kv_b_weight,
+        inputs.query_start_loc,
+        spec.num_heads,
+        spec.qk_nope_head_dim,
+        spec.v_head_dim,
+        inputs.scale,
     )
 
 

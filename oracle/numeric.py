@@ -20,9 +20,9 @@ from unittest import mock
 
 import torch
 
-from harness.kernels import SharedKernels, new_token_attention
+from harness.kernels import SharedKernels
 from harness.model import Case
-from harness.numeric import MergeInputs, PrefillInputs
+from harness.numeric import MergeInputs, PrefillInputs, new_token_partial
 from oracle.environment import import_vllm_module
 from oracle.pin import MLA
 
@@ -119,18 +119,7 @@ def prefill(case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> dict[s
         dcp_local_block_size=1,
         dcp_virtual_block_size=1,
     )
-    suffix_output, suffix_lse = new_token_attention(
-        kernels,
-        inputs.q,
-        inputs.new_kv_c,
-        inputs.new_k_pe,
-        inputs.kv_b_weight,
-        inputs.query_start_loc,
-        spec.num_heads,
-        spec.qk_nope_head_dim,
-        spec.v_head_dim,
-        inputs.scale,
-    )
+    suffix_output, suffix_lse = new_token_partial(inputs, kernels)
     result: dict[str, torch.Tensor] = {}
     if metadata is None:
         # forward_mha without chunked context: the suffix partial is the output.

@@ -96,3 +96,11 @@ def test_wrong_shape_over_safetensors(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_a_port_that_cannot_start_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--suite", "smoke", "--port", "cmd:/no/such/binary"]) == 2
     assert "cannot start '/no/such/binary'" in capsys.readouterr().err
+
+
+def test_levels_the_port_does_not_declare_are_not_run(cpp_port: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", "--suite", "smoke", "--port", f"cmd:{cpp_port}"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "note: port cpp-per-request declares levels layout; not run: merge, prefill" in out
+    assert "0 merge cases, 0 prefill cases" in out

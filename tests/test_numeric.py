@@ -12,13 +12,13 @@ import torch
 from harness.bits import compare_bits, ordered
 from harness.kernels import CpuKernels, SharedKernels
 from harness.model import PRESETS, Case, MergeCase
-from harness.numeric import PrefillInputs, materialise_merge, materialise_prefill
+from harness.numeric import PrefillInputs, materialise_merge, materialise_prefill, new_token_partial
 from harness.port import Port
 from harness.runner import DIVERGENT, PARITY, compare_merge, compare_prefill
 from harness.suites import load_suite
 from ports.per_request import PerRequestPort
 from ports.per_request.metadata import build_layout
-from ports.per_request.prefill import context_partial, final_merge, new_token_partial
+from ports.per_request.prefill import context_partial, final_merge
 from tests.conftest import make_case
 
 KERNELS = CpuKernels()

@@ -15,9 +15,9 @@ import torch
 
 from harness.kernels import SharedKernels
 from harness.model import Layout
-from harness.numeric import PrefillInputs
+from harness.numeric import PrefillInputs, new_token_partial
 from ports.per_request.merge_kernel import merge_partials
-from ports.per_request.prefill import chunk_partial, final_merge, new_token_partial
+from ports.per_request.prefill import chunk_partial, final_merge
 
 
 def neutralise_empty_rows(

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from harness.kernels import SharedKernels, new_token_attention
+from harness.kernels import SharedKernels
 from harness.model import Chunk, Layout
-from harness.numeric import PrefillInputs
+from harness.numeric import PrefillInputs, new_token_partial
 from ports.per_request.merge_kernel import merge_partials
 
 Partial = tuple[torch.Tensor, torch.Tensor]
@@ -89,23 +89,6 @@ def context_partial(layout: Layout, workspace_rows: int, inputs: PrefillInputs, 
         total_lse[:, first_visit : chunk.token_end] = lse[:, done:]
     assert running is not None, "a layout with chunks produced no partial"
     return running
-
-
-def new_token_partial(inputs: PrefillInputs, kernels: SharedKernels) -> Partial:
-    """The suffix partial: the new tokens' causal attention over themselves (shared kernels)."""
-    spec = inputs.spec
-    return new_token_attention(
-        kernels,
-        inputs.q,
-        inputs.new_kv_c,
-        inputs.new_k_pe,
-        inputs.kv_b_weight,
-        inputs.query_start_loc,
-        spec.num_heads,
-        spec.qk_nope_head_dim,
-        spec.v_head_dim,
-        inputs.scale,
-    )
 
 
 def final_merge(context: Partial, suffix: Partial, v_head_dim: int) -> dict[str, torch.Tensor]:
