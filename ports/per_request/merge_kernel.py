@@ -1,8 +1,8 @@
 """The port's merge of two attention partials (SPEC section 1c), as a Triton kernel.
 
-One source serves both devices: Triton's interpreter runs it on CPU tensors
-(``TRITON_INTERPRET=1``, set by the harness before Triton is first used) and it
-compiles for the GPU.
+One source is meant for both devices: Triton's interpreter runs it on CPU
+tensors (``TRITON_INTERPRET=1``, set by the harness before Triton is first used)
+and the same source compiles for the GPU (not yet run there).
 
 Per (token, head), for tokens below ``tokens_with_context``:
 
