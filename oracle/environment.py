@@ -26,6 +26,23 @@ CPU_ENVIRONMENT = {
 }
 
 
+# On a GPU machine the oracle keeps CUDA visible and Triton compiled. vLLM's
+# compiled extension is absent there, so its CUDA platform cannot load, and on a
+# CUDA platform merge_attn_states would dispatch to the compiled op: selecting
+# the CPU platform keeps vLLM importable and sends the merge down its Triton
+# branch, which Triton compiles for the GPU tensors it is given.
+GPU_ENVIRONMENT = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR", "VLLM_CONFIGURE_LOGGING": "0"}
+_device = "cpu"
+
+
+def use_device(device: str) -> None:
+    """Select the recipe ("cpu" or "cuda") before vLLM is imported."""
+    global _device
+    if "vllm" in sys.modules and device != _device:
+        raise OracleUnavailable(f"vllm is already imported for {_device}; cannot switch to {device}")
+    _device = device
+
+
 class OracleUnavailable(Exception):
     """The pinned vLLM cannot be imported; the message is one line."""
 
@@ -45,7 +62,10 @@ def prepare_cpu_environment() -> None:
 
 
 def import_vllm_module(name: str) -> ModuleType:
-    prepare_cpu_environment()
+    if _device == "cpu":
+        prepare_cpu_environment()
+    else:
+        os.environ.update(GPU_ENVIRONMENT)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
