@@ -265,9 +265,6 @@ def execute(args: argparse.Namespace) -> Execution:
             bar.stop()
         if writer is not None:
             writer.close()
-        close = getattr(port, "close", None)
-        if callable(close):
-            close()  # an external port's processes end with the run
     result.seconds = time.perf_counter() - started
     result.provenance = provenance
     rows = (writer.done if writer else []) + [result_row(r) for r in result.results]
@@ -275,10 +272,18 @@ def execute(args: argparse.Namespace) -> Execution:
     return Execution(table, result, port, oracle, suite, provenance)
 
 
+def close_port(port: Port) -> None:
+    """An external port's processes end with the command that used it."""
+    close = getattr(port, "close", None)
+    if callable(close):
+        close()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.summary import summarise_table
 
     done = execute(args)
+    close_port(done.port)
     banner = _drift_banner(done.provenance)
     failing = done.table[done.table["status"] != "parity"].head(args.show)
     failures = [(row.status, row.id, row.detail) for row in failing.itertuples(index=False)]
@@ -327,10 +332,17 @@ def _baseline_entries(path: str | None) -> list[Any]:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from harness.gate import judge
-
     entries = _baseline_entries(args.baseline)
     done = execute(args)
+    try:
+        return _judge_gate(args, done, entries)
+    finally:
+        close_port(done.port)
+
+
+def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -> int:
+    from harness.gate import judge
+
     port, oracle, suite = done.port, done.oracle, done.suite
     meta = _gate_meta(args, done.result, done.provenance)
     outcome = judge(done.table, meta, entries, check_stale=args.shard is None)
@@ -339,7 +351,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     cases = {c.name: c for c in suite.cases}
     new_layout = outcome.verdict.new
     new_layout = new_layout[(new_layout["kind"] == "layout") & (new_layout["status"] == "divergent")].head(3)
-    meta["shrunk"] = {
+    outcome.meta["shrunk"] = {
         row.id: shrink_to_file(oracle, port, cases[row.name], "layout", None, out_dir / "shrunk" / f"{row.name}.json")
         for row in new_layout.itertuples(index=False)
         if row.name in cases
@@ -374,7 +386,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         shard = parse_shard(args.shard)
         oracle, provenance = open_oracle(args.allow_oracle_drift)
         plan = NightlyPlan(date, suite, selected_levels(args.level), shard, out_dir, history, not args.skip_mutants)
-        night = run_nightly(plan, oracle, ports, provenance, progress=_progress)
+        try:
+            night = run_nightly(plan, oracle, ports, provenance, progress=_progress)
+        finally:
+            for port in ports:
+                close_port(port)
     for p in night.ports:
         verdict = "PASS" if p.summary["verdict"] == "pass" else "FAIL"
         print(f"{p.port:<14} {verdict}  {len(p.table)} items in {p.seconds:.1f}s")

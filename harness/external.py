@@ -55,7 +55,6 @@ class ExternalPort:
         self._stderr: Any = None
         self._buffer = b""
         self._next_id = 0
-        self.restarts = 0
         self.hello: dict[str, Any] = {}
         self._start()
         self.name = str(self.hello.get("name", Path(self.command[0]).name))
@@ -154,7 +153,6 @@ class ExternalPort:
     def _request(self, message: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
         if self._process is None or self._process.poll() is not None:
             self._kill()
-            self.restarts += 1
             self._start()
         assert self._process is not None and self._process.stdin is not None
         self._next_id += 1

@@ -68,20 +68,19 @@ class CaseResult:
     def ok(self) -> bool:
         return self.status == PARITY
 
-    def to_json(self, with_layouts: bool = True) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "family": self.family, "kind": self.kind, "status": self.status}
         if self.tensors:
             out["tensors"] = [t.to_json() for t in self.tensors]
         if self.kind == "layout":
             out["oracle_chunks"] = self.oracle_layout.num_chunks if self.oracle_layout else None
             out["port_chunks"] = self.port_layout.num_chunks if self.port_layout else None
-            if with_layouts:
-                out["oracle_layout"] = self.oracle_layout.to_json() if self.oracle_layout else None
-                if self.status == PARITY:
-                    # Identical by definition; written once to keep reports small.
-                    out["port_layout"] = "same-as-oracle"
-                else:
-                    out["port_layout"] = self.port_layout.to_json() if self.port_layout else None
+            out["oracle_layout"] = self.oracle_layout.to_json() if self.oracle_layout else None
+            if self.status == PARITY:
+                # Identical by definition; written once to keep reports small.
+                out["port_layout"] = "same-as-oracle"
+            else:
+                out["port_layout"] = self.port_layout.to_json() if self.port_layout else None
         elif self.kind == "workspace":
             out["oracle_workspace"] = self.oracle_workspace
             out["port_workspace"] = self.port_workspace
@@ -185,13 +184,6 @@ class RunResult:
     results: list[CaseResult] = field(default_factory=list)
     seconds: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        return all(r.ok for r in self.results)
-
-    def count(self, status: str) -> int:
-        return sum(1 for r in self.results if r.status == status)
 
 
 def _tensor_verdict(result: CaseResult, oracle_out: dict[str, Any], port_out: dict[str, Any]) -> CaseResult:

@@ -43,7 +43,6 @@ class Night:
     ports: list[PortNight] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
     complete: bool = False
-    extra_sections: list[tuple[str, str]] = field(default_factory=list)  # (title, html)
     kill_matrix: dict[str, Any] | None = None  # harness.mutants' JSON form
 
     @property
@@ -311,8 +310,6 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         killed = sum(m["killed"] for m in night.kill_matrix["mutants"])
         parts.append(f"<h2>Mutant kill matrix: {killed}/{len(night.kill_matrix['mutants'])} killed</h2>")
         parts.append(kill_matrix_table(night.kill_matrix).to_html(index=False, table_id="kill-matrix"))
-    for title, body in night.extra_sections:
-        parts += [f"<h2>{html.escape(title)}</h2>", body]
     parts.append("<h2>History</h2>")
     images = history_plots(history)
     parts += [_img(image, "history") for image in images] or ["<p>No history yet.</p>"]
