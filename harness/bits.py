@@ -104,6 +104,14 @@ class TensorComparison:
         }
 
 
+def identical_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, shape and bit pattern, checked where the tensors live."""
+    if a.dtype != b.dtype or a.shape != b.shape or a.dtype not in _INT_VIEW:
+        return False
+    view = _INT_VIEW[a.dtype]
+    return bool(torch.equal(a.contiguous().view(view), b.contiguous().view(view)))
+
+
 def _by_row(t: torch.Tensor) -> torch.Tensor:
     """``[rows, everything else]``; a scalar is one row of one element."""
     return t.reshape(t.shape[0] if t.dim() else 1, -1)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import CaseError, load_cases
+from harness.kernels import SharedKernels
 from harness.model import Case, Chunk, Layout, MergeCase
 from harness.port import Port, PortLoadError, load_port
 from harness.runner import (
@@ -83,6 +84,24 @@ def _drift_banner(provenance: dict[str, Any]) -> str | None:
         return None
     drifted = [k for k, v in provenance["fingerprints"].items() if v != "ok"]
     return f"WARNING: oracle fingerprints overridden ({len(drifted)} drifted: {', '.join(drifted)})"
+
+
+def select_device(device: str) -> SharedKernels:
+    """Prepare the oracle's recipe for ``device`` and return that device's shared
+    kernels. Call before the oracle is opened (vLLM reads the recipe on import)."""
+    from harness.kernels import kernels_for
+    from oracle.environment import OracleUnavailable, use_device
+
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine")
+    try:
+        use_device(device)
+    except OracleUnavailable as exc:
+        raise UsageError(f"--device {device}: {exc}") from None
+    return kernels_for(device)
 
 
 # -- case selection ------------------------------------------------------------------------
@@ -245,6 +264,7 @@ def execute(args: argparse.Namespace) -> Execution:
     writer = ResultsWriter(Path(args.results), header, args.resume) if args.results else None
     if args.resume and writer is None:
         raise UsageError("--resume needs --results FILE (the file to resume)")
+    kernels = select_device(args.device)
     oracle, provenance = open_oracle(args.allow_oracle_drift)
     banner = _drift_banner(provenance)
     if banner:
@@ -254,7 +274,7 @@ def execute(args: argparse.Namespace) -> Execution:
     result = RunResult(suite=suite.name, port=port.name, levels=levels)
     started = time.perf_counter()
     try:
-        for item in run_items(oracle, port, suite, levels, shard, skip=skip):
+        for item in run_items(oracle, port, suite, levels, shard, kernels, skip, args.device):
             result.results.append(item)
             if writer is not None:
                 writer.write(result_row(item))
@@ -291,6 +311,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(banner)
     summary = summarise_table(done.table, done.result.suite, done.result.port, done.result.levels)
     summary["seconds"] = round(done.result.seconds, 3)
+    summary["device"] = args.device
     print(format_summary(summary, failures))
     if args.json:
         from reports.json_report import write_json_report
@@ -309,6 +330,7 @@ def _gate_meta(args: argparse.Namespace, result: RunResult, provenance: dict[str
         "levels": list(result.levels),
         "size": args.size,
         "shard": args.shard,
+        "device": args.device,
         "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
         "oracle_drift_overridden": provenance["oracle_drift_overridden"],
         "provenance": collect(provenance),
@@ -377,15 +399,18 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     date = args.date or datetime.date.today().isoformat()
     out_dir = Path(args.out) / date
     history = Path(args.history) if args.history else Path(args.out) / "history.jsonl"
+    gpu_reports = Path(args.gpu_reports)
     if args.from_shards:
-        night = merge_nightly_shards([Path(d) for d in args.from_shards], out_dir, history)
+        night = merge_nightly_shards([Path(d) for d in args.from_shards], out_dir, history, gpu_reports)
     else:
         port_names = args.ports.split(",") if args.ports else list(BUILTIN_PORTS)
         ports = [load_port(name) for name in port_names]
         suite = load_suite("nightly", size=args.size, numeric_size=args.numeric_size)
         shard = parse_shard(args.shard)
         oracle, provenance = open_oracle(args.allow_oracle_drift)
-        plan = NightlyPlan(date, suite, selected_levels(args.level), shard, out_dir, history, not args.skip_mutants)
+        plan = NightlyPlan(
+            date, suite, selected_levels(args.level), shard, out_dir, history, not args.skip_mutants, gpu_reports
+        )
         try:
             night = run_nightly(plan, oracle, ports, provenance, progress=_progress)
         finally:
@@ -478,15 +503,19 @@ def cmd_shrink(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     port = load_port(args.port)
     case = find_case(args.case, args.suite)
+    kernels = select_device(args.device)
     oracle, provenance = open_oracle(args.allow_oracle_drift)
     banner = _drift_banner(provenance)
     if banner:
         print(banner)
-    print(f"oracle {provenance['release']} (upstream {provenance['upstream_commit']})  vs  port {port.name}")
+    print(
+        f"oracle {provenance['release']} (upstream {provenance['upstream_commit']})  vs  port {port.name}"
+        f"  on {args.device}"
+    )
     levels = selected_levels(args.level)
     if isinstance(case, MergeCase):
         print(f"merge case {case.name}: {case.to_json()}")
-        result = compare_merge(oracle, port, case)
+        result = compare_merge(oracle, port, case, args.device)
         print(format_tensor_verdict("L2 merge", result))
         return EXIT_PARITY if result.ok else EXIT_DIVERGENT
     results = []
@@ -497,9 +526,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         if case.numeric is None:
             print("L3 prefill: not run (the case has no numeric section)")
         else:
-            from harness.kernels import CpuKernels
-
-            results.append(compare_prefill(oracle, port, case, CpuKernels()))
+            results.append(compare_prefill(oracle, port, case, kernels, args.device))
             print(format_tensor_verdict("L3 prefill", results[-1]))
     return EXIT_PARITY if all(r.ok for r in results) else EXIT_DIVERGENT
 
@@ -537,6 +564,14 @@ def build_parser() -> argparse.ArgumentParser:
             help="run even if an oracle fingerprint differs from the pin (every output says so)",
         )
 
+    def device(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--device",
+            choices=("cpu", "cuda"),
+            default="cpu",
+            help="where L2 and L3 run: cpu (Triton interpreted) or cuda (Triton compiled, GPU shared kernels)",
+        )
+
     def selection(p: argparse.ArgumentParser) -> None:
         group = p.add_mutually_exclusive_group()
         group.add_argument("--suite", default="ci", help=f"one of {', '.join(suite_names())} (default ci)")
@@ -551,6 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_run = sub.add_parser("run", help="compare a port with the oracle over a suite or case files")
     common(p_run)
     selection(p_run)
+    device(p_run)
     p_run.add_argument("--json", metavar="OUT", help="write the full results as JSON")
     p_run.add_argument("--show", type=int, default=10, help="divergences listed in the summary (default 10)")
     p_run.set_defaults(func=cmd_run)
@@ -558,6 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_gate = sub.add_parser("gate", help="the CI gate: summary.md, junit.xml, results.parquet; baseline-aware")
     common(p_gate)
     selection(p_gate)
+    device(p_gate)
     p_gate.add_argument("--baseline", metavar="FILE", help="expected divergences (JSON, see harness/baseline.py)")
     p_gate.add_argument("--out", metavar="DIR", help="output folder (default reports/out/gate-<port>)")
     p_gate.set_defaults(func=cmd_gate)
@@ -570,6 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_diff = sub.add_parser("diff", help="side-by-side chunks of the oracle and a port for one case")
     common(p_diff)
+    device(p_diff)
     p_diff.add_argument("case", metavar="CASE", help="a case file, or a case name in a suite")
     p_diff.add_argument("--suite", help="suite to look the case name up in (default: smoke, then ci)")
     p_diff.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
@@ -585,6 +623,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_nightly.add_argument("--out", default="reports", help="report root; the report goes to <out>/<date>/")
     p_nightly.add_argument("--history", help="history store (default <out>/history.jsonl)")
     p_nightly.add_argument("--date", help="report date (default today)")
+    p_nightly.add_argument(
+        "--gpu-reports", default="reports/gpu", help="the latest <date>.json here is the report's GPU section"
+    )
     p_nightly.add_argument("--skip-mutants", action="store_true", help="leave the mutant kill matrix out")
     p_nightly.add_argument(
         "--allow-oracle-drift", action="store_true", help="run even if an oracle fingerprint differs"

@@ -287,7 +287,10 @@ NUMERIC_FAMILIES = (
 
 
 def generate_prefill(seed: int, count: int, preset: str = "tiny") -> Iterator[Case]:
-    """L3 cases (layout and numeric) over :data:`NUMERIC_FAMILIES`, dtypes dealt in turn."""
+    """L3 cases (layout and numeric) over :data:`NUMERIC_FAMILIES`, dtypes dealt in
+    turn; named ``numeric-<family>-<index>``, with the preset after ``numeric``
+    for any preset but ``tiny``."""
+    prefix = "numeric" if preset == "tiny" else f"numeric-{preset}"
     for index in range(count):
         family = NUMERIC_FAMILIES[index % len(NUMERIC_FAMILIES)]
         rng = random.Random(f"{seed}:prefill:{family}:{index}")
@@ -296,7 +299,7 @@ def generate_prefill(seed: int, count: int, preset: str = "tiny") -> Iterator[Ca
             PRESETS[preset], dtype=NUMERIC_DTYPES[(index // len(NUMERIC_FAMILIES)) % 3], seed=rng.randrange(1 << 31)
         )
         yield Case(
-            name=f"numeric-{family}-{index:04d}",
+            name=f"{prefix}-{family}-{index:04d}",
             family=family,
             context_lens=tuple(contexts),
             query_lens=_small_queries(rng, len(contexts)),

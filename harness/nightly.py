@@ -24,6 +24,7 @@ from harness.provenance import collect
 from harness.runner import CaseResult, Shard, count_items, run_items
 from harness.suites import Suite
 from harness.summary import results_table, summarise_table
+from reports.gpu import GPU_REPORTS, latest_gpu_report
 from reports.nightly import Night, PortNight, write_night
 
 NIGHT_META = "night.json"
@@ -38,6 +39,8 @@ class NightlyPlan:
     out_dir: Path
     history: Path
     mutants: bool = True
+    # The latest GPU report here (benchmarks/gpu_report.py) becomes the night's GPU section.
+    gpu_reports: Path = GPU_REPORTS
 
 
 def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path) -> None:
@@ -71,6 +74,7 @@ def run_nightly(
     per_port = count_items(plan.suite, plan.levels, plan.shard)
     night = Night(plan.date, plan.suite.name, per_port * len(ports), provenance=collect(oracle_provenance))
     night.provenance["shard"] = str(plan.shard) if plan.shard else None
+    night.gpu = latest_gpu_report(plan.gpu_reports)
     _save(night, plan)
 
     def stop(signum: int, frame: Any) -> None:
@@ -120,7 +124,9 @@ def _kill_matrix(oracle: Port, plan: NightlyPlan) -> dict[str, Any]:
     return {"suite": plan.suite.name, "levels": list(plan.levels), "mutants": [r.to_json() for r in rows]}
 
 
-def merge_nightly_shards(directories: list[Path], out_dir: Path, history: Path) -> Night:
+def merge_nightly_shards(
+    directories: list[Path], out_dir: Path, history: Path, gpu_reports: Path = GPU_REPORTS
+) -> Night:
     """One night from the outputs of ``parity nightly --shard K/N`` runs."""
     metas = []
     for directory in directories:
@@ -139,6 +145,7 @@ def merge_nightly_shards(directories: list[Path], out_dir: Path, history: Path) 
         sum(m["expected_items"] for m in metas),
         provenance={**first["provenance"], "shard": None, "merged_from": [str(d) for d in directories]},
         complete=all(m["complete"] for m in metas),
+        gpu=latest_gpu_report(gpu_reports),
     )
     for port in first["ports"]:
         table = pd.concat(

@@ -44,7 +44,7 @@ class PrefillInputs:
     scattered over the cache (never contiguous when there are several).
     ``q``: ``[num_tokens, num_heads, qk_head_dim]``. ``new_kv_c``:
     ``[num_tokens, kv_lora_rank]`` and ``new_k_pe``: ``[num_tokens, 1, rope]``,
-    the new tokens' latent rows. ``kv_b_weight``:
+    the new tokens' latent rows (``max_query_len`` the longest request's). ``kv_b_weight``:
     ``[num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]``.
     """
 
@@ -56,6 +56,7 @@ class PrefillInputs:
     new_k_pe: torch.Tensor
     kv_b_weight: torch.Tensor
     query_start_loc: torch.Tensor
+    max_query_len: int
     scale: float
 
     @property
@@ -113,28 +114,27 @@ def materialise_prefill(
         "query_start_loc": torch.tensor(qsl, dtype=torch.int32),
     }
     return PrefillInputs(
-        spec=spec, scale=1.0 / math.sqrt(spec.qk_head_dim), **{k: v.to(device) for k, v in tensors.items()}
+        spec=spec,
+        scale=1.0 / math.sqrt(spec.qk_head_dim),
+        max_query_len=max(query_lens, default=0),
+        **{k: v.to(device) for k, v in tensors.items()},
     )
 
 
 def new_token_partial(inputs: PrefillInputs, kernels: SharedKernels) -> tuple[torch.Tensor, torch.Tensor]:
     """The suffix partial of SPEC 1c on the shared kernels: the new tokens' causal
-    attention over themselves. Both sides call this one function."""
-    from harness.kernels import new_token_attention
-
+    attention over themselves, their keys and values up-projected from the new
+    latent rows. Both sides call this one function."""
     spec = inputs.spec
-    return new_token_attention(
-        kernels,
-        inputs.q,
-        inputs.new_kv_c,
-        inputs.new_k_pe,
-        inputs.kv_b_weight,
-        inputs.query_start_loc,
-        spec.num_heads,
-        spec.qk_nope_head_dim,
-        spec.v_head_dim,
-        inputs.scale,
+    kv = kernels.kv_b_proj(inputs.kv_b_weight, inputs.new_kv_c)
+    k_nope, v = torch.split(
+        kv.view(-1, spec.num_heads, spec.qk_nope_head_dim + spec.v_head_dim),
+        [spec.qk_nope_head_dim, spec.v_head_dim],
+        dim=-1,
     )
+    k = torch.cat([k_nope, inputs.new_k_pe.expand(-1, spec.num_heads, -1)], dim=-1)
+    qsl, longest = inputs.query_start_loc, inputs.max_query_len
+    return kernels.attention(inputs.q, k, v, qsl, qsl, True, inputs.scale, longest, longest)
 
 
 # -- L2: merge partials ------------------------------------------------------------------------

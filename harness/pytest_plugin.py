@@ -30,6 +30,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--parity-shard", metavar="K/N", help="collect only shard K of N")
     group.addoption("--parity-baseline", metavar="FILE", help="expected divergences: xfail those items")
     group.addoption("--parity-allow-oracle-drift", action="store_true", help="run despite fingerprint drift")
+    group.addoption("--parity-device", default="cpu", choices=("cpu", "cuda"), help="where L2 and L3 run")
 
 
 def _active(config: pytest.Config) -> bool:
@@ -51,16 +52,16 @@ class _Session:
     """Per-process state: the oracle (checked once) and the port."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from harness.cli import UsageError, open_oracle
-        from harness.kernels import CpuKernels
+        from harness.cli import UsageError, open_oracle, select_device
         from harness.port import load_port
 
+        self.device: str = config.getoption("--parity-device")
         try:
+            self.kernels = select_device(self.device)
             self.oracle, self.provenance = open_oracle(config.getoption("--parity-allow-oracle-drift"))
         except UsageError as exc:
             raise pytest.UsageError(str(exc)) from None
         self.port = load_port(config.getoption("--parity-port"))
-        self.kernels = CpuKernels()
 
 
 class ParityItem(pytest.Item):
@@ -77,7 +78,7 @@ class ParityItem(pytest.Item):
 
     def runtest(self) -> None:
         state = self._state()
-        result = run_item(state.oracle, state.port, self.kind, self.payload, state.kernels)
+        result = run_item(state.oracle, state.port, self.kind, self.payload, state.kernels, state.device)
         result.index = self.index
         self.user_properties.append(("status", result.status))
         if not result.ok:

@@ -303,14 +303,15 @@ def plan_items(suite: Suite, levels: tuple[str, ...]) -> list[tuple[str, Any]]:
     return items
 
 
-def run_item(oracle: Port, port: Port, kind: str, item: Any, kernels: SharedKernels) -> CaseResult:
+def run_item(oracle: Port, port: Port, kind: str, item: Any, kernels: SharedKernels, device: str = "cpu") -> CaseResult:
+    """One item; the numeric levels run on ``device`` (layouts are host work)."""
     if kind == "layout":
         return compare_case(oracle, port, item)
     if kind == "workspace":
         return compare_workspace(oracle, port, item)
     if kind == "merge":
-        return compare_merge(oracle, port, item)
-    return compare_prefill(oracle, port, item, kernels)
+        return compare_merge(oracle, port, item, device)
+    return compare_prefill(oracle, port, item, kernels, device)
 
 
 def run_items(
@@ -321,16 +322,18 @@ def run_items(
     shard: Shard | None = None,
     kernels: SharedKernels | None = None,
     skip: frozenset[int] = frozenset(),
+    device: str = "cpu",
 ) -> Iterator[CaseResult]:
-    """Run the items of ``suite`` this shard owns, skipping indices in ``skip``."""
+    """Run the items of ``suite`` this shard owns, skipping indices in ``skip``;
+    the numeric levels on ``device`` with its shared kernels unless ``kernels``."""
     if kernels is None:
-        from harness.kernels import CpuKernels
+        from harness.kernels import kernels_for
 
-        kernels = CpuKernels()
+        kernels = kernels_for(device)
     for index, (kind, item) in enumerate(plan_items(suite, levels)):
         if (shard is not None and not shard.owns(index)) or index in skip:
             continue
-        result = run_item(oracle, port, kind, item, kernels)
+        result = run_item(oracle, port, kind, item, kernels, device)
         result.index = index
         yield result
 

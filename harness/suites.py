@@ -4,7 +4,7 @@ Definitions live in ``cases/suites.json``. A suite takes checked-in case files
 (``files``, relative to ``cases/``), generated cases (``generate``: a seed and a
 count; ``--size`` overrides the count), and a workspace-size grid (``small`` or
 ``full``), merge cases for L2 (``merge``: seed and count) and numeric prefill
-cases for L3 (``prefill``: seed, count and numeric preset). Case files with a
+cases for L3 (``prefill``: seed, count and numeric preset, or a list of those). Case files with a
 ``numeric`` section are prefill cases too.
 """
 
@@ -79,9 +79,10 @@ def load_suite(name: str, size: int | None = None, numeric_size: int | None = No
     if "generate" in spec:
         count = spec["generate"]["count"] if size is None else size
         cases += list(generate(spec["generate"]["seed"], count))
-    if "prefill" in spec:
-        count = spec["prefill"]["count"] if numeric_size is None else numeric_size
-        cases += list(generate_prefill(spec["prefill"]["seed"], count, spec["prefill"]["preset"]))
+    prefill = spec.get("prefill", [])
+    for group in prefill if isinstance(prefill, list) else [prefill]:
+        count = group["count"] if numeric_size is None else numeric_size
+        cases += list(generate_prefill(group["seed"], count, group["preset"]))
     merge_cases: tuple[MergeCase, ...] = ()
     if "merge" in spec:
         count = spec["merge"]["count"] if numeric_size is None else numeric_size

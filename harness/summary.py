@@ -134,8 +134,9 @@ def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str,
     """The printed summary; ``first_failures`` are (status, item id, detail)."""
     counts = summary["counts"]
     seconds = f" in {summary['seconds']:.1f}s" if "seconds" in summary else ""
+    device = f"  device {summary['device']}" if "device" in summary else ""
     lines = [
-        f"suite {summary['suite']}  port {summary['port']}  verdict {summary['verdict'].upper()}",
+        f"suite {summary['suite']}  port {summary['port']}{device}  verdict {summary['verdict'].upper()}",
         f"items {summary['items']} ({summary['layout_cases']} layout cases, "
         f"{summary['workspace_configs']} workspace configs, {summary['merge_cases']} merge cases, "
         f"{summary['prefill_cases']} prefill cases){seconds}",

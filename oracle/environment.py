@@ -31,7 +31,12 @@ CPU_ENVIRONMENT = {
 # CUDA platform merge_attn_states would dispatch to the compiled op: selecting
 # the CPU platform keeps vLLM importable and sends the merge down its Triton
 # branch, which Triton compiles for the GPU tensors it is given.
-GPU_ENVIRONMENT = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR", "VLLM_CONFIGURE_LOGGING": "0"}
+GPU_ENVIRONMENT = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "TRITON_INTERPRET": "0",
+    "VLLM_LOGGING_LEVEL": "ERROR",
+    "VLLM_CONFIGURE_LOGGING": "0",
+}
 _device = "cpu"
 
 

@@ -5,7 +5,8 @@ It shows, per port: the verdict per level; family-by-level tables; chunk counts
 and workspace utilisation per family for the oracle and each port; ULP
 histograms for ports that are not bit-exact; provenance; and the history store
 (one JSON line per port and night), plotted as pass rate and chunk counts over
-time. A run that did not finish is written with an INCOMPLETE banner.
+time; and, when a GPU report exists, the latest one's tables (reports/gpu.py).
+A run that did not finish is written with an INCOMPLETE banner.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from harness.runner import PARITY
+from reports.gpu import gpu_section_html, gpu_section_markdown
 
 HISTORY_COLUMNS = ("date", "port", "suite", "items", "pass_rate", "oracle_chunks", "port_chunks", "complete")
 
@@ -44,6 +46,7 @@ class Night:
     provenance: dict[str, Any] = field(default_factory=dict)
     complete: bool = False
     kill_matrix: dict[str, Any] | None = None  # harness.mutants' JSON form
+    gpu: tuple[Path, dict[str, Any]] | None = None  # the latest GPU report (reports/gpu.py)
 
     @property
     def items_done(self) -> int:
@@ -310,6 +313,8 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         killed = sum(m["killed"] for m in night.kill_matrix["mutants"])
         parts.append(f"<h2>Mutant kill matrix: {killed}/{len(night.kill_matrix['mutants'])} killed</h2>")
         parts.append(kill_matrix_table(night.kill_matrix).to_html(index=False, table_id="kill-matrix"))
+    if night.gpu:
+        parts.append(gpu_section_html(*night.gpu))
     parts.append("<h2>History</h2>")
     images = history_plots(history)
     parts += [_img(image, "history") for image in images] or ["<p>No history yet.</p>"]
@@ -339,6 +344,10 @@ def render_markdown(night: Night) -> str:
         killed = sum(m["killed"] for m in night.kill_matrix["mutants"])
         lines += [f"## Mutant kill matrix: {killed}/{len(night.kill_matrix['mutants'])} killed", ""]
         lines += [kill_matrix_table(night.kill_matrix).to_markdown(index=False), ""]
+    if night.gpu:
+        path, report = night.gpu
+        lines += [f"## GPU (latest report: {path}, {report.get('date')})", ""]
+        lines += gpu_section_markdown(report, heading="###")
     oracle = night.provenance.get("oracle", {})
     environment = night.provenance.get("environment", {})
     repo = night.provenance.get("port_repository", {})

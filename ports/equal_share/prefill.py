@@ -17,17 +17,50 @@ from harness.kernels import SharedKernels
 from harness.model import Layout
 from harness.numeric import PrefillInputs, new_token_partial
 from ports.per_request.merge_kernel import merge_partials
-from ports.per_request.prefill import chunk_partial, final_merge
+from ports.per_request.prefill import DeviceChunk, chunk_partial, device_chunks, final_merge
 
 
-def neutralise_empty_rows(
-    seq_lens: tuple[int, ...], qsl: tuple[int, ...], out: torch.Tensor, lse: torch.Tensor
-) -> None:
-    """Zero output, -inf LSE for the tokens of every request with no rows in this chunk."""
+def rowless_tokens(seq_lens: tuple[int, ...], qsl: tuple[int, ...]) -> torch.Tensor:
+    """A ``[tokens]`` mask of the tokens whose request has no rows in this chunk."""
+    mask = torch.zeros(qsl[-1], dtype=torch.bool)
     for request, rows in enumerate(seq_lens):
         if rows == 0:
-            out[qsl[request] : qsl[request + 1]] = 0
-            lse[:, qsl[request] : qsl[request + 1]] = float("-inf")
+            mask[qsl[request] : qsl[request + 1]] = True
+    return mask
+
+
+def neutralise_empty_rows(rowless: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
+    """Zero output, -inf LSE on the ``rowless`` tokens (in place)."""
+    out.masked_fill_(rowless[:, None, None], 0.0)
+    lse.masked_fill_(rowless[None, :], float("-inf"))
+
+
+def context_partial(
+    layout: Layout,
+    workspace_rows: int,
+    inputs: PrefillInputs,
+    kernels: SharedKernels,
+    planned: tuple[DeviceChunk, ...] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The grid's running partial: chunk 0's partial, every later chunk merged in.
+
+    ``planned`` is ``device_chunks(layout)``, built here when not given.
+    """
+    device = inputs.q.device
+    if planned is None:
+        planned = device_chunks(layout, device)
+    rowless = [rowless_tokens(p.chunk.seq_lens, p.chunk.query_start_loc).to(device) for p in planned]
+    workspace = torch.empty((workspace_rows, inputs.spec.latent_dim), dtype=inputs.q.dtype, device=device)
+    total: tuple[torch.Tensor, torch.Tensor] | None = None
+    for item, empty in zip(planned, rowless, strict=True):
+        out, lse = chunk_partial(item, inputs, kernels, workspace)
+        neutralise_empty_rows(empty, out, lse)
+        if total is None:
+            total = (out, lse)
+            continue
+        merge_partials(total[0], total[1], out, lse, out=total[0], out_lse=total[1])
+    assert total is not None, "a layout with chunks produced no partial"
+    return total
 
 
 def prefill(
@@ -36,14 +69,5 @@ def prefill(
     suffix = new_token_partial(inputs, kernels)
     if not layout.chunks:
         return {"output": suffix[0], "lse": suffix[1]}
-    workspace = torch.empty((workspace_rows, inputs.spec.latent_dim), dtype=inputs.q.dtype, device=inputs.q.device)
-    total: tuple[torch.Tensor, torch.Tensor] | None = None
-    for chunk in layout.chunks:
-        out, lse = chunk_partial(chunk, inputs, kernels, workspace)
-        neutralise_empty_rows(chunk.seq_lens, chunk.query_start_loc, out, lse)
-        if total is None:
-            total = (out, lse)
-            continue
-        merge_partials(total[0], total[1], out, lse, out=total[0], out_lse=total[1])
-    assert total is not None
-    return final_merge(total, suffix, inputs.spec.v_head_dim)
+    context = context_partial(layout, workspace_rows, inputs, kernels)
+    return final_merge(context, suffix, inputs.spec.v_head_dim)

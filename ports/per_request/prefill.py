@@ -15,6 +15,8 @@ chunk partials into the running context partial:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from harness.kernels import SharedKernels
@@ -25,22 +27,42 @@ from ports.per_request.merge_kernel import merge_partials
 Partial = tuple[torch.Tensor, torch.Tensor]
 
 
-def _index(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int32, device=device)
+@dataclass(frozen=True)
+class DeviceChunk:
+    """A chunk with its index tensors already on the device, built once per
+    layout before the loop (as upstream's metadata builder does), so the loop
+    itself never waits on a host-to-device copy."""
+
+    chunk: Chunk
+    cu_seq_lens: torch.Tensor
+    token_to_seq: torch.Tensor
+    starts: torch.Tensor
+    query_start_loc: torch.Tensor
 
 
-def chunk_partial(chunk: Chunk, inputs: PrefillInputs, kernels: SharedKernels, workspace: torch.Tensor) -> Partial:
+def device_chunks(layout: Layout, device: torch.device) -> tuple[DeviceChunk, ...]:
+    def index(values: tuple[int, ...]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int32).to(device, non_blocking=True)
+
+    return tuple(
+        DeviceChunk(c, index(c.cu_seq_lens), index(c.token_to_seq), index(c.starts), index(c.query_start_loc))
+        for c in layout.chunks
+    )
+
+
+def chunk_partial(
+    planned: DeviceChunk, inputs: PrefillInputs, kernels: SharedKernels, workspace: torch.Tensor
+) -> Partial:
     """Attention of the chunk's query tokens over the chunk's gathered context rows."""
-    spec, device = inputs.spec, inputs.q.device
+    chunk, spec = planned.chunk, inputs.spec
     rows = chunk.num_context_tokens
-    cu_seq_lens = _index(chunk.cu_seq_lens, device)
     kernels.gather(
         inputs.kv_cache,
         workspace,
         inputs.block_table[chunk.request_start : chunk.request_end],
-        cu_seq_lens,
-        _index(chunk.token_to_seq, device),
-        _index(chunk.starts, device),
+        planned.cu_seq_lens,
+        planned.token_to_seq,
+        planned.starts,
         rows,
     )
     latent = workspace[:rows]
@@ -50,16 +72,38 @@ def chunk_partial(chunk: Chunk, inputs: PrefillInputs, kernels: SharedKernels, w
     k_rope = latent[:, spec.kv_lora_rank :].unsqueeze(1).expand(-1, spec.num_heads, -1)
     k = torch.cat([k_nope, k_rope], dim=-1)
     q = inputs.q[chunk.token_start : chunk.token_end]
-    return kernels.attention(q, k, v, _index(chunk.query_start_loc, device), cu_seq_lens, False, inputs.scale)
+    return kernels.attention(
+        q,
+        k,
+        v,
+        planned.query_start_loc,
+        planned.cu_seq_lens,
+        False,
+        inputs.scale,
+        chunk.max_query_len,
+        chunk.max_seq_len,
+    )
 
 
-def context_partial(layout: Layout, workspace_rows: int, inputs: PrefillInputs, kernels: SharedKernels) -> Partial:
-    """Fold every chunk's partial into one context partial over all prefill tokens."""
+def context_partial(
+    layout: Layout,
+    workspace_rows: int,
+    inputs: PrefillInputs,
+    kernels: SharedKernels,
+    planned: tuple[DeviceChunk, ...] | None = None,
+) -> Partial:
+    """Fold every chunk's partial into one context partial over all prefill tokens.
+
+    ``planned`` is :func:`device_chunks` of ``layout``, built here when not given.
+    """
     spec = inputs.spec
+    if planned is None:
+        planned = device_chunks(layout, inputs.q.device)
     workspace = torch.empty((workspace_rows, spec.latent_dim), dtype=inputs.q.dtype, device=inputs.q.device)
     running: Partial | None = None
-    for chunk in layout.chunks:
-        out, lse = chunk_partial(chunk, inputs, kernels, workspace)
+    for item in planned:
+        chunk = item.chunk
+        out, lse = chunk_partial(item, inputs, kernels, workspace)
         if running is None:
             if layout.num_chunks == 1 and not layout.empty_token_slices:
                 return out, lse

@@ -1,0 +1,265 @@
+"""Issue 7's GPU report: parity at L2 and L3 on the GPU and the two benchmarks.
+
+Run on a machine with a CUDA GPU and the pinned oracle importable (on the lent
+H200: ``tools/gpu_report.sh``, which installs the carried bundle first)::
+
+    python -m benchmarks.gpu_report --out reports/gpu
+
+Writes ``<out>/<date>.json`` (every figure) and ``<out>/<date>.md`` (rendered by
+reports/gpu.py). Sections:
+
+* parity: the ``gpu`` suite (252 merge cases, 160 prefill cases at DeepSeek
+  dimensions) and the benchmark batches of cases/gpu/bench.json, per_request
+  and the legacy equal_share against the oracle, both Triton merge kernels
+  compiled, the shared kernels on the GPU (harness.kernels.CudaKernels);
+* the merge kernel: upstream's Triton kernel and the port's, in GB/s, next to
+  the device's copy bandwidth;
+* the prefill context loop on the batches of cases/gpu/bench.json: the legacy
+  grid (equal_share), per_request and upstream's own loop, chunks and ms.
+
+Timings are CUDA events around one call each, after warm-up, medians over
+repeats; layouts and device metadata are built before timing (upstream builds
+its metadata before the forward pass too). A section that fails is recorded
+with its error and the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.kernels import SharedKernels
+from harness.model import Case
+from oracle.environment import import_vllm_module, use_device
+
+BENCH_CASES = Path(__file__).resolve().parent.parent / "cases" / "gpu" / "bench.json"
+PARITY_PORTS = ("per_request", "equal_share")
+MERGE_SHAPES = ((65536, 16, 128, torch.bfloat16), (16384, 128, 128, torch.bfloat16), (16384, 16, 576, torch.float16))
+
+
+def cuda_ms(fn: Callable[[], Any], warmup: int, repeats: int) -> dict[str, float]:
+    """Median, min and max milliseconds of ``fn`` over ``repeats`` CUDA-event timings."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        stop = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start.record()
+        fn()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop))
+    return {"median": statistics.median(times), "min": min(times), "max": max(times)}
+
+
+def environment() -> dict[str, Any]:
+    import triton
+
+    started = time.perf_counter()
+    current = import_vllm_module("vllm.platforms").current_platform
+    vllm = import_vllm_module("vllm")
+    return {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "vllm": getattr(vllm, "__version__", "?"),
+        "vllm_import_s": round(time.perf_counter() - started, 1),
+        "vllm_platform": type(current).__name__,
+    }
+
+
+def parity_section(kernels: SharedKernels) -> dict[str, Any]:
+    """Every L2/L3 item of the gpu suite and the benchmark batches, per port."""
+    import pandas as pd
+
+    from harness.cases import load_cases
+    from harness.cli import open_oracle
+    from harness.port import load_port
+    from harness.runner import run_items
+    from harness.suites import Suite, load_suite
+    from harness.summary import COLUMNS, result_row, summarise_table
+
+    oracle, provenance = open_oracle(allow_drift=False)
+    gpu = load_suite("gpu")
+    bench = Suite("gpu-bench", tuple(load_cases([BENCH_CASES])), ())
+    rows: list[dict[str, Any]] = []
+    failures: list[str] = []
+    for port_name in PARITY_PORTS:
+        port = load_port(port_name)
+        for suite, levels in ((gpu, ("merge", "prefill")), (bench, ("prefill",))):
+            started = time.perf_counter()
+            results = list(run_items(oracle, port, suite, levels, None, kernels, device="cuda"))
+            table = pd.DataFrame([result_row(r) for r in results], columns=list(COLUMNS))
+            summary = summarise_table(table, suite.name, port_name, levels)
+            for level in levels:
+                counts, numeric = summary["levels"][level], summary["numeric"][level]
+                rows.append(
+                    {
+                        "port": port_name,
+                        "suite": suite.name,
+                        "level": level,
+                        "items": numeric["items"],
+                        "bit_exact": numeric["bit_exact"],
+                        "divergent": counts["divergent"],
+                        "errors": counts["oracle-error"] + counts["port-error"],
+                        "max_ulp": numeric["max_ulp"],
+                        "histogram": numeric["histogram"],
+                        "seconds": round(time.perf_counter() - started, 1),
+                    }
+                )
+            failures += [f"{port_name}: {r.id}: {r.status}: {r.detail()}" for r in results if not r.ok][:5]
+    return {"rows": rows, "first_failures": failures, "oracle": provenance}
+
+
+def copy_bandwidth(warmup: int, repeats: int) -> float:
+    """GB/s of a 1 GiB device-to-device clone (read plus write)."""
+    block = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    timing = cuda_ms(lambda: block.clone(), warmup, repeats)
+    return 2 * block.numel() / timing["median"] / 1e6
+
+
+def merge_row(shape: tuple[int, int, int, torch.dtype], warmup: int, repeats: int) -> dict[str, Any]:
+    """Upstream's Triton merge and the port's on one shape of random partials."""
+    from harness.bits import identical_bits
+    from ports.per_request.merge_kernel import merge_partials
+
+    oracle_merge = import_vllm_module("vllm.v1.attention.ops.triton_merge_attn_states").merge_attn_states
+    tokens, heads, dim, dtype = shape
+    g = torch.Generator(device="cuda").manual_seed(0)
+    p, s = (torch.randn((tokens, heads, dim), generator=g, device="cuda").to(dtype) for _ in range(2))
+    lp, ls = (torch.randn((heads, tokens), generator=g, device="cuda") for _ in range(2))
+    out, out_lse = torch.empty_like(p), torch.empty_like(lp)
+    moved = 3 * p.numel() * p.element_size() + 3 * lp.numel() * lp.element_size()
+    upstream = cuda_ms(lambda: oracle_merge(out, p, lp, s, ls, out_lse), warmup, repeats)
+    expected, expected_lse = out.clone(), out_lse.clone()
+    port = cuda_ms(lambda: merge_partials(p, lp, s, ls, out, out_lse), warmup, repeats)
+    return {
+        "shape": f"{tokens}x{heads}x{dim}",
+        "dtype": str(dtype).removeprefix("torch."),
+        "bytes": moved,
+        "oracle_ms": upstream["median"],
+        "port_ms": port["median"],
+        "oracle_GBps": moved / upstream["median"] / 1e6,
+        "port_GBps": moved / port["median"] / 1e6,
+        "port_vs_oracle": upstream["median"] / port["median"],
+        "bit_identical": identical_bits(out, expected) and identical_bits(out_lse, expected_lse),
+    }
+
+
+def merge_section(warmup: int, repeats: int) -> dict[str, Any]:
+    rows = [merge_row(shape, warmup, repeats) for shape in MERGE_SHAPES]
+    torch.cuda.empty_cache()
+    return {"copy_GBps": copy_bandwidth(warmup, repeats), "rows": rows, "warmup": warmup, "repeats": repeats}
+
+
+def prefill_row(case: Case, kernels: SharedKernels, warmup: int, repeats: int) -> dict[str, Any]:
+    """The context loop of one batch: legacy grid, per-request port, upstream."""
+    from harness.numeric import materialise_prefill
+    from oracle.numeric import context_loop
+    from ports.equal_share import PORT as LEGACY
+    from ports.equal_share.prefill import context_partial as legacy_loop
+    from ports.per_request import PORT as PER_REQUEST
+    from ports.per_request.prefill import context_partial, device_chunks
+
+    assert case.numeric is not None
+    device = torch.device("cuda")
+    inputs = materialise_prefill(case.context_lens, case.query_lens, case.block_size, case.numeric, "cuda")
+    legacy, per_request = LEGACY.plan_layout(case), PER_REQUEST.plan_layout(case)
+    legacy_chunks, per_request_chunks = device_chunks(legacy, device), device_chunks(per_request, device)
+    upstream = context_loop(case, inputs, kernels)
+    assert upstream is not None, "a benchmark batch without context"
+    width = case.workspace_size
+    timings = {
+        "legacy": cuda_ms(lambda: legacy_loop(legacy, width, inputs, kernels, legacy_chunks), warmup, repeats),
+        "per_request": cuda_ms(
+            lambda: context_partial(per_request, width, inputs, kernels, per_request_chunks), warmup, repeats
+        ),
+        "upstream": cuda_ms(upstream, warmup, repeats),
+    }
+    return {
+        "batch": case.name,
+        "requests": case.num_requests,
+        "context_tokens": sum(case.context_lens),
+        "query_tokens": sum(case.query_lens),
+        "legacy_chunks": legacy.num_chunks,
+        "per_request_chunks": per_request.num_chunks,
+        "legacy_ms": timings["legacy"]["median"],
+        "per_request_ms": timings["per_request"]["median"],
+        "upstream_ms": timings["upstream"]["median"],
+        "speedup": timings["legacy"]["median"] / timings["per_request"]["median"],
+        "timings": timings,
+    }
+
+
+def prefill_section(kernels: SharedKernels, warmup: int, repeats: int) -> dict[str, Any]:
+    from harness.cases import load_cases
+
+    cases = load_cases([BENCH_CASES])
+    rows = []
+    for case in cases:
+        rows.append(prefill_row(case, kernels, warmup, repeats))
+        torch.cuda.empty_cache()
+    spec = cases[0].numeric
+    return {"rows": rows, "warmup": warmup, "repeats": repeats, "spec": spec.to_json() if spec else None}
+
+
+def run_section(report: dict[str, Any], name: str, build: Callable[[], Any]) -> None:
+    started = time.perf_counter()
+    try:
+        report[name] = build()
+    except Exception as exc:
+        report[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
+        print(report[name]["traceback"], file=sys.stderr)
+    print(f"{name}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="reports/gpu", help="folder for <date>.json and <date>.md")
+    parser.add_argument("--date", default=datetime.date.today().isoformat())
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--skip-parity", action="store_true", help="benchmarks only")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    if not torch.cuda.is_available():
+        print(f"gpu_report: torch {torch.__version__} sees no CUDA device", file=sys.stderr)
+        return 2
+    from harness.kernels import CudaKernels
+    from reports.gpu import render_markdown
+
+    use_device("cuda")
+    kernels = CudaKernels()
+    report: dict[str, Any] = {"date": args.date, "command": "tools/gpu_report.sh"}
+    run_section(report, "environment", environment)
+    if not args.skip_parity:
+        run_section(report, "parity", lambda: parity_section(kernels))
+    run_section(report, "merge", lambda: merge_section(args.warmup, args.repeats))
+    run_section(report, "prefill", lambda: prefill_section(kernels, args.warmup, args.repeats))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.date}.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    (out / f"{args.date}.md").write_text(render_markdown(report), encoding="utf-8")
+    print(render_markdown(report))
+    failed = [name for name, section in report.items() if isinstance(section, dict) and "error" in section]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""The GPU report (``reports/gpu/<date>.md``) from the JSON benchmarks/gpu_report.py
+writes, and the GPU section of the nightly report (the latest such JSON).
+
+Every figure comes from the JSON; nothing here measures or judges anything.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+GPU_REPORTS = Path("reports/gpu")
+_DATED = re.compile(r"^\d{4}-\d{2}-\d{2}\.json$")
+
+
+def latest_gpu_report(directory: Path = GPU_REPORTS) -> tuple[Path, dict[str, Any]] | None:
+    """The newest ``<date>.json`` in ``directory`` and its data, or None."""
+    if not directory.is_dir():
+        return None
+    dated = sorted(p for p in directory.iterdir() if _DATED.match(p.name))
+    if not dated:
+        return None
+    data: dict[str, Any] = json.loads(dated[-1].read_text(encoding="utf-8"))
+    return dated[-1], data
+
+
+def _failed(section: Any) -> str | None:
+    if section is None:
+        return "not run"
+    if isinstance(section, dict) and "error" in section:
+        return f"failed: {section['error']}"
+    return None
+
+
+def parity_table(report: dict[str, Any]) -> pd.DataFrame:
+    rows = report.get("parity", {}).get("rows", [])
+    frame = pd.DataFrame(rows, columns=["port", "suite", "level", "items", "bit_exact", "max_ulp", "errors"])
+    frame["verdict"] = [
+        "BIT-EXACT" if r.bit_exact == r.items and r.errors == 0 else "DIVERGENT" for r in frame.itertuples()
+    ]
+    return frame
+
+
+def merge_table(report: dict[str, Any]) -> pd.DataFrame:
+    section = report.get("merge", {})
+    frame = pd.DataFrame(section.get("rows", []))
+    if frame.empty:
+        return frame
+    copy = section["copy_GBps"]
+    return pd.DataFrame(
+        {
+            "shape (tokens x heads x dim)": frame["shape"],
+            "dtype": frame["dtype"],
+            "MB moved": (frame["bytes"] / 1e6).round(1),
+            "upstream ms": frame["oracle_ms"].round(4),
+            "port ms": frame["port_ms"].round(4),
+            "upstream GB/s": frame["oracle_GBps"].round(0).astype(int),
+            "port GB/s": frame["port_GBps"].round(0).astype(int),
+            "port / upstream speed": frame["port_vs_oracle"].round(2),
+            "upstream % of copy": (100 * frame["oracle_GBps"] / copy).round(0).astype(int),
+            "port % of copy": (100 * frame["port_GBps"] / copy).round(0).astype(int),
+            "same bits": frame["bit_identical"].map({True: "yes", False: "NO"}),
+        }
+    )
+
+
+def prefill_table(report: dict[str, Any]) -> pd.DataFrame:
+    frame = pd.DataFrame(report.get("prefill", {}).get("rows", []))
+    if frame.empty:
+        return frame
+    return pd.DataFrame(
+        {
+            "batch": frame["batch"],
+            "requests": frame["requests"],
+            "context tokens": frame["context_tokens"],
+            "query tokens": frame["query_tokens"],
+            "legacy chunks": frame["legacy_chunks"],
+            "per-request chunks": frame["per_request_chunks"],
+            "legacy ms": frame["legacy_ms"].round(3),
+            "per-request ms": frame["per_request_ms"].round(3),
+            "upstream ms": frame["upstream_ms"].round(3),
+            "legacy / per-request": frame["speedup"].round(2),
+        }
+    )
+
+
+def _environment_line(report: dict[str, Any]) -> str:
+    env = report.get("environment", {})
+    return (
+        f"{env.get('device', '?')}; torch {env.get('torch', '?')} (CUDA {env.get('cuda', '?')}), "
+        f"Triton {env.get('triton', '?')}, Python {env.get('python', '?')}; vLLM {env.get('vllm', '?')} "
+        f"imported with {env.get('vllm_platform', '?')} (merge on its Triton branch, compiled for the GPU)"
+    )
+
+
+def _oracle_line(report: dict[str, Any]) -> str:
+    oracle = report.get("parity", {}).get("oracle") or {}
+    if not oracle:
+        return "not opened (the parity section did not run)"
+    fingerprints = oracle.get("fingerprints", {})
+    ok = sum(status == "ok" for status in fingerprints.values())
+    return (
+        f"{oracle.get('release')} (upstream {oracle.get('upstream_commit')}, {oracle.get('upstream_pr')}), "
+        f"installed vllm {oracle.get('installed_vllm')} ({oracle.get('installed_commit_id')}), "
+        f"fingerprints {ok}/{len(fingerprints)} ok"
+    )
+
+
+def _timing_line(report: dict[str, Any]) -> str:
+    prefill = report.get("prefill", {})
+    return (
+        f"CUDA events around one call, {prefill.get('warmup', '?')} warm-up calls, median of "
+        f"{prefill.get('repeats', '?')}; layouts and device metadata built before timing."
+    )
+
+
+def gpu_section_markdown(report: dict[str, Any], heading: str = "##") -> list[str]:
+    """The three tables with their headings, as Markdown lines."""
+    lines = [f"{heading} Parity on the GPU", ""]
+    problem = _failed(report.get("parity"))
+    if problem:
+        lines += [f"Parity {problem}", ""]
+    else:
+        lines += [parity_table(report).to_markdown(index=False), ""]
+        failures = report["parity"].get("first_failures", [])
+        if failures:
+            lines += ["First failing items:", "", *[f"- {f}" for f in failures], ""]
+    lines += [f"{heading} Merge kernel", ""]
+    problem = _failed(report.get("merge"))
+    if problem:
+        lines += [f"Merge benchmark {problem}", ""]
+    else:
+        copy = report["merge"]["copy_GBps"]
+        lines += [f"Device copy bandwidth (1 GiB clone, read + write): {copy:,.0f} GB/s.", ""]
+        lines += [merge_table(report).to_markdown(index=False), ""]
+    lines += [f"{heading} Prefill context loop", ""]
+    problem = _failed(report.get("prefill"))
+    if problem:
+        lines += [f"Prefill benchmark {problem}", ""]
+    else:
+        spec = report["prefill"].get("spec") or {}
+        lines += [
+            f"{spec.get('num_heads')} heads, latent {spec.get('kv_lora_rank', 0) + spec.get('qk_rope_head_dim', 0)} "
+            f"({spec.get('kv_lora_rank')} + {spec.get('qk_rope_head_dim')} rope), {spec.get('dtype')}, block 16, "
+            "W = 65536. Legacy: the equal-share grid (ports/equal_share); per-request: ports/per_request; "
+            "upstream: vLLM's own `_compute_prefill_context` on the same shared kernels. " + _timing_line(report),
+            "",
+            prefill_table(report).to_markdown(index=False),
+            "",
+        ]
+    return lines
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The whole ``reports/gpu/<date>.md``."""
+    lines = [
+        f"# GPU parity and speed: {report.get('date', '?')}",
+        "",
+        f"- Machine: {_environment_line(report)}.",
+        f"- Oracle: {_oracle_line(report)}.",
+        f"- Reproduce: `{report.get('command', '?')}` (README, On the H200).",
+        "- Shared kernels: harness.kernels.CudaKernels (tensor-indexing gather, cuBLAS projection, "
+        "FlashAttention-2 varlen with LSE); both sides call the same object on identical inputs.",
+        "",
+    ]
+    problem = _failed(report.get("environment"))
+    if problem:
+        lines += [f"Environment {problem}", ""]
+    lines += gpu_section_markdown(report)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def gpu_section_html(path: Path, report: dict[str, Any]) -> str:
+    """The nightly report's GPU section: the latest GPU report's tables."""
+    parts = [
+        '<h2 id="gpu">GPU (latest report)</h2>',
+        f"<p>From <code>{html.escape(str(path))}</code>, {html.escape(str(report.get('date', '?')))}: "
+        f"{html.escape(_environment_line(report))}.</p>",
+    ]
+    for title, section, table in (
+        ("Parity on the GPU", "parity", parity_table),
+        ("Merge kernel", "merge", merge_table),
+        ("Prefill context loop", "prefill", prefill_table),
+    ):
+        parts.append(f"<h3>{title}</h3>")
+        problem = _failed(report.get(section))
+        parts.append(f"<p>{html.escape(problem)}</p>" if problem else table(report).to_html(index=False))
+    return "\n".join(parts)
