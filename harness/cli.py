@@ -311,7 +311,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(banner)
     summary = summarise_table(done.table, done.result.suite, done.result.port, done.result.levels)
     summary["seconds"] = round(done.result.seconds, 3)
-    summary["device"] = args.device
+    if args.device != "cpu":
+        summary["device"] = args.device
     print(format_summary(summary, failures))
     if args.json:
         from reports.json_report import write_json_report

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from harness.model import Case
@@ -33,8 +35,16 @@ def make_case(context_lens: list[int], query_lens: list[int] | None = None, **kw
     )
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # The CPU recipe (TRITON_INTERPRET among it) before anything imports Triton.
-    from oracle.environment import prepare_cpu_environment
+# PARITY_TEST_DEVICE=cuda (on a GPU machine, for tests/test_gpu.py) keeps CUDA
+# visible and Triton compiled; otherwise every test runs on the CPU recipe.
+TEST_DEVICE = os.environ.get("PARITY_TEST_DEVICE", "cpu")
 
-    prepare_cpu_environment()
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The recipe (TRITON_INTERPRET among it) before anything imports Triton or vLLM.
+    from oracle.environment import prepare_cpu_environment, use_device
+
+    if TEST_DEVICE == "cuda":
+        use_device("cuda")
+    else:
+        prepare_cpu_environment()

@@ -70,6 +70,9 @@ def test_user_port_by_import_path(capsys: pytest.CaptureFixture[str]) -> None:
         (["run", "--port", "harness.model:NOPE"], "has no attribute 'NOPE'"),
         (["run", "--suite", "weekly"], "no suite named 'weekly'"),
         (["diff", "no-such-case", "--suite", "smoke"], "no-such-case: no such case file"),
+        # This machine's torch is the CPU build: --device cuda refuses before any work.
+        (["run", "--suite", "smoke", "--device", "cuda"], "--device cuda: torch"),
+        (["diff", "smoke-upstream-worst-case", "--device", "cuda"], "sees no CUDA device"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:

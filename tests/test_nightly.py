@@ -25,9 +25,14 @@ def nightly(capsys: pytest.CaptureFixture[str], out: Path, date: str, *extra: st
 
 
 def test_report_and_history(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert nightly(capsys, tmp_path, "2026-11-27") == 0
-    assert nightly(capsys, tmp_path, "2026-11-28") == 0
+    (tmp_path / "no-gpu").mkdir()
+    assert nightly(capsys, tmp_path, "2026-11-27", "--gpu-reports", str(tmp_path / "no-gpu")) == 0
+    assert nightly(capsys, tmp_path, "2026-11-28", "--gpu-reports", str(ROOT / "reports" / "gpu")) == 0
+    assert "GPU (latest report" not in (tmp_path / "2026-11-27" / "index.html").read_text()
     page = (tmp_path / "2026-11-28" / "index.html").read_text()
+    # The latest committed GPU report becomes a section: its tables, not a link.
+    assert '<h2 id="gpu">GPU (latest report)</h2>' in page and "gpu-upstream-worst-case" in page
+    assert "## GPU (latest report" in (tmp_path / "2026-11-28" / "report.md").read_text()
     assert "Verdict (per_request): PASS" in page and "INCOMPLETE" not in page
     assert 'id="verdicts"' in page and 'id="chunks"' in page and "Port equal_share" in page
     assert page.count("data:image/png;base64,") >= 4  # chunks, ULP histogram, two history plots

@@ -3,7 +3,7 @@
 One source is meant for both devices: Triton's interpreter runs it on CPU
 tensors (``TRITON_INTERPRET=1``, set by the harness before Triton is first used)
 and the same source compiles for the GPU (on the H200 it is bit-exact with the
-oracle's kernel on every ci L2 case: benchmarks/gpu_probe.py).
+oracle's kernel on every L2 case of the gpu suite: reports/gpu/).
 
 Per (token, head), for tokens below ``tokens_with_context``:
 
