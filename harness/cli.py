@@ -260,11 +260,13 @@ def execute(args: argparse.Namespace) -> Execution:
         if not levels:
             raise UsageError(f"port {port.name} supports none of the requested levels ({args.level})")
     shard = parse_shard(args.shard)
+    kernels = select_device(args.device)
     header = {"suite": suite.name, "port": port.name, "levels": list(levels), "size": args.size, "shard": args.shard}
+    if args.device != "cpu":
+        header["device"] = args.device
     writer = ResultsWriter(Path(args.results), header, args.resume) if args.results else None
     if args.resume and writer is None:
         raise UsageError("--resume needs --results FILE (the file to resume)")
-    kernels = select_device(args.device)
     oracle, provenance = open_oracle(args.allow_oracle_drift)
     banner = _drift_banner(provenance)
     if banner:

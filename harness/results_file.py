@@ -1,10 +1,11 @@
 """Results written as they are computed: one JSON line per item.
 
-The first line is a header naming the run (suite, port, levels, size, shard);
-every other line is one row of the results table (:mod:`harness.summary`),
-flushed as soon as the item finishes, so a run killed even by SIGKILL leaves a
-readable file, and ``--resume`` finishes it by skipping the items it holds. Rows
-carry no timings: the same run gives the same bytes.
+The first line is a header naming the run (suite, port, levels, size, shard,
+and the device when it is not cpu); every other line is one row of the results
+table (:mod:`harness.summary`), flushed as soon as the item finishes, so a run
+killed even by SIGKILL leaves a readable file, and ``--resume`` finishes it by
+skipping the items it holds. Rows carry no timings: the same run gives the same
+bytes.
 """
 
 from __future__ import annotations
