@@ -174,6 +174,7 @@ def prefill_row(case: Case, kernels: SharedKernels, warmup: int, repeats: int) -
     from oracle.numeric import context_loop
     from ports.equal_share import PORT as LEGACY
     from ports.equal_share.prefill import context_partial as legacy_loop
+    from ports.equal_share.prefill import grid_chunks
     from ports.per_request import PORT as PER_REQUEST
     from ports.per_request.prefill import context_partial, device_chunks
 
@@ -181,7 +182,7 @@ def prefill_row(case: Case, kernels: SharedKernels, warmup: int, repeats: int) -
     device = torch.device("cuda")
     inputs = materialise_prefill(case.context_lens, case.query_lens, case.block_size, case.numeric, "cuda")
     legacy, per_request = LEGACY.plan_layout(case), PER_REQUEST.plan_layout(case)
-    legacy_chunks, per_request_chunks = device_chunks(legacy, device), device_chunks(per_request, device)
+    legacy_chunks, per_request_chunks = grid_chunks(legacy, device), device_chunks(per_request, device)
     upstream = context_loop(case, inputs, kernels)
     assert upstream is not None, "a benchmark batch without context"
     width = case.workspace_size

@@ -11,6 +11,8 @@ this port reuses per_request's: whatever differs from the oracle is the grid.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from harness.kernels import SharedKernels
@@ -29,6 +31,22 @@ def rowless_tokens(seq_lens: tuple[int, ...], qsl: tuple[int, ...]) -> torch.Ten
     return mask
 
 
+@dataclass(frozen=True)
+class GridChunk:
+    """A grid chunk's device tensors, built once per layout before the loop: its
+    index tensors and the mask of its tokens whose request has no rows in it."""
+
+    planned: DeviceChunk
+    rowless: torch.Tensor
+
+
+def grid_chunks(layout: Layout, device: torch.device) -> tuple[GridChunk, ...]:
+    return tuple(
+        GridChunk(planned, rowless_tokens(planned.chunk.seq_lens, planned.chunk.query_start_loc).to(device))
+        for planned in device_chunks(layout, device)
+    )
+
+
 def neutralise_empty_rows(rowless: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
     """Zero output, -inf LSE on the ``rowless`` tokens (in place)."""
     out.masked_fill_(rowless[:, None, None], 0.0)
@@ -40,21 +58,20 @@ def context_partial(
     workspace_rows: int,
     inputs: PrefillInputs,
     kernels: SharedKernels,
-    planned: tuple[DeviceChunk, ...] | None = None,
+    planned: tuple[GridChunk, ...] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The grid's running partial: chunk 0's partial, every later chunk merged in.
 
-    ``planned`` is ``device_chunks(layout)``, built here when not given.
+    ``planned`` is :func:`grid_chunks` of ``layout``, built here when not given.
     """
     device = inputs.q.device
     if planned is None:
-        planned = device_chunks(layout, device)
-    rowless = [rowless_tokens(p.chunk.seq_lens, p.chunk.query_start_loc).to(device) for p in planned]
+        planned = grid_chunks(layout, device)
     workspace = torch.empty((workspace_rows, inputs.spec.latent_dim), dtype=inputs.q.dtype, device=device)
     total: tuple[torch.Tensor, torch.Tensor] | None = None
-    for item, empty in zip(planned, rowless, strict=True):
-        out, lse = chunk_partial(item, inputs, kernels, workspace)
-        neutralise_empty_rows(empty, out, lse)
+    for item in planned:
+        out, lse = chunk_partial(item.planned, inputs, kernels, workspace)
+        neutralise_empty_rows(item.rowless, out, lse)
         if total is None:
             total = (out, lse)
             continue
