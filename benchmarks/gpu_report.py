@@ -86,14 +86,12 @@ def environment() -> dict[str, Any]:
 
 def parity_section(kernels: SharedKernels) -> dict[str, Any]:
     """Every L2/L3 item of the gpu suite and the benchmark batches, per port."""
-    import pandas as pd
-
     from harness.cases import load_cases
     from harness.cli import open_oracle
     from harness.port import load_port
     from harness.runner import run_items
     from harness.suites import Suite, load_suite
-    from harness.summary import COLUMNS, result_row, summarise_table
+    from harness.summary import results_table, summarise_table
 
     oracle, provenance = open_oracle(allow_drift=False)
     gpu = load_suite("gpu")
@@ -105,7 +103,7 @@ def parity_section(kernels: SharedKernels) -> dict[str, Any]:
         for suite, levels in ((gpu, ("merge", "prefill")), (bench, ("prefill",))):
             started = time.perf_counter()
             results = list(run_items(oracle, port, suite, levels, None, kernels, device="cuda"))
-            table = pd.DataFrame([result_row(r) for r in results], columns=list(COLUMNS))
+            table = results_table(results)
             summary = summarise_table(table, suite.name, port_name, levels)
             for level in levels:
                 counts, numeric = summary["levels"][level], summary["numeric"][level]

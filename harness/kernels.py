@@ -124,17 +124,8 @@ class CpuKernels:
 
     name = "cpu"
 
-    def gather(
-        self,
-        kv_cache: torch.Tensor,
-        dst: torch.Tensor,
-        block_table: torch.Tensor,
-        cu_seq_lens: torch.Tensor,
-        token_to_seq: torch.Tensor,
-        starts: torch.Tensor,
-        num_rows: int,
-    ) -> None:
-        paged_gather(kv_cache, dst, block_table, cu_seq_lens, token_to_seq, starts, num_rows)
+    # One gather for both devices: it is indexing, exact wherever it runs.
+    gather = staticmethod(paged_gather)
 
     def kv_b_proj(self, weight: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
         return (latent.float() @ weight.float().T).to(latent.dtype)
@@ -174,17 +165,8 @@ class CudaKernels:
 
     name = "cuda"
 
-    def gather(
-        self,
-        kv_cache: torch.Tensor,
-        dst: torch.Tensor,
-        block_table: torch.Tensor,
-        cu_seq_lens: torch.Tensor,
-        token_to_seq: torch.Tensor,
-        starts: torch.Tensor,
-        num_rows: int,
-    ) -> None:
-        paged_gather(kv_cache, dst, block_table, cu_seq_lens, token_to_seq, starts, num_rows)
+    # One gather for both devices: it is indexing, exact wherever it runs.
+    gather = staticmethod(paged_gather)
 
     def kv_b_proj(self, weight: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
         return latent.contiguous() @ weight.T
