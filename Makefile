@@ -9,9 +9,10 @@ IN_ENV := $(TOX) exec -q -e oracle --
 tox:
 	@$(PYTHON) -m tox --version >/dev/null 2>&1 || $(PYTHON) -m pip install -q 'tox>=4.10'
 
-## gate: per_request against the pinned oracle on the ci suite; writes reports/out/gate.json
+## gate: `parity gate` for per_request against the pinned oracle on the ci suite, every level;
+## writes summary.md, junit.xml, results.parquet and gate.json to reports/out/gate-per_request
 gate: tox
-	$(IN_ENV) python -m harness run --suite ci --port per_request --json reports/out/gate.json
+	$(IN_ENV) python -m harness gate --suite ci --port per_request --out reports/out/gate-per_request
 
 ## test: lint, type-check and the test suite (the browser test needs Debian's chromium)
 test: tox

@@ -66,6 +66,16 @@ class TensorComparison:
     error: str | None = None
 
     @property
+    def elements(self) -> int:
+        """How many elements were compared (0 when the shapes disagree)."""
+        if self.error:
+            return 0
+        size = 1
+        for n in self.shape:
+            size *= n
+        return size
+
+    @property
     def exact(self) -> bool:
         return self.error is None and self.mismatches == 0 and self.nan_oracle == 0 and self.nan_port == 0
 

@@ -18,8 +18,10 @@ A case file holds one case object, or ``{"cases": [case, ...]}``. A case object:
 
 ``numeric`` takes a ``preset`` (tiny, deepseek-v2-lite, deepseek-v3) and/or any
 of num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, kv_lora_rank,
-dtype (bf16, fp16, fp32) and seed, each overriding the preset. DCP cases stay
-layout-only (their numeric path needs real ranks).
+dtype (bf16, fp16, fp32) and seed, each overriding the preset, and
+``keyless_rows`` (neg-inf, the default; pos-inf; finite): what the shared
+attention kernels report for a query row without keys (``harness.model.KEYLESS_ROWS``).
+DCP cases stay layout-only (their numeric path needs real ranks).
 
 Anything wrong is a :class:`CaseError` whose message is one line naming the
 file, the field and the reason. Sizes are bounded (:data:`LIMITS`) so that an
@@ -32,7 +34,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.model import NUMERIC_DTYPES, PRESETS, Case, NumericSpec, alignment_unit
+from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES, PRESETS, Case, NumericSpec, alignment_unit
 
 LIMITS = {
     "requests": 65536,
@@ -90,7 +92,7 @@ def _int_list(source: str, field: str, value: Any, minimum: int, maximum: int) -
 def numeric_from_json(data: Any, source: str) -> NumericSpec:
     if not isinstance(data, dict):
         raise CaseError(source, "numeric", f"must be an object, got {type(data).__name__}")
-    unknown = sorted(set(data) - {"preset", "dtype", "seed", *_NUMERIC_DIMS})
+    unknown = sorted(set(data) - {"preset", "dtype", "seed", "keyless_rows", *_NUMERIC_DIMS})
     if unknown:
         raise CaseError(source, f"numeric.{unknown[0]}", "is not a numeric field")
     preset_name = data.get("preset")
@@ -108,7 +110,12 @@ def numeric_from_json(data: Any, source: str) -> NumericSpec:
     if dtype not in NUMERIC_DTYPES:
         raise CaseError(source, "numeric.dtype", f"must be one of {', '.join(NUMERIC_DTYPES)}, got {dtype!r}")
     seed = _int(source, "numeric.seed", data.get("seed", 0), 0, (1 << 63) - 1)
-    return NumericSpec(**dims, dtype=dtype, seed=seed)
+    keyless_rows = data.get("keyless_rows", KEYLESS_ROWS[0])
+    if keyless_rows not in KEYLESS_ROWS:
+        raise CaseError(
+            source, "numeric.keyless_rows", f"must be one of {', '.join(KEYLESS_ROWS)}, got {json.dumps(keyless_rows)}"
+        )
+    return NumericSpec(**dims, dtype=dtype, seed=seed, keyless_rows=keyless_rows)
 
 
 def case_from_json(data: Any, source: str) -> Case:

@@ -10,6 +10,7 @@ import argparse
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,8 @@ from harness.runner import (
     CaseResult,
     RunResult,
     Shard,
-    compare_case,
-    compare_merge,
-    compare_prefill,
     count_items,
+    run_item,
     run_items,
 )
 from harness.suites import Suite, load_suite, suite_names
@@ -239,40 +238,99 @@ class Execution:
     provenance: dict[str, Any]
 
 
-def execute(args: argparse.Namespace) -> Execution:
-    """Load, check the oracle, run with progress; rows go to --results as they finish."""
+def harness_identity() -> dict[str, Any]:
+    """The harness's version and commit, for results-file headers."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from harness.provenance import repository_state
+
+    try:
+        harness_version = version("mla-parity")
+    except PackageNotFoundError:
+        harness_version = None
+    state = repository_state()
+    return {
+        "harness_version": harness_version,
+        "harness_commit": state.get("commit"),
+        "harness_dirty": state.get("dirty"),
+    }
+
+
+def refuse_empty(selected: int, what: str) -> None:
+    """Zero selected items compare nothing: that is usage, never a pass."""
+    if selected == 0:
+        raise UsageError(f"{what} selects no items: nothing would be compared (choose another --level or --shard)")
+
+
+def describe_selection(suite: Suite, levels: tuple[str, ...], shard: Shard | None) -> str:
+    where = f" shard {shard}" if shard else ""
+    return f"suite {suite.name} at level {', '.join(levels)}{where}"
+
+
+def note_unimplemented(port: Port, levels: tuple[str, ...]) -> None:
+    from harness.port import port_levels
+
+    missing = [lv for lv in levels if lv not in port_levels(port)]
+    if missing:
+        print(
+            f"note: port {port.name} implements {', '.join(port_levels(port))}; its items at "
+            f"{', '.join(missing)} are not-run and the verdict is at best INCOMPLETE "
+            f"(narrow the run with --level)"
+        )
+
+
+def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] | None = None) -> Execution:
+    """Load, check the oracle, run with progress; rows go to --results as they finish.
+
+    ``before_run`` checks the loaded port and suite before any work (the gate's
+    baseline against what the suite holds)."""
     import pandas as pd
 
     import harness.runner
-    from harness.results_file import ResultsWriter
+    from harness.results_file import ResultsWriter, items_digest
+    from harness.runner import selected_item_ids
     from harness.summary import COLUMNS, result_row
 
+    if args.resume and not args.results:
+        raise UsageError("--resume needs --results FILE (the file to resume)")
     harness.runner.PORT_TIMEOUT_S = args.timeout
     port = load_port(args.port)
     suite = select_suite(args)
     levels = selected_levels(args.level)
-    declared = getattr(port, "levels", None)
-    if declared is not None:
-        skipped = [lv for lv in levels if lv not in declared]
-        levels = tuple(lv for lv in levels if lv in declared)
-        if skipped:
-            print(f"note: port {port.name} declares levels {', '.join(declared)}; not run: {', '.join(skipped)}")
-        if not levels:
-            raise UsageError(f"port {port.name} supports none of the requested levels ({args.level})")
     shard = parse_shard(args.shard)
+    item_ids = selected_item_ids(suite, levels, shard)
+    try:
+        refuse_empty(len(item_ids), describe_selection(suite, levels, shard))
+        if before_run is not None:
+            before_run(port, suite)
+    except Exception:
+        close_port(port)
+        raise
+    note_unimplemented(port, levels)
     kernels = select_device(args.device)
-    header = {"suite": suite.name, "port": port.name, "levels": list(levels), "size": args.size, "shard": args.shard}
-    if args.device != "cpu":
-        header["device"] = args.device
-    writer = ResultsWriter(Path(args.results), header, args.resume) if args.results else None
-    if args.resume and writer is None:
-        raise UsageError("--resume needs --results FILE (the file to resume)")
     oracle, provenance = open_oracle(args.allow_oracle_drift)
     banner = _drift_banner(provenance)
     if banner:
         print(banner, file=sys.stderr)
-    skip = writer.done_indices if writer else frozenset()
-    bar, advance = _progress(count_items(suite, levels, shard) - len(skip))
+    writer = None
+    if args.results:
+        header = {
+            "items_digest": items_digest(item_ids),
+            "items": len(item_ids),
+            "suite": suite.name,
+            "levels": list(levels),
+            "size": args.size,
+            "shard": args.shard,
+            "port_spec": args.port,
+            "port": port.name,
+            "device": args.device,
+            "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
+            "oracle_drift_overridden": provenance["oracle_drift_overridden"],
+            **harness_identity(),
+        }
+        writer = ResultsWriter(Path(args.results), header, args.resume, item_ids)
+    skip = writer.done_ids if writer else frozenset()
+    bar, advance = _progress(len(item_ids) - len(skip))
     result = RunResult(suite=suite.name, port=port.name, levels=levels)
     started = time.perf_counter()
     try:
@@ -316,12 +374,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.device != "cpu":
         summary["device"] = args.device
     print(format_summary(summary, failures))
+    code = verdict_code(summary["verdict"])
     if args.json:
         from reports.json_report import write_json_report
 
-        write_json_report(done.result, Path(args.json), done.table)
+        if not write_output(lambda: write_json_report(done.result, Path(args.json), done.table), args.json):
+            return code or EXIT_USAGE
         print(f"\nwrote {args.json}")
-    return EXIT_PARITY if (done.table["status"] == "parity").all() else EXIT_DIVERGENT
+    return code
+
+
+def verdict_code(verdict: str) -> int:
+    """0 only for a pass; a failing or INCOMPLETE run exits 1."""
+    return EXIT_PARITY if verdict == "pass" else EXIT_DIVERGENT
+
+
+def write_output(write: Any, where: str) -> bool:
+    """Write a report; a failure is one line on stderr, never a traceback that
+    replaces the verdict's exit code (the results file already holds every row)."""
+    try:
+        write()
+    except Exception as exc:
+        print(f"parity: error: {where}: cannot write the report ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return False
+    return True
 
 
 def _gate_meta(args: argparse.Namespace, result: RunResult, provenance: dict[str, Any]) -> dict[str, Any]:
@@ -334,6 +410,7 @@ def _gate_meta(args: argparse.Namespace, result: RunResult, provenance: dict[str
         "size": args.size,
         "shard": args.shard,
         "device": args.device,
+        "port_spec": args.port,
         "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
         "oracle_drift_overridden": provenance["oracle_drift_overridden"],
         "provenance": collect(provenance),
@@ -344,10 +421,12 @@ def _finish_gate(outcome: Any, out_dir: Path) -> int:
     from harness.gate import write_outputs
     from reports.gate_summary import render_gate_summary
 
-    write_outputs(outcome, out_dir)
+    code = EXIT_PARITY if outcome.passed else EXIT_DIVERGENT
     print(render_gate_summary(outcome), end="")
+    if not write_output(lambda: write_outputs(outcome, out_dir), str(out_dir)):
+        return code or EXIT_USAGE
     print(f"\nwrote {out_dir}/summary.md, junit.xml, results.parquet")
-    return EXIT_PARITY if outcome.passed else EXIT_DIVERGENT
+    return code
 
 
 def _baseline_entries(path: str | None) -> list[Any]:
@@ -357,8 +436,10 @@ def _baseline_entries(path: str | None) -> list[Any]:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
+    from harness.gate import check_gate_baseline
+
     entries = _baseline_entries(args.baseline)
-    done = execute(args)
+    done = execute(args, before_run=lambda port, suite: check_gate_baseline(entries, suite, port.name, args.port))
     try:
         return _judge_gate(args, done, entries)
     finally:
@@ -377,7 +458,7 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
     new_layout = outcome.verdict.new
     new_layout = new_layout[(new_layout["kind"] == "layout") & (new_layout["status"] == "divergent")].head(3)
     outcome.meta["shrunk"] = {
-        row.id: shrink_to_file(oracle, port, cases[row.name], "layout", None, out_dir / "shrunk" / f"{row.name}.json")
+        row.id: guarded_shrink(oracle, port, cases[row.name], out_dir / "shrunk" / f"{row.name}.json")
         for row in new_layout.itertuples(index=False)
         if row.name in cases
     }
@@ -410,6 +491,12 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         ports = [load_port(name) for name in port_names]
         suite = load_suite("nightly", size=args.size, numeric_size=args.numeric_size)
         shard = parse_shard(args.shard)
+        levels = selected_levels(args.level)
+        for port in ports:
+            refuse_empty(
+                count_items(suite, levels, shard), f"port {port.name}: {describe_selection(suite, levels, shard)}"
+            )
+            note_unimplemented(port, levels)
         oracle, provenance = open_oracle(args.allow_oracle_drift)
         plan = NightlyPlan(
             date, suite, selected_levels(args.level), shard, out_dir, history, not args.skip_mutants, gpu_reports
@@ -420,7 +507,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             for port in ports:
                 close_port(port)
     for p in night.ports:
-        verdict = "PASS" if p.summary["verdict"] == "pass" else "FAIL"
+        verdict = p.summary["verdict"].upper()
         print(f"{p.port:<14} {verdict}  {len(p.table)} items in {p.seconds:.1f}s")
     state = "" if night.complete else "  (INCOMPLETE: interrupted)"
     print(f"wrote {out_dir / 'index.html'} and {out_dir / 'report.md'}{state}")
@@ -451,8 +538,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         case = cases.get(result.name)
         if args.no_shrink or case is None or level not in ("layout", "prefill") or result.kind == "workspace":
             return
-        kill.shrunk = shrink_to_file(
-            oracle, mutant, case, level, kernels, out_dir / "shrunk" / f"{mutant.name}-{level}.json"
+        kill.shrunk = guarded_shrink(
+            oracle, mutant, case, out_dir / "shrunk" / f"{mutant.name}-{level}.json", level, kernels
         )
 
     rows = kill_matrix(oracle, [MUTANTS[n]() for n in names], suite, levels, kernels, on_kill=shrink_kill)
@@ -460,6 +547,15 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     print(render_matrix(rows, levels, suite.name), end="")
     print(f"\nwrote {out_dir}/kill-matrix.md and kill-matrix.json")
     return EXIT_PARITY if all(r.killed for r in rows) else EXIT_DIVERGENT
+
+
+def guarded_shrink(oracle: Port, port: Port, case: Case, out: Path, level: str = "layout", kernels: Any = None) -> str:
+    """Shrinking for the gate and the kill matrix: a failure there is reported in
+    the shrunk column, never raised, so the outputs and the exit code stand."""
+    try:
+        return shrink_to_file(oracle, port, case, level, kernels, out)
+    except Exception as exc:
+        return f"not shrunk ({type(exc).__name__}: {' '.join(str(exc).split())})"
 
 
 def shrink_to_file(oracle: Port, port: Port, case: Case, level: str, kernels: Any, out: Path) -> str:
@@ -506,6 +602,7 @@ def cmd_shrink(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     port = load_port(args.port)
     case = find_case(args.case, args.suite)
+    diff_items(case, args.case, args.level)  # refuse an empty selection before any work
     kernels = select_device(args.device)
     oracle, provenance = open_oracle(args.allow_oracle_drift)
     banner = _drift_banner(provenance)
@@ -515,23 +612,37 @@ def cmd_diff(args: argparse.Namespace) -> int:
         f"oracle {provenance['release']} (upstream {provenance['upstream_commit']})  vs  port {port.name}"
         f"  on {args.device}"
     )
-    levels = selected_levels(args.level)
     if isinstance(case, MergeCase):
         print(f"merge case {case.name}: {case.to_json()}")
-        result = compare_merge(oracle, port, case, args.device)
+        result = run_item(oracle, port, "merge", case, kernels, args.device)
         print(format_tensor_verdict("L2 merge", result))
         return EXIT_PARITY if result.ok else EXIT_DIVERGENT
     results = []
-    if "layout" in levels:
-        results.append(compare_case(oracle, port, case))
-        print(format_diff(case, results[-1]))
-    if "prefill" in levels:
-        if case.numeric is None:
-            print("L3 prefill: not run (the case has no numeric section)")
+    for kind, _ in diff_items(case, args.case, args.level):
+        results.append(run_item(oracle, port, kind, case, kernels, args.device))
+        if kind == "layout":
+            print(format_diff(case, results[-1]))
         else:
-            results.append(compare_prefill(oracle, port, case, kernels, args.device))
             print(format_tensor_verdict("L3 prefill", results[-1]))
+    if case.numeric is None and args.level == "all":
+        print("L3 prefill: no item (the case has no numeric section)")
     return EXIT_PARITY if all(r.ok for r in results) else EXIT_DIVERGENT
+
+
+def diff_items(case: Case | MergeCase, spec: str, level: str) -> list[tuple[str, Case | MergeCase]]:
+    """The items ``parity diff`` compares for ``case`` at ``level``; none is usage."""
+    levels = selected_levels(level)
+    if isinstance(case, MergeCase):
+        items: list[tuple[str, Case | MergeCase]] = [("merge", case)] if "merge" in levels else []
+    else:
+        items = [("layout", case)] if "layout" in levels else []
+        if "prefill" in levels and case.numeric is not None:
+            items.append(("prefill", case))
+    if not items:
+        kind = "a merge case" if isinstance(case, MergeCase) else "a layout-only case"
+        has = "merge" if isinstance(case, MergeCase) else ("layout, prefill" if case.numeric else "layout")
+        raise UsageError(f"{spec}: --level {level} selects no items of {kind} (it has {has}); nothing to compare")
+    return items
 
 
 def cmd_oracle(args: argparse.Namespace) -> int:

@@ -12,13 +12,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from harness.baseline import BaselineEntry, BaselineVerdict, apply_baseline
+from harness.baseline import (
+    BaselineEntry,
+    BaselineVerdict,
+    SuiteTargets,
+    apply_baseline,
+    check_baseline_targets,
+    port_names,
+)
 from harness.cases import CaseError
 from harness.summary import summarise_table
+
+if TYPE_CHECKING:
+    from harness.suites import Suite
 
 RESULTS, META, SUMMARY, JUNIT = "results.parquet", "gate.json", "summary.md", "junit.xml"
 
@@ -34,11 +44,39 @@ class GateOutcome:
         return self.verdict.passed
 
 
+def meta_port_names(meta: dict[str, Any]) -> frozenset[str]:
+    """The names baseline entries may give the gated port: its ``name`` and,
+    when the meta records it, the ``--port`` spelling (``port_spec``)."""
+    return port_names(meta["port"], meta.get("port_spec"))
+
+
 def judge(table: pd.DataFrame, meta: dict[str, Any], entries: list[BaselineEntry], check_stale: bool) -> GateOutcome:
+    """The verdict on a run's table. A complete table (``check_stale``: an
+    unsharded gate, or merged shards) also checks the baseline against what ran
+    (:func:`check_table_baseline`), so an entry naming a case, family or port
+    the run cannot have is bad input here even if no earlier check caught it."""
     levels = tuple(meta["levels"])
-    verdict = apply_baseline(table, meta["port"], entries, levels, check_stale)
+    if check_stale:
+        check_table_baseline(entries, table, meta)
+    verdict = apply_baseline(table, meta_port_names(meta), entries, levels, check_stale)
     summary = summarise_table(verdict.table, meta["suite"], meta["port"], levels)
     return GateOutcome(meta, summary, verdict)
+
+
+def check_gate_baseline(entries: list[BaselineEntry], suite: Suite, port_name: str, port_spec: str | None) -> None:
+    """Before a gate runs: every entry must name the port under test (by name or
+    by ``port_spec``, the ``--port`` spelling) or a known port, and a case or
+    family the whole suite has at the entry's level (whatever ``--level`` or
+    ``--shard`` select). Raises :class:`CaseError` (exit 2) otherwise."""
+    check_baseline_targets(entries, SuiteTargets.of_suite(suite), port_names(port_name, port_spec))
+
+
+def check_table_baseline(entries: list[BaselineEntry], table: pd.DataFrame, meta: dict[str, Any]) -> None:
+    """:func:`check_gate_baseline` against a complete results table: the items
+    at the levels that ran (entries at other levels cannot change the verdict
+    and are left to the pre-run check)."""
+    targets = SuiteTargets.of_table(meta["suite"], table, meta["levels"])
+    check_baseline_targets(entries, targets, meta_port_names(meta))
 
 
 def write_outputs(outcome: GateOutcome, out_dir: Path) -> None:
@@ -58,7 +96,7 @@ def load_shard(directory: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         if not path.exists():
             raise CaseError(str(path), None, "missing: not a gate output folder")
     meta: dict[str, Any] = json.loads(meta_path.read_text(encoding="utf-8"))
-    table = pd.read_parquet(results_path).drop(columns=["baseline", "reason"], errors="ignore")
+    table = pd.read_parquet(results_path).drop(columns=["baseline", "reason", "baseline_entry"], errors="ignore")
     return table, meta
 
 
@@ -67,7 +105,7 @@ def merge_shards(directories: list[Path]) -> tuple[pd.DataFrame, dict[str, Any]]
     tables, metas = zip(*(load_shard(d) for d in directories), strict=True)
     first = metas[0]
     for directory, meta in zip(directories, metas, strict=True):
-        for key in ("suite", "port", "levels", "size", "pin"):
+        for key in ("suite", "port", "levels", "size", "pin", "oracle_drift_overridden", "device"):
             if meta.get(key) != first.get(key):
                 raise CaseError(str(directory / META), key, f"differs from {directories[0] / META}: not one run")
     shards = sorted(m["shard"] for m in metas if m.get("shard"))

@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from harness.model import MERGE_PATTERNS, NUMERIC_DTYPES, PRESETS, Case, MergeCase, alignment_unit
+from harness.model import KEYLESS_ROWS, MERGE_PATTERNS, NUMERIC_DTYPES, PRESETS, Case, MergeCase, alignment_unit
 
 BLOCK_SIZES = (1, 16, 16, 32, 64, 128)
 WORKSPACES = (64, 128, 256, 512, 1024, 2048, 4096)
@@ -286,10 +286,58 @@ NUMERIC_FAMILIES = (
 )
 
 
-def generate_prefill(seed: int, count: int, preset: str = "tiny") -> Iterator[Case]:
+def legacy_grid_has_keyless_rows(case: Case) -> bool:
+    """Whether the legacy equal-share grid (SPEC 1a) of ``case`` hands the
+    attention kernel a query row without keys: a request with zero rows in some
+    chunk of the grid (a zero-context request in any chunk, or a short request
+    in a later one). Such rows are what seeds/003's neutralisation is for.
+
+    Request ``i`` has rows in chunk ``j`` iff ``c_i > j * share``, so some chunk
+    has a keyless request iff ``min(c) <= (num_chunks - 1) * share``. False when
+    no request has context (no chunks) or the grid cannot plan the case.
+    """
+    with_context = sum(1 for c in case.context_lens if c > 0)
+    if with_context == 0:
+        return False
+    share = case.workspace_size // with_context // case.alignment * case.alignment
+    if share <= 0:
+        return False
+    num_chunks = -(-max(case.context_lens) // share)
+    return min(case.context_lens) <= (num_chunks - 1) * share
+
+
+def keyless_variants(cases: list[Case], per_family: int) -> Iterator[Case]:
+    """For each family, its first ``per_family`` numeric cases whose legacy grid
+    has keyless rows, once under every non-default keyless-row behaviour
+    (:data:`~harness.model.KEYLESS_ROWS`), named ``<name>-keyless-<behaviour>``:
+    the same batch and tensors, only the shared kernels' report on rows without
+    keys differs."""
+    taken: dict[str, int] = {}
+    for case in cases:
+        if case.numeric is None or not legacy_grid_has_keyless_rows(case):
+            continue
+        if taken.get(case.family, 0) >= per_family:
+            continue
+        taken[case.family] = taken.get(case.family, 0) + 1
+        for behaviour in KEYLESS_ROWS[1:]:
+            yield replace(
+                case, name=f"{case.name}-keyless-{behaviour}", numeric=replace(case.numeric, keyless_rows=behaviour)
+            )
+
+
+def generate_prefill(seed: int, count: int, preset: str = "tiny", keyless_per_family: int = 0) -> Iterator[Case]:
     """L3 cases (layout and numeric) over :data:`NUMERIC_FAMILIES`, dtypes dealt in
     turn; named ``numeric-<family>-<index>``, with the preset after ``numeric``
-    for any preset but ``tiny``."""
+    for any preset but ``tiny``. Then, when ``keyless_per_family`` is set, the
+    :func:`keyless_variants` of those cases, after all of them (so the first
+    ``count`` cases, their names and their order do not depend on it)."""
+    cases = list(_prefill_cases(seed, count, preset))
+    yield from cases
+    if keyless_per_family:
+        yield from keyless_variants(cases, keyless_per_family)
+
+
+def _prefill_cases(seed: int, count: int, preset: str) -> Iterator[Case]:
     prefix = "numeric" if preset == "tiny" else f"numeric-{preset}"
     for index in range(count):
         family = NUMERIC_FAMILIES[index % len(NUMERIC_FAMILIES)]

@@ -9,13 +9,37 @@ PyTorch (fp32 accumulation, one request at a time, so results depend only on
 the inputs and the call's shapes); :class:`CudaKernels` fills it on the GPU
 with FlashAttention-2's varlen operator and cuBLAS. ``--device`` picks one
 (:func:`kernels_for`); both sides of a comparison always get the same object.
+
+Rows without keys. A query row that sees no key has no defined attention, and
+real prefill backends disagree on what they report for it (SPEC 1a, seeds/003);
+the legacy grid hands them such rows and must neutralise them before merging.
+Both kernel sets take the behaviour as ``keyless_rows`` (one of
+:data:`~harness.model.KEYLESS_ROWS`): ``"neg-inf"`` output 0 and LSE -inf (the
+default, the ideal), ``"pos-inf"`` output 0 and LSE +inf (FlashAttention), or
+``"finite"``: LSE :data:`KEYLESS_FINITE_LSE` and output
+:data:`KEYLESS_FINITE_OUTPUT`, a stand-in for undefined memory. A case picks its
+behaviour in its ``numeric`` section; the runner hands both sides the kernels
+:func:`kernels_for_case` returns, so they always run under the same one.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+
+from harness.model import KEYLESS_ROWS
+
+if TYPE_CHECKING:
+    from harness.model import Case
+
+# "finite": the LSE log(1) = 0, as though the row had seen one key of score 0,
+# which sits among the real LSEs of these cases, so an un-neutralised row takes a
+# real share of a merge (seeds/003's corruption); the output a fixed 1024, exact
+# in bf16, fp16 and fp32, far from any real attention output, and finite (NaN
+# would be reported as a port fault, not as the wrong numbers it stands for).
+KEYLESS_FINITE_LSE = 0.0
+KEYLESS_FINITE_OUTPUT = 1024.0
 
 
 class SharedKernels(Protocol):
@@ -60,8 +84,10 @@ class SharedKernels(Protocol):
         ``[rows, heads, v_dim]``; sequence ``i`` is ``q[cu_q[i]:cu_q[i+1]]`` against
         ``k[cu_k[i]:cu_k[i+1]]``. Causal masking is bottom-right aligned (the last
         query sees every key). Returns the output ``[tokens, heads, v_dim]`` in
-        ``q.dtype`` and the LSE ``[heads, tokens]`` in fp32; a query that sees no
-        key gets output 0 and LSE -inf.
+        ``q.dtype`` and the LSE ``[heads, tokens]`` in fp32. A query that sees no
+        key (its sequence has none, or causal masking hides them all) gets what
+        the kernels' ``keyless_rows`` behaviour says: output 0 and LSE -inf by
+        default (see the module docstring).
         """
         ...
 
@@ -119,13 +145,50 @@ def reference_attention(
     return out, lse
 
 
+def check_keyless_rows(behaviour: str) -> str:
+    if behaviour not in KEYLESS_ROWS:
+        raise ValueError(f"unknown keyless-row behaviour {behaviour!r} (one of {', '.join(KEYLESS_ROWS)})")
+    return behaviour
+
+
+def keyless_query_rows(cu_q: torch.Tensor, cu_k: torch.Tensor, causal: bool, tokens: int) -> torch.Tensor:
+    """A ``[tokens]`` bool mask, on ``cu_q``'s device, of the query rows that see
+    no key: their sequence has none, or (causal, bottom-right aligned) query
+    ``t`` of ``n`` over ``m`` keys with ``t + m - n < 0``. ``cu_q[-1]`` must be
+    ``tokens``; no host synchronisation."""
+    q_lens = (cu_q[1:] - cu_q[:-1]).long()
+    k_lens = (cu_k[1:] - cu_k[:-1]).long().to(cu_q.device)
+    seq = torch.repeat_interleave(torch.arange(q_lens.shape[0], device=cu_q.device), q_lens, output_size=tokens)
+    if not causal:
+        return k_lens[seq] == 0
+    position = torch.arange(tokens, device=cu_q.device) - cu_q.long()[seq]
+    return position + k_lens[seq] - q_lens[seq] < 0
+
+
+def report_keyless_rows(
+    out: torch.Tensor, lse: torch.Tensor, keyless: torch.Tensor, behaviour: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``out`` ``[tokens, heads, v]`` and ``lse`` ``[heads, tokens]`` with the
+    ``keyless`` rows set as ``behaviour`` says; every other row untouched."""
+    keyless = keyless.to(out.device)
+    if behaviour == "finite":
+        fill_out, fill_lse = KEYLESS_FINITE_OUTPUT, KEYLESS_FINITE_LSE
+    else:
+        fill_out, fill_lse = 0.0, float("-inf") if behaviour == "neg-inf" else float("inf")
+    return out.masked_fill(keyless[:, None, None], fill_out), lse.masked_fill(keyless[None, :], fill_lse)
+
+
 class CpuKernels:
-    """Plain PyTorch: fp32 accumulation, one request at a time."""
+    """Plain PyTorch: fp32 accumulation, one request at a time; rows without keys
+    as ``keyless_rows`` says (module docstring)."""
 
     name = "cpu"
 
     # One gather for both devices: it is indexing, exact wherever it runs.
     gather = staticmethod(paged_gather)
+
+    def __init__(self, keyless_rows: str = "neg-inf") -> None:
+        self.keyless_rows = check_keyless_rows(keyless_rows)
 
     def kv_b_proj(self, weight: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
         return (latent.float() @ weight.float().T).to(latent.dtype)
@@ -142,7 +205,10 @@ class CpuKernels:
         max_q: int | None = None,
         max_k: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return reference_attention(q, k, v, cu_q, cu_k, causal, scale)
+        out, lse = reference_attention(q, k, v, cu_q, cu_k, causal, scale)
+        if self.keyless_rows == "neg-inf":
+            return out, lse  # the reference already reports (0, -inf) there
+        return report_keyless_rows(out, lse, keyless_query_rows(cu_q, cu_k, causal, q.shape[0]), self.keyless_rows)
 
 
 # FlashAttention-2 (PyTorch's own varlen operator) takes these; anything else
@@ -159,14 +225,19 @@ class CudaKernels:
     to ``round_up(max(qk, v), 8)`` (zeros add exact zeros to every dot product)
     and the output is cut back to ``v``'s width. Every input is made contiguous
     first, so two callers that hand over the same values in different strides get
-    the same bits. A sequence with no keys gets output 0 and LSE -inf, as the
-    protocol says (FlashAttention itself reports +inf there).
+    the same bits. A query row without keys gets what ``keyless_rows`` says
+    (module docstring), whichever path computed it: FlashAttention reports +inf
+    there, the reference and the empty shortcut -inf, and every path is masked
+    to the selected behaviour.
     """
 
     name = "cuda"
 
     # One gather for both devices: it is indexing, exact wherever it runs.
     gather = staticmethod(paged_gather)
+
+    def __init__(self, keyless_rows: str = "neg-inf") -> None:
+        self.keyless_rows = check_keyless_rows(keyless_rows)
 
     def kv_b_proj(self, weight: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
         return latent.contiguous() @ weight.T
@@ -184,28 +255,24 @@ class CudaKernels:
         max_k: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         width = -(-max(q.shape[-1], v.shape[-1]) // 8) * 8
-        if q.dtype not in FLASH_DTYPES or width > FLASH_MAX_HEAD_DIM:
-            return reference_attention(q, k, v, cu_q, cu_k, causal, scale)
         tokens, heads, v_dim = q.shape[0], q.shape[1], v.shape[-1]
-        if tokens == 0 or k.shape[0] == 0:
+        if q.dtype not in FLASH_DTYPES or width > FLASH_MAX_HEAD_DIM:
+            out, lse = reference_attention(q, k, v, cu_q, cu_k, causal, scale)
+        elif tokens == 0 or k.shape[0] == 0:
             out = torch.zeros((tokens, heads, v_dim), dtype=q.dtype, device=q.device)
-            return out, torch.full((heads, tokens), float("-inf"), dtype=torch.float32, device=q.device)
-        if max_q is None or max_k is None:
-            max_q, max_k = int((cu_q[1:] - cu_q[:-1]).max()), int((cu_k[1:] - cu_k[:-1]).max())
-        padded = [torch.nn.functional.pad(t.contiguous(), (0, width - t.shape[-1])) for t in (q, k, v)]
-        cu_q32, cu_k32 = cu_q.to(torch.int32).contiguous(), cu_k.to(torch.int32).contiguous()
-        out, lse, *_ = torch.ops.aten._flash_attention_forward(
-            *padded, cu_q32, cu_k32, max_q, max_k, 0.0, causal, False, scale=scale
-        )
-        out, lse = out[..., :v_dim], unpadded_lse(lse, cu_q32, tokens)
-        # Sequences without keys: the protocol's (0, -inf), not FlashAttention's +inf.
-        key_lens = cu_k32[1:] - cu_k32[:-1]
-        seq_of_token = torch.repeat_interleave(
-            torch.arange(key_lens.shape[0], device=q.device), cu_q32[1:] - cu_q32[:-1], output_size=tokens
-        )
-        no_keys = key_lens[seq_of_token] == 0
-        out = out.masked_fill(no_keys[:, None, None], 0.0)
-        lse = lse.masked_fill(no_keys[None, :], float("-inf"))
+            lse = torch.full((heads, tokens), float("-inf"), dtype=torch.float32, device=q.device)
+        else:
+            if max_q is None or max_k is None:
+                max_q, max_k = int((cu_q[1:] - cu_q[:-1]).max()), int((cu_k[1:] - cu_k[:-1]).max())
+            padded = [torch.nn.functional.pad(t.contiguous(), (0, width - t.shape[-1])) for t in (q, k, v)]
+            cu_q32, cu_k32 = cu_q.to(torch.int32).contiguous(), cu_k.to(torch.int32).contiguous()
+            out, lse, *_ = torch.ops.aten._flash_attention_forward(
+                *padded, cu_q32, cu_k32, max_q, max_k, 0.0, causal, False, scale=scale
+            )
+            out, lse = out[..., :v_dim], unpadded_lse(lse, cu_q32, tokens)
+        # Rows without keys as selected, whichever path computed them.
+        keyless = keyless_query_rows(cu_q.to(q.device), cu_k.to(q.device), causal, tokens)
+        out, lse = report_keyless_rows(out, lse, keyless, self.keyless_rows)
         return out.contiguous(), lse.contiguous()
 
 
@@ -224,10 +291,76 @@ def unpadded_lse(lse: torch.Tensor, cu_q: torch.Tensor, tokens: int) -> torch.Te
     return lse[seq, :, position].transpose(0, 1).float()
 
 
-def kernels_for(device: str) -> SharedKernels:
+def kernels_for(device: str, keyless_rows: str = "neg-inf") -> SharedKernels:
     """The shared kernels for ``"cpu"`` or ``"cuda"``."""
     if device == "cuda":
-        return CudaKernels()
+        return CudaKernels(keyless_rows)
     if device == "cpu":
-        return CpuKernels()
+        return CpuKernels(keyless_rows)
     raise ValueError(f"unknown device {device!r} (cpu or cuda)")
+
+
+class KeylessRowsKernels:
+    """Any :class:`SharedKernels` with its attention's report on rows without
+    keys replaced by ``keyless_rows`` (every other row, the gather and the
+    projection are the inner kernels' own): for kernel sets other than
+    :class:`CpuKernels` and :class:`CudaKernels`, which take the behaviour
+    themselves."""
+
+    def __init__(self, inner: SharedKernels, keyless_rows: str) -> None:
+        self.inner, self.keyless_rows = inner, check_keyless_rows(keyless_rows)
+        self.name = f"{getattr(inner, 'name', type(inner).__name__)}+keyless-{keyless_rows}"
+
+    def gather(
+        self,
+        kv_cache: torch.Tensor,
+        dst: torch.Tensor,
+        block_table: torch.Tensor,
+        cu_seq_lens: torch.Tensor,
+        token_to_seq: torch.Tensor,
+        starts: torch.Tensor,
+        num_rows: int,
+    ) -> None:
+        self.inner.gather(kv_cache, dst, block_table, cu_seq_lens, token_to_seq, starts, num_rows)
+
+    def kv_b_proj(self, weight: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
+        return self.inner.kv_b_proj(weight, latent)
+
+    def attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_q: torch.Tensor,
+        cu_k: torch.Tensor,
+        causal: bool,
+        scale: float,
+        max_q: int | None = None,
+        max_k: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        out, lse = self.inner.attention(q, k, v, cu_q, cu_k, causal, scale, max_q, max_k)
+        return report_keyless_rows(out, lse, keyless_query_rows(cu_q, cu_k, causal, q.shape[0]), self.keyless_rows)
+
+
+def with_keyless_rows(kernels: SharedKernels, keyless_rows: str) -> SharedKernels:
+    """``kernels`` with rows without keys reported as ``keyless_rows``: the same
+    object when it already does, a new :class:`CpuKernels`/:class:`CudaKernels`
+    for those, :class:`KeylessRowsKernels` around anything else."""
+    check_keyless_rows(keyless_rows)
+    if isinstance(kernels, KeylessRowsKernels) and kernels.keyless_rows != keyless_rows:
+        kernels = kernels.inner
+    # Kernel sets without the attribute keep the protocol's default, (0, -inf).
+    if getattr(kernels, "keyless_rows", KEYLESS_ROWS[0]) == keyless_rows:
+        return kernels
+    # Exact types: a subclass may take other constructor arguments.
+    if type(kernels) is CpuKernels:
+        return CpuKernels(keyless_rows)
+    if type(kernels) is CudaKernels:
+        return CudaKernels(keyless_rows)
+    return KeylessRowsKernels(kernels, keyless_rows)
+
+
+def kernels_for_case(kernels: SharedKernels, case: Case) -> SharedKernels:
+    """The kernels both sides run ``case``'s L3 on: ``kernels`` under the case's
+    keyless-row behaviour (its ``numeric`` section; the default without one)."""
+    return with_keyless_rows(kernels, case.numeric.keyless_rows if case.numeric else KEYLESS_ROWS[0])

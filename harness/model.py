@@ -142,6 +142,17 @@ class Chunk:
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
 
+    @classmethod
+    def sequence_field_names(cls) -> list[str]:
+        """Fields that hold a ``tuple`` of ints (``local_context_lens_allranks``,
+        a tuple of such tuples, is not among them)."""
+        return [f.name for f in fields(cls) if str(f.type).startswith("tuple[int, ...]")]
+
+    @classmethod
+    def optional_field_names(cls) -> list[str]:
+        """The decode-context-parallel fields: ``None`` without DCP."""
+        return [f.name for f in fields(cls) if str(f.type).endswith("| None")]
+
     def to_json(self) -> dict[str, Any]:
         """JSON form; the per-row ``token_to_seq`` fields are run-length encoded
         as ``[[value, count], ...]`` because they hold one entry per context row."""
@@ -253,13 +264,24 @@ class Layout:
 
 NUMERIC_DTYPES = ("bf16", "fp16", "fp32")
 
+# What the shared attention kernels return for a query row that sees no key
+# (SPEC 1a: the legacy grid hands the backend such rows; seeds/003):
+#   "neg-inf": output 0, LSE -inf, the ideal that needs no neutralising;
+#   "pos-inf": output 0, LSE +inf, FlashAttention's convention;
+#   "finite":  a finite LSE and undefined (garbage) output, as the backends
+#              that seeds/003 neutralises against.
+KEYLESS_ROWS = ("neg-inf", "pos-inf", "finite")
+
 
 @dataclass(frozen=True)
 class NumericSpec:
-    """Model dimensions and seed for a case's L3 tensors.
+    """Model dimensions and seed for a case's L3 tensors, and the shared kernels'
+    behaviour on query rows without keys (:data:`KEYLESS_ROWS`).
 
     ``qk_head_dim = qk_nope_head_dim + qk_rope_head_dim``; the latent cache row is
-    ``kv_lora_rank + qk_rope_head_dim`` wide.
+    ``kv_lora_rank + qk_rope_head_dim`` wide. ``keyless_rows`` changes no tensor
+    of the case's inputs, only what the kernels report for keyless rows, and both
+    sides of a comparison run under the same one.
     """
 
     num_heads: int
@@ -269,6 +291,7 @@ class NumericSpec:
     kv_lora_rank: int
     dtype: str = "bf16"
     seed: int = 0
+    keyless_rows: str = "neg-inf"
 
     @property
     def qk_head_dim(self) -> int:
@@ -279,7 +302,7 @@ class NumericSpec:
         return self.kv_lora_rank + self.qk_rope_head_dim
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "num_heads": self.num_heads,
             "qk_nope_head_dim": self.qk_nope_head_dim,
             "qk_rope_head_dim": self.qk_rope_head_dim,
@@ -288,6 +311,11 @@ class NumericSpec:
             "dtype": self.dtype,
             "seed": self.seed,
         }
+        # Written only when not the default, so cases from before it existed
+        # keep byte-identical JSON (and results files).
+        if self.keyless_rows != KEYLESS_ROWS[0]:
+            out["keyless_rows"] = self.keyless_rows
+        return out
 
 
 PRESETS: dict[str, NumericSpec] = {

@@ -124,6 +124,18 @@ def _kill_matrix(oracle: Port, plan: NightlyPlan) -> dict[str, Any]:
     return {"suite": plan.suite.name, "levels": list(plan.levels), "mutants": [r.to_json() for r in rows]}
 
 
+def shard_identity(meta: dict[str, Any]) -> dict[str, Any]:
+    """What every shard of one night must share besides the suite: the pin, the
+    drift override and the device (a night is one oracle on one device)."""
+    provenance = meta.get("provenance", {})
+    oracle = provenance.get("oracle", {})
+    return {
+        "pin": f"{oracle.get('release')} @ {oracle.get('upstream_commit')}",
+        "oracle_drift_overridden": oracle.get("oracle_drift_overridden"),
+        "device": provenance.get("environment", {}).get("device"),
+    }
+
+
 def merge_nightly_shards(
     directories: list[Path], out_dir: Path, history: Path, gpu_reports: Path = GPU_REPORTS
 ) -> Night:
@@ -138,6 +150,13 @@ def merge_nightly_shards(
     for directory, meta in zip(directories, metas, strict=True):
         if (meta["suite"], meta["levels"], meta["ports"]) != (first["suite"], first["levels"], first["ports"]):
             raise CaseError(str(directory / NIGHT_META), "suite", "shards of different runs")
+        for key, value in shard_identity(meta).items():
+            if value != shard_identity(first)[key]:
+                raise CaseError(
+                    str(directory / NIGHT_META),
+                    key,
+                    f"is {value!r} but {directories[0]} has {shard_identity(first)[key]!r}",
+                )
     levels = tuple(first["levels"])
     night = Night(
         first["date"],

@@ -6,6 +6,9 @@ Same spec, same bits, on any machine: every tensor is drawn on the CPU from a
 to the target device. The paged KV cache scatters each request's blocks through
 a shuffled block table and fills every block no request owns with NaN, so a
 gather that reads outside a request's context poisons the result and is flagged.
+Block-table slots past a request's last block point at one of those NaN blocks
+too (never at block 0, which may hold another request's rows), so a gather that
+strays through an unused slot is flagged as well.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ class PrefillInputs:
 
     ``kv_cache``: ``[num_blocks, block_size, latent_dim]``, unowned blocks NaN.
     ``block_table``: ``[num_requests, max_blocks]`` int32, a request's blocks
-    scattered over the cache (never contiguous when there are several).
+    scattered over the cache (never contiguous when there are several); every
+    slot past its last block holds :attr:`poison_block`.
     ``q``: ``[num_tokens, num_heads, qk_head_dim]``. ``new_kv_c``:
     ``[num_tokens, kv_lora_rank]`` and ``new_k_pe``: ``[num_tokens, 1, rope]``,
     the new tokens' latent rows (``max_query_len`` the longest request's). ``kv_b_weight``:
@@ -58,6 +62,8 @@ class PrefillInputs:
     query_start_loc: torch.Tensor
     max_query_len: int
     scale: float
+    # An unowned (all-NaN) block: what every unused block-table slot points at.
+    poison_block: int = -1
 
     @property
     def num_tokens(self) -> int:
@@ -80,7 +86,12 @@ def materialise_prefill(
     num_blocks = owned + max(4, owned // 2)
     order = torch.randperm(num_blocks, generator=generator(seed, "block-order"))
     max_blocks = max(1, *blocks_per_request)
-    block_table = torch.zeros((len(context_lens), max_blocks), dtype=torch.int32)
+    # Unused slots name a spare block (NaN throughout), not block 0: block 0 is
+    # as likely as any to hold a request's rows, and a gather that strays
+    # through an unused slot must read NaN to be flagged. There are at least 4
+    # spares, and the order of the owned blocks is unchanged by this choice.
+    poison_block = int(order[owned])
+    block_table = torch.full((len(context_lens), max_blocks), poison_block, dtype=torch.int32)
     next_block = 0
     for request, count in enumerate(blocks_per_request):
         block_table[request, :count] = order[next_block : next_block + count].to(torch.int32)
@@ -117,6 +128,7 @@ def materialise_prefill(
         spec=spec,
         scale=1.0 / math.sqrt(spec.qk_head_dim),
         max_query_len=max(query_lens, default=0),
+        poison_block=poison_block,
         **{k: v.to(device) for k, v in tensors.items()},
     )
 

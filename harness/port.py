@@ -9,9 +9,9 @@ port object, or a class or factory that takes no arguments and returns one).
 from __future__ import annotations
 
 import importlib
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from harness.model import Case, Layout, WorkspaceConfig
+from harness.model import Case, Chunk, Layout, WorkspaceConfig
 
 
 @runtime_checkable
@@ -28,6 +28,108 @@ class Port(Protocol):
     def plan_layout(self, case: Case) -> Layout: ...
 
     def workspace_size(self, config: WorkspaceConfig) -> int: ...
+
+
+# Every level a side can be compared at (SPEC section 3), in suite order.
+ALL_LEVELS: tuple[str, ...] = ("layout", "merge", "prefill")
+
+
+def port_levels(port: Any) -> tuple[str, ...]:
+    """The levels ``port`` implements.
+
+    A port may declare them (``levels``, a tuple of level names: an external
+    ``cmd:`` port lists them in its hello). Otherwise they follow from its
+    methods: ``layout`` always (the protocol's two methods), ``merge`` with
+    ``merge_states``, ``prefill`` with ``prefill``. Items at any other level are
+    ``not-run`` for it, never silently dropped.
+    """
+    declared = getattr(port, "levels", None)
+    if declared is not None:
+        return tuple(lv for lv in ALL_LEVELS if lv in declared)
+    methods = {"layout": "plan_layout", "merge": "merge_states", "prefill": "prefill"}
+    return tuple(lv for lv in ALL_LEVELS if callable(getattr(port, methods[lv], None)))
+
+
+# -- the one rule for the values a port returns ------------------------------------------
+#
+# A port's values are checked by type before they are compared, with no
+# coercion: an integer is a Python ``int`` (not ``bool``, not a float, not a
+# numpy scalar), a flag is a Python ``bool``, a sequence is a ``tuple`` of those,
+# a layout is a :class:`~harness.model.Layout` of :class:`~harness.model.Chunk`
+# objects, and a tensor is a ``torch.Tensor``. ``3.0 == 3`` and ``True == 1``
+# hold in Python; neither is parity. A value that breaks the rule makes the item
+# ``port-error`` with the offending field named.
+
+
+class PortValueError(TypeError):
+    """A port returned a value of the wrong type; the message names the field."""
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def check_int(value: Any, where: str) -> int:
+    if type(value) is not int:
+        raise PortValueError(f"{where}: {_type_name(value)} {value!s:.40}, not int")
+    return value
+
+
+def _check_ints(value: Any, where: str) -> None:
+    if type(value) is not tuple:
+        raise PortValueError(f"{where}: {_type_name(value)}, not a tuple of int")
+    for i, item in enumerate(value):
+        check_int(item, f"{where}[{i}]")
+
+
+def check_chunk(chunk: Any, where: str) -> None:
+    """Every field of one chunk, by the rule above (DCP fields may be None)."""
+    if type(chunk) is not Chunk:
+        raise PortValueError(f"{where}: {_type_name(chunk)}, not a harness.model.Chunk")
+    for name in Chunk.field_names():
+        value, at = getattr(chunk, name), f"{where}.{name}"
+        if name == "is_continuation":
+            if type(value) is not bool:
+                raise PortValueError(f"{at}: {_type_name(value)} {value!s:.40}, not bool")
+        elif value is None and name in Chunk.optional_field_names():
+            continue
+        elif name == "local_context_lens_allranks":
+            if type(value) is not tuple:
+                raise PortValueError(f"{at}: {_type_name(value)}, not a tuple of tuples of int")
+            for i, ranks in enumerate(value):
+                _check_ints(ranks, f"{at}[{i}]")
+        elif name in Chunk.sequence_field_names():
+            _check_ints(value, at)
+        else:
+            check_int(value, at)
+
+
+def check_layout(layout: Any) -> Layout:
+    """``layout`` as returned by ``plan_layout``, checked field by field."""
+    where = "plan_layout"
+    if type(layout) is not Layout:
+        raise PortValueError(f"{where} returned {_type_name(layout)}, not a Layout")
+    if type(layout.chunks) is not tuple:
+        raise PortValueError(f"{where}: chunks: {_type_name(layout.chunks)}, not a tuple of Chunk")
+    for i, chunk in enumerate(layout.chunks):
+        check_chunk(chunk, f"{where}: chunks[{i}]")
+    slices = layout.empty_token_slices
+    if type(slices) is not tuple:
+        raise PortValueError(f"{where}: empty_token_slices: {_type_name(slices)}, not a tuple of (int, int)")
+    for i, pair in enumerate(slices):
+        _check_ints(pair, f"{where}: empty_token_slices[{i}]")
+        if len(pair) != 2:
+            raise PortValueError(f"{where}: empty_token_slices[{i}]: {len(pair)} values, not (start, stop)")
+    return layout
+
+
+def check_tensor(value: Any, where: str) -> Any:
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise PortValueError(f"{where}: {_type_name(value)}, not a torch.Tensor")
+    return value
 
 
 BUILTIN_PORTS: dict[str, str] = {

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.compare import Divergence, first_layout_divergence
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
-from harness.port import Port
+from harness.port import Port, PortValueError, check_int, check_layout, check_tensor, port_levels
 
 if TYPE_CHECKING:
     from harness.bits import TensorComparison
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from harness.suites import Suite
 
 PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR = "parity", "divergent", "oracle-error", "port-error"
+# An item at a level the port does not implement: compared with nothing, so never
+# parity. A run holding one is INCOMPLETE unless ``--level`` leaves that level out.
+NOT_RUN = "not-run"
 # Parity levels (SPEC section 3); "workspace" items belong to the layout level.
 LEVELS = ("layout", "merge", "prefill")
 
@@ -53,7 +56,7 @@ class CaseResult:
 
     @property
     def id(self) -> str:
-        return f"{self.name}[{self.kind}]"
+        return item_id(self.kind, self.name)
 
     def detail(self) -> str:
         """The one-line reason a failing item failed."""
@@ -87,6 +90,11 @@ class CaseResult:
         out["divergence"] = self.divergence.to_json() if self.divergence else None
         out["error"] = self.error
         return out
+
+
+def item_id(kind: str, name: str) -> str:
+    """An item's id, unique in a suite: ``skew-0031[prefill]``, ``workspace/...[workspace]``."""
+    return f"{name}[{kind}]"
 
 
 class PortTimeout(Exception):
@@ -143,13 +151,15 @@ def compare_case(oracle: Port, port: Port, case: Case) -> CaseResult:
     try:
         with time_limit(limit_for(port)):
             layout = port.plan_layout(case)
-        if not isinstance(layout, Layout):
-            raise TypeError(f"plan_layout returned {type(layout).__name__}, not a Layout")
-        result.port_layout = layout
+        result.port_layout = check_layout(layout)
     except Exception as exc:
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
-    result.divergence = first_layout_divergence(result.oracle_layout, result.port_layout)
+    try:
+        result.divergence = first_layout_divergence(result.oracle_layout, result.port_layout)
+    except Exception as exc:  # the values passed check_layout: a harness fault, said as one
+        result.status, result.error = PORT_ERROR, f"cannot compare the port's layout: {_one_line(exc)}"
+        return result
     if result.divergence is not None:
         result.status = DIVERGENT
     return result
@@ -164,7 +174,8 @@ def compare_workspace(oracle: Port, port: Port, config: WorkspaceConfig) -> Case
         return result
     try:
         with time_limit(limit_for(port)):
-            result.port_workspace = int(port.workspace_size(config))
+            value = port.workspace_size(config)
+        result.port_workspace = check_int(value, "workspace_size returned")
     except Exception as exc:
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
@@ -196,12 +207,14 @@ def _tensor_verdict(result: CaseResult, oracle_out: dict[str, Any], port_out: di
             return result
         kind = "lse" if name.endswith("lse") else "output"
         a, b = oracle_out[name], port_out[name]
-        if not hasattr(b, "dtype") or not hasattr(b, "shape"):
-            result.status, result.error = PORT_ERROR, f"port returned {type(b).__name__} for {name!r}, not a tensor"
+        try:
+            check_tensor(b, f"port's {name!r}")
+            if kind == "lse":  # [heads, tokens] compared token-major, so rows are tokens
+                a, b = a.transpose(0, 1), b.transpose(0, 1) if b.dim() == 2 else b
+            result.tensors.append(compare_bits(name, a, b, axes[kind]))
+        except Exception as exc:
+            result.status, result.error = PORT_ERROR, _one_line(exc)
             return result
-        if kind == "lse":  # [heads, tokens] compared token-major, so rows are tokens
-            a, b = a.transpose(0, 1), b.transpose(0, 1) if b.dim() == 2 else b
-        result.tensors.append(compare_bits(name, a, b, axes[kind]))
     shape_errors = [t for t in result.tensors if t.error]
     new_nan = [t for t in result.tensors if t.nan_port > t.nan_oracle]
     if shape_errors:
@@ -228,7 +241,10 @@ def compare_merge(oracle: Port, port: Port, case: MergeCase, device: str = "cpu"
     try:
         port_inputs = materialise_merge(case, device)
         with time_limit(limit_for(port)):
-            port_out, port_lse = port.merge_states(port_inputs)  # type: ignore[attr-defined]
+            returned = port.merge_states(port_inputs)  # type: ignore[attr-defined]
+        if type(returned) is not tuple or len(returned) != 2:
+            raise PortValueError(f"merge_states returned {type(returned).__name__}, not a tuple (output, lse)")
+        port_out, port_lse = returned
     except Exception as exc:
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
@@ -237,9 +253,12 @@ def compare_merge(oracle: Port, port: Port, case: MergeCase, device: str = "cpu"
 
 def compare_prefill(oracle: Port, port: Port, case: Case, kernels: SharedKernels, device: str = "cpu") -> CaseResult:
     """L3: both context loops and final merges on identical materialised tensors."""
+    from harness.kernels import kernels_for_case
     from harness.numeric import materialise_prefill
 
     assert case.numeric is not None
+    # The case's keyless-row behaviour, one kernel object for both sides.
+    kernels = kernels_for_case(kernels, case)
     result = CaseResult(case.name, case.family, "prefill", PARITY, row_budget=case.row_budget)
 
     def inputs() -> Any:
@@ -303,8 +322,19 @@ def plan_items(suite: Suite, levels: tuple[str, ...]) -> list[tuple[str, Any]]:
     return items
 
 
+def not_run(port: Port, kind: str, item: Any) -> CaseResult:
+    """The row of an item at a level ``port`` does not implement."""
+    level = "layout" if kind == "workspace" else kind
+    family = getattr(item, "family", "workspace-size")
+    error = f"port {port.name} does not implement level {level} (it implements {', '.join(port_levels(port))})"
+    return CaseResult(item.name, family, kind, NOT_RUN, error=error)
+
+
 def run_item(oracle: Port, port: Port, kind: str, item: Any, kernels: SharedKernels, device: str = "cpu") -> CaseResult:
-    """One item; the numeric levels run on ``device`` (layouts are host work)."""
+    """One item; the numeric levels run on ``device`` (layouts are host work).
+    An item at a level the port does not implement is ``not-run``."""
+    if ("layout" if kind == "workspace" else kind) not in port_levels(port):
+        return not_run(port, kind, item)
     if kind == "layout":
         return compare_case(oracle, port, item)
     if kind == "workspace":
@@ -321,21 +351,31 @@ def run_items(
     levels: tuple[str, ...],
     shard: Shard | None = None,
     kernels: SharedKernels | None = None,
-    skip: frozenset[int] = frozenset(),
+    skip: frozenset[str] = frozenset(),
     device: str = "cpu",
 ) -> Iterator[CaseResult]:
-    """Run the items of ``suite`` this shard owns, skipping indices in ``skip``;
-    the numeric levels on ``device`` with its shared kernels unless ``kernels``."""
+    """Run the items of ``suite`` this shard owns, skipping the item ids in
+    ``skip`` (those a resumed results file holds); the numeric levels on
+    ``device`` with its shared kernels unless ``kernels``."""
     if kernels is None:
         from harness.kernels import kernels_for
 
         kernels = kernels_for(device)
     for index, (kind, item) in enumerate(plan_items(suite, levels)):
-        if (shard is not None and not shard.owns(index)) or index in skip:
+        if (shard is not None and not shard.owns(index)) or item_id(kind, item.name) in skip:
             continue
         result = run_item(oracle, port, kind, item, kernels, device)
         result.index = index
         yield result
+
+
+def selected_item_ids(suite: Suite, levels: tuple[str, ...], shard: Shard | None = None) -> list[str]:
+    """The ids of the items a run of ``suite`` at ``levels`` on ``shard`` compares, in order."""
+    return [
+        item_id(kind, item.name)
+        for index, (kind, item) in enumerate(plan_items(suite, levels))
+        if shard is None or shard.owns(index)
+    ]
 
 
 def count_items(suite: Suite, levels: tuple[str, ...], shard: Shard | None = None) -> int:

@@ -4,8 +4,10 @@ Definitions live in ``cases/suites.json``. A suite takes checked-in case files
 (``files``, relative to ``cases/``), generated cases (``generate``: a seed and a
 count; ``--size`` overrides the count), and a workspace-size grid (``small`` or
 ``full``), merge cases for L2 (``merge``: seed and count) and numeric prefill
-cases for L3 (``prefill``: seed, count and numeric preset, or a list of those). Case files with a
-``numeric`` section are prefill cases too.
+cases for L3 (``prefill``: seed, count and numeric preset, or a list of those; a group's optional
+``keyless_per_family`` adds, per family, that many of its cases whose legacy grid has rows without
+keys again under each non-default keyless-row behaviour). Case files with a ``numeric`` section
+are prefill cases too.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def load_suite(name: str, size: int | None = None, numeric_size: int | None = No
     prefill = spec.get("prefill", [])
     for group in prefill if isinstance(prefill, list) else [prefill]:
         count = group["count"] if numeric_size is None else numeric_size
-        cases += list(generate_prefill(group["seed"], count, group["preset"]))
+        cases += list(generate_prefill(group["seed"], count, group["preset"], group.get("keyless_per_family", 0)))
     merge_cases: tuple[MergeCase, ...] = ()
     if "merge" in spec:
         count = spec["merge"]["count"] if numeric_size is None else numeric_size

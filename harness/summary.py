@@ -15,9 +15,10 @@ from typing import Any
 import pandas as pd
 
 from harness.model import Layout
-from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult
+from harness.runner import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult
 
-STATUSES = (PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR)
+STATUSES = (PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR, NOT_RUN)
+PASS, FAIL, INCOMPLETE = "pass", "fail", "incomplete"
 COLUMNS = (
     "index",
     "id",
@@ -35,6 +36,7 @@ COLUMNS = (
     "port_capacity",
     "max_ulp",
     "mismatches",
+    "elements",
     "nan",
     "histogram",
 )
@@ -69,6 +71,7 @@ def result_row(r: CaseResult) -> dict[str, Any]:
         "port_capacity": port_capacity,
         "max_ulp": max((t.max_ulp for t in r.tensors), default=0),
         "mismatches": sum(t.mismatches for t in r.tensors),
+        "elements": sum(t.elements for t in r.tensors),
         "nan": sum(t.nan_oracle + t.nan_port for t in r.tensors),
         "histogram": json.dumps(dict(sorted(histogram.items()))),
     }
@@ -107,6 +110,16 @@ def _numeric(frame: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def table_verdict(frame: pd.DataFrame) -> str:
+    """``pass`` only when there are items and every one is at parity; ``fail``
+    when one diverges or errs; otherwise (some item ``not-run``) ``incomplete``.
+    A table with no rows is never a pass: the CLI refuses such runs as usage."""
+    statuses = set(frame["status"])
+    if not statuses - {PARITY, NOT_RUN} and NOT_RUN in statuses:
+        return INCOMPLETE
+    return PASS if statuses == {PARITY} else FAIL
+
+
 def summarise_table(frame: pd.DataFrame, suite: str, port: str, levels: tuple[str, ...]) -> dict[str, Any]:
     """Everything the summaries print, from the table alone (order-independent)."""
     frame = frame.sort_values("index")
@@ -116,7 +129,7 @@ def summarise_table(frame: pd.DataFrame, suite: str, port: str, levels: tuple[st
     return {
         "suite": suite,
         "port": port,
-        "verdict": "pass" if bool((frame["status"] == PARITY).all()) else "fail",
+        "verdict": table_verdict(frame),
         "items": len(frame),
         "layout_cases": int((frame["kind"] == "layout").sum()),
         "workspace_configs": int((frame["kind"] == "workspace").sum()),
@@ -144,9 +157,12 @@ def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str,
         f"errors {counts[ORACLE_ERROR] + counts[PORT_ERROR]} "
         f"(oracle {counts[ORACLE_ERROR]}, port {counts[PORT_ERROR]})",
     ]
+    if counts[NOT_RUN]:
+        lines.append(f"not run {counts[NOT_RUN]} (levels the port does not implement; narrow them with --level)")
     for level, c in summary["levels"].items():
         errors = c[ORACLE_ERROR] + c[PORT_ERROR]
-        lines.append(f"  {level:<8} parity {c[PARITY]:>5}  divergent {c[DIVERGENT]:>5}  errors {errors:>4}")
+        not_run = f"  not run {c[NOT_RUN]:>5}" if c[NOT_RUN] else ""
+        lines.append(f"  {level:<8} parity {c[PARITY]:>5}  divergent {c[DIVERGENT]:>5}  errors {errors:>4}{not_run}")
     for level, n in summary["numeric"].items():
         histogram = ", ".join(f"{k}: {v}" for k, v in n["histogram"].items()) or "-"
         lines.append(

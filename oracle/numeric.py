@@ -1,19 +1,36 @@
 """The oracle's numeric levels: upstream's merge kernel (L2) and upstream's own
-prefill context loop plus final merge (L3), called, never copied.
+``forward_mha`` prefill (L3), called, never copied.
+
+L3 runs ``MLACommonBaseImpl.forward_mha`` unbound on a minimal stand-in impl,
+over upstream's ``MLACommonPrefillMetadata`` holding the chunked-context
+metadata upstream's ``build_mla_chunked_context_metadata`` built. Every step of
+the contract is therefore upstream's code as installed: the new-token
+``kv_b_proj`` and ``_concat_k_nope_k_pe``, ``_compute_prefill_context`` (with
+``_get_kv_b_proj_input_dtype``, ``init_mla_context_partial``,
+``neutralize_empty_context_partials`` and ``accumulate_mla_context_chunk``), the
+cut to ``v_head_dim``, and the final ``merge_attn_states`` with its Triton kernel.
 
 Only what cannot run here is replaced, and only by the harness's shared
-kernels: the paged-cache gather (``ops.gather_and_maybe_dequant_cache``), the
-prefill backend's context attention, and ``kv_b_proj``. Everything else,
-``_compute_prefill_context``, ``init_mla_context_partial``,
-``accumulate_mla_context_chunk`` and ``merge_attn_states`` with its Triton
-kernel, is upstream's code as installed.
+kernels, which every port calls too on identical inputs: the paged-cache gather
+(``ops.gather_and_maybe_dequant_cache``), the prefill backend's two attentions
+(``run_prefill_new_tokens``: causal, bottom-right aligned;
+``run_prefill_context_chunk``: non-causal) and ``kv_b_proj``.
+
+Two observations are added around upstream's code, neither of which changes a
+bit it computes: the context partial ``_compute_prefill_context`` returns is
+recorded on its way into the final merge, and that final merge, which
+``forward_mha`` calls without ``output_lse``, is handed an ``output_lse`` buffer
+so the merged LSE can be compared (the Triton kernel's ``OUTPUT_LSE`` switch
+only adds the store). Without context, ``forward_mha`` keeps only the new-token
+output; the LSE reported is the one the shared attention returned for it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
+import types
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
@@ -22,11 +39,13 @@ import torch
 
 from harness.kernels import SharedKernels
 from harness.model import Case
-from harness.numeric import MergeInputs, PrefillInputs, new_token_partial
+from harness.numeric import MergeInputs, PrefillInputs
 from oracle.environment import import_vllm_module
 from oracle.pin import MLA
 
 MERGE_MODULE = "vllm.v1.attention.ops.merge_attn_states"
+
+Partial = tuple[torch.Tensor, torch.Tensor]
 
 
 def merge_states(inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,15 +88,48 @@ class _SharedGatherOps:
         self._kernels.gather(src_cache, dst, block_table, cu_seq_lens, token_to_seq, seq_starts, num_tokens)
 
 
-class _SharedAttentionBackend:
-    """Stands in for the prefill backend: the context chunk's attention is the harness's."""
+@dataclass
+class _Observed:
+    """What the run hands back beyond ``forward_mha``'s ``output``: the context
+    partial, the new-token LSE, and the final merge's LSE (each None until seen)."""
 
-    def __init__(self, kernels: SharedKernels, scale: float) -> None:
+    context: Partial | None = None
+    suffix_lse: torch.Tensor | None = None
+    merged_lse: list[torch.Tensor] = field(default_factory=list)
+
+
+class _SharedAttentionBackend:
+    """Stands in for upstream's ``MLAPrefillBackend``: both attentions are the
+    harness's. Like a real backend it knows the batch's query offsets (upstream
+    hands them over in ``prepare_metadata``)."""
+
+    def __init__(
+        self, kernels: SharedKernels, scale: float, query_start_loc: torch.Tensor, max_query_len: int, seen: _Observed
+    ) -> None:
         self._kernels, self._scale = kernels, scale
+        self._query_start_loc, self._max_query_len = query_start_loc, max_query_len
+        self._seen = seen
+
+    def run_prefill_new_tokens(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        return_softmax_lse: bool,
+        out: torch.Tensor | None = None,
+        output_scale: torch.Tensor | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        # The oracle never fuses an output quantisation, so no `out` is handed in.
+        assert out is None and output_scale is None
+        qsl, longest = self._query_start_loc, self._max_query_len
+        output, lse = self._kernels.attention(q, k, v, qsl, qsl, True, self._scale, longest, longest)
+        self._seen.suffix_lse = lse
+        return (output, lse) if return_softmax_lse else output
 
     def run_prefill_context_chunk(
-        self, chunk: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+        self, chunk: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        assert out is None
         longest_q, longest_k = chunk.max_query_len, chunk.max_seq_len
         return self._kernels.attention(
             q, k, v, chunk.query_start_loc, chunk.cu_seq_lens, False, self._scale, longest_q, longest_k
@@ -95,13 +147,107 @@ class _SharedProjection:
         return self._kernels.kv_b_proj(self.weight, x), None
 
 
+@dataclass
+class _Upstream:
+    """Everything one L3 run hands to upstream: the stand-in impl (upstream's
+    methods bound to it), the attention metadata around upstream's prefill
+    metadata, and what the run observed."""
+
+    mla: types.ModuleType
+    impl: SimpleNamespace
+    attn_metadata: SimpleNamespace
+    kv_cache: torch.Tensor
+    k_scale: torch.Tensor
+    seen: _Observed
+
+    @property
+    def has_context(self) -> bool:
+        return self.attn_metadata.prefill.chunked_context is not None
+
+    def compute_prefill_context(self, q: torch.Tensor) -> Partial:
+        """Upstream's ``_compute_prefill_context`` on the stand-in (context required)."""
+        output, lse = self.impl._compute_prefill_context(q, self.kv_cache, self.attn_metadata, self.k_scale)
+        return output, lse
+
+
+def _upstream(case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> _Upstream:
+    """Upstream's metadata for ``case``, built now, on a stand-in impl holding
+    only the attributes ``forward_mha`` and ``_compute_prefill_context`` read."""
+    mla = import_vllm_module(MLA)
+    spec = inputs.spec
+    device = inputs.q.device
+    seen = _Observed()
+    workspace = torch.empty((case.workspace_size, spec.latent_dim), dtype=inputs.q.dtype, device=device)
+    chunked_context = mla.build_mla_chunked_context_metadata(
+        context_lens_cpu=torch.tensor(case.context_lens, dtype=torch.int32),
+        prefill_query_start_loc_cpu=inputs.query_start_loc.cpu(),
+        chunked_prefill_workspace=workspace,
+        chunked_prefill_workspace_size=case.workspace_size,
+        block_size=case.block_size,
+        align_chunk_to_block=case.align_to_block,
+        device=device,
+        dcp_world_size=1,
+        dcp_local_block_size=1,
+        dcp_virtual_block_size=1,
+    )
+    prefill = mla.MLACommonPrefillMetadata(
+        block_table=inputs.block_table,
+        query_start_loc=inputs.query_start_loc,
+        max_query_len=inputs.max_query_len,
+        chunked_context=chunked_context,
+        q_data_type=inputs.q.dtype,
+        prefill_backend=_SharedAttentionBackend(
+            kernels, inputs.scale, inputs.query_start_loc, inputs.max_query_len, seen
+        ),
+    )
+    impl = SimpleNamespace(
+        kv_cache_dtype="auto",
+        kv_lora_rank=spec.kv_lora_rank,
+        num_heads=spec.num_heads,
+        qk_nope_head_dim=spec.qk_nope_head_dim,
+        v_head_dim=spec.v_head_dim,
+        kv_b_proj=_SharedProjection(kernels, inputs.kv_b_weight),
+        # Upstream enables FlashInfer's concat kernel only for DeepSeek-V3 shapes
+        # when FlashInfer is installed; the copy fallback gives the same values.
+        _use_flashinfer_concat_mla_k=False,
+        # L3 runs without decode context parallelism.
+        dcp_world_size=1,
+    )
+    base = mla.MLACommonBaseImpl
+    impl._concat_k_nope_k_pe = types.MethodType(base._concat_k_nope_k_pe, impl)
+
+    def compute_prefill_context(
+        this: SimpleNamespace, q: torch.Tensor, cache: torch.Tensor, metadata: Any, k_scale: torch.Tensor
+    ) -> Partial:
+        # Upstream's method, unchanged; its result is recorded on the way out.
+        output, lse = base._compute_prefill_context(this, q, cache, metadata, k_scale)
+        seen.context = (output, lse)
+        return output, lse
+
+    impl._compute_prefill_context = types.MethodType(compute_prefill_context, impl)
+    attn_metadata = SimpleNamespace(prefill=prefill)
+    k_scale = torch.ones((), dtype=torch.float32, device=device)
+    return _Upstream(mla, impl, attn_metadata, inputs.kv_cache, k_scale, seen)
+
+
 @contextlib.contextmanager
-def _shared_ops(mla: Any, kernels: SharedKernels) -> Iterator[None]:
-    with mock.patch.object(mla, "ops", _SharedGatherOps(kernels)):
+def _shared_ops(upstream: _Upstream, kernels: SharedKernels) -> Iterator[None]:
+    """Route ``ops`` to the shared gather, and give the one merge that has no
+    ``output_lse`` (``forward_mha``'s final merge) a buffer for it."""
+    mla, seen = upstream.mla, upstream.seen
+    merge = mla.merge_attn_states
+
+    def merge_with_lse(**kwargs: Any) -> None:
+        if kwargs.get("output_lse") is None:
+            kwargs["output_lse"] = torch.empty_like(kwargs["suffix_lse"])
+            seen.merged_lse.append(kwargs["output_lse"])
+        merge(**kwargs)
+
+    with (
+        mock.patch.object(mla, "ops", _SharedGatherOps(kernels)),
+        mock.patch.object(mla, "merge_attn_states", merge_with_lse),
+    ):
         yield
-
-
-Partial = tuple[torch.Tensor, torch.Tensor]
 
 
 def context_loop(case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> Callable[[], Partial] | None:
@@ -111,75 +257,50 @@ def context_loop(case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> C
     Split so a benchmark times the loop alone, as the metadata builder runs once
     per step upstream, before the forward pass.
     """
-    mla = import_vllm_module(MLA)
-    spec = inputs.spec
-    workspace = torch.empty((case.workspace_size, spec.latent_dim), dtype=inputs.q.dtype, device=inputs.q.device)
-    metadata = mla.build_mla_chunked_context_metadata(
-        context_lens_cpu=torch.tensor(case.context_lens, dtype=torch.int32),
-        prefill_query_start_loc_cpu=inputs.query_start_loc.cpu(),
-        chunked_prefill_workspace=workspace,
-        chunked_prefill_workspace_size=case.workspace_size,
-        block_size=case.block_size,
-        align_chunk_to_block=case.align_to_block,
-        device=inputs.q.device,
-        dcp_world_size=1,
-        dcp_local_block_size=1,
-        dcp_virtual_block_size=1,
-    )
-    if metadata is None:
+    upstream = _upstream(case, inputs, kernels)
+    if not upstream.has_context:
         return None
-    impl = SimpleNamespace(
-        kv_cache_dtype="auto",
-        kv_lora_rank=spec.kv_lora_rank,
-        num_heads=spec.num_heads,
-        qk_nope_head_dim=spec.qk_nope_head_dim,
-        v_head_dim=spec.v_head_dim,
-        kv_b_proj=_SharedProjection(kernels, inputs.kv_b_weight),
-        _use_flashinfer_concat_mla_k=False,
-    )
-    impl._concat_k_nope_k_pe = functools.partial(mla.MLACommonBaseImpl._concat_k_nope_k_pe, impl)
-    attn_metadata = SimpleNamespace(
-        prefill=SimpleNamespace(
-            prefill_backend=_SharedAttentionBackend(kernels, inputs.scale),
-            chunked_context=metadata,
-            block_table=inputs.block_table,
-            q_data_type=inputs.q.dtype,
-        )
-    )
-    k_scale = torch.ones((), dtype=torch.float32, device=inputs.q.device)
 
     def run() -> Partial:
-        with _shared_ops(mla, kernels):
-            output, lse = mla.MLACommonBaseImpl._compute_prefill_context(
-                impl, inputs.q, inputs.kv_cache, attn_metadata, k_scale
-            )
-        return output, lse
+        with _shared_ops(upstream, kernels):
+            return upstream.compute_prefill_context(inputs.q)
 
     return run
 
 
 def prefill(case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]:
-    """Upstream's context loop and final merge for ``case``.
+    """Upstream's ``forward_mha`` for ``case``: new-token attention, the context
+    loop, and the final merge.
 
-    Returns ``context_output``/``context_lse`` (the context partial, absent when
-    no request has context) and ``output``/``lse`` (after the final merge).
+    Returns ``context_output``/``context_lse`` (the context partial as
+    ``_compute_prefill_context`` returned it; absent when no request has
+    context) and ``output`` ``[tokens, heads, v_head_dim]``/``lse``
+    ``[heads, tokens]`` (after the final merge; without context, the new-token
+    partial).
     """
-    mla = import_vllm_module(MLA)
-    loop = context_loop(case, inputs, kernels)
-    suffix_output, suffix_lse = new_token_partial(inputs, kernels)
-    if loop is None:
-        # forward_mha without chunked context: the suffix partial is the output.
-        return {"output": suffix_output, "lse": suffix_lse}
-    context_output, context_lse = loop()
-    output = torch.empty_like(suffix_output)
-    output_lse = torch.empty_like(suffix_lse)
-    # As forward_mha: both partials cut to v_head_dim, then upstream's merge.
-    mla.merge_attn_states(
-        output=output,
-        prefix_output=context_output[..., : inputs.spec.v_head_dim],
-        prefix_lse=context_lse,
-        suffix_output=suffix_output[..., : inputs.spec.v_head_dim],
-        suffix_lse=suffix_lse,
-        output_lse=output_lse,
+    spec = inputs.spec
+    upstream = _upstream(case, inputs, kernels)
+    # forward_mha writes the layer output flat, as the attention layer hands it over.
+    output = torch.empty(
+        (inputs.num_tokens, spec.num_heads * spec.v_head_dim), dtype=inputs.q.dtype, device=inputs.q.device
     )
-    return {"context_output": context_output, "context_lse": context_lse, "output": output, "lse": output_lse}
+    with _shared_ops(upstream, kernels):
+        upstream.mla.MLACommonBaseImpl.forward_mha(
+            upstream.impl,
+            inputs.q,
+            inputs.new_kv_c,
+            inputs.new_k_pe,
+            upstream.kv_cache,
+            upstream.attn_metadata,
+            upstream.k_scale,
+            output,
+        )
+    seen = upstream.seen
+    result = {"output": output.view(-1, spec.num_heads, spec.v_head_dim)}
+    if not upstream.has_context:
+        assert seen.suffix_lse is not None and seen.context is None and not seen.merged_lse
+        return {**result, "lse": seen.suffix_lse}
+    # Exactly one merge ran without output_lse: forward_mha's final one.
+    assert seen.context is not None and len(seen.merged_lse) == 1
+    context_output, context_lse = seen.context
+    return {"context_output": context_output, "context_lse": context_lse, **result, "lse": seen.merged_lse[0]}

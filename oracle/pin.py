@@ -1,11 +1,19 @@
 """The pin: which upstream the oracle is, and fingerprints proving it still is.
 
 ``pin.json`` beside this file records upstream commit b38e111d3e (vllm PR
-#50613), the release that first contains it (vllm==0.28.0), the commit id that
-release reports, and a fingerprint (SHA-256 of the source text, first 16 hex
-digits) of every oracle symbol the harness calls. A harness run refuses to start
-when an installed symbol's fingerprint differs, unless the user overrides it;
-then every output is marked as overridden.
+#50613), the release that first contains it (vllm==0.28.0), the version and
+commit id that release reports, and a fingerprint (SHA-256 of the source text,
+first 16 hex digits) of every vLLM symbol an oracle run executes.
+
+The fingerprint set is derived, not chosen: :func:`record_fingerprints` traces
+an oracle run at every level (:mod:`oracle.trace`) and pins every vLLM function
+it entered, plus :data:`ALSO_PINNED`. A test traces again and fails on any
+entered symbol the pin lacks.
+
+:func:`check_fingerprints` is what every oracle start runs: its first status is
+the installed release (version and commit id against the pin), then one per
+pinned symbol. A harness run refuses to start when any is not "ok", unless the
+user overrides it; then every output is marked as overridden.
 """
 
 from __future__ import annotations
@@ -22,24 +30,18 @@ from oracle.environment import OracleUnavailable, import_vllm_module
 PIN_FILE = Path(__file__).with_name("pin.json")
 
 MLA = "vllm.model_executor.layers.attention.mla_attention"
-SYMBOLS: tuple[str, ...] = (
-    f"{MLA}:plan_mla_context_chunks",
-    f"{MLA}:build_mla_chunked_context_metadata",
-    f"{MLA}:init_mla_context_partial",
-    f"{MLA}:neutralize_empty_context_partials",
-    f"{MLA}:accumulate_mla_context_chunk",
-    f"{MLA}:MLACommonBaseImpl._compute_prefill_context",
-    f"{MLA}:MLACommonBaseImpl._context_parallel_compute_prefill_context",
-    f"{MLA}:align_mla_chunked_context_workspace_size",
-    f"{MLA}:MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size",
-    "vllm.v1.attention.backends.utils:get_dcp_local_seq_lens",
-    "vllm.v1.attention.ops.merge_attn_states:merge_attn_states",
-    "vllm.v1.attention.ops.triton_merge_attn_states:merge_attn_states",
-    "vllm.v1.attention.ops.triton_merge_attn_states:merge_attn_states_kernel",
-)
+
+# The status line of the installed release in check_fingerprints().
+RELEASE = "vllm._version"
+
+# Pinned although no traced level enters it: SPEC section 2 names the DCP twin
+# of the context loop as an oracle symbol, and forward_mha selects it whenever
+# dcp_world_size > 1, but L3 runs without DCP here.
+ALSO_PINNED: tuple[str, ...] = (f"{MLA}:MLACommonBaseImpl._context_parallel_compute_prefill_context",)
 
 
 def resolve(symbol: str) -> Any:
+    """The object ``module:qual.name`` names in the installed vLLM."""
     module_name, _, qualname = symbol.partition(":")
     obj: Any = import_vllm_module(module_name)
     for part in qualname.split("."):
@@ -48,8 +50,16 @@ def resolve(symbol: str) -> Any:
 
 
 def fingerprint(obj: Any) -> str:
-    # Triton wraps kernels (JITFunction / InterpretedFunction); hash the Python source.
-    source = inspect.getsource(getattr(obj, "fn", obj))
+    """SHA-256 (16 hex digits) of the source of a function, method, property
+    (its getter), class (a dataclass: its fields generate its methods) or
+    Triton kernel (its Python function: the interpreter runs it, the compiler
+    compiles it)."""
+    if isinstance(obj, property):
+        obj = obj.fget
+    elif not inspect.isclass(obj) and not inspect.isroutine(obj):
+        # Triton wraps kernels (JITFunction / InterpretedFunction); hash the Python source.
+        obj = getattr(obj, "fn", obj)
+    source = inspect.getsource(obj)
     return hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
 
 
@@ -70,29 +80,61 @@ def load_pin() -> dict[str, Any]:
     return data
 
 
+def pinned_symbols() -> tuple[str, ...]:
+    """The fingerprinted symbols, in the pin's order."""
+    return tuple(load_pin()["fingerprints"])
+
+
+# What check_fingerprints() reports on, in its order: the release, then every
+# pinned symbol. A snapshot for callers that count the statuses; the pin file
+# is the source.
+SYMBOLS: tuple[str, ...] = (RELEASE, *pinned_symbols())
+
+
 def installed_version() -> tuple[str, str | None]:
-    version = import_vllm_module("vllm._version")
+    version = import_vllm_module(RELEASE)
     return version.__version__, getattr(version, "commit_id", None)
 
 
+def check_release() -> SymbolStatus:
+    """The installed vLLM's version and commit id against the pinned release's."""
+    pin = load_pin()
+    expected = f"{pin['release_version']} {pin['release_commit_id']}"
+    version, commit = installed_version()
+    found = f"{version} {commit}"
+    return SymbolStatus(RELEASE, expected, found, "ok" if found == expected else "mismatch")
+
+
 def check_fingerprints() -> list[SymbolStatus]:
-    expected = load_pin()["fingerprints"]
-    statuses = []
-    for symbol in SYMBOLS:
+    """The installed release's status, then every pinned symbol's."""
+    statuses = [check_release()]
+    for symbol, pinned in load_pin()["fingerprints"].items():
         try:
             found: str | None = fingerprint(resolve(symbol))
         except (AttributeError, OSError, TypeError, OracleUnavailable):
             found = None
-        pinned = expected.get(symbol, "")
         status = "missing" if found is None else ("ok" if found == pinned else "mismatch")
         statuses.append(SymbolStatus(symbol, pinned, found, status))
     return statuses
 
 
 def record_fingerprints() -> dict[str, str]:
-    """Rewrite the pin's fingerprints from the installed vLLM (maintainers only,
-    after checking the installed release is the pinned one)."""
+    """Rewrite the pin's fingerprints from the installed vLLM: every symbol a
+    traced oracle run enters, plus :data:`ALSO_PINNED` (maintainers only).
+
+    Refuses unless the installed release is the pinned one: a new release is
+    pinned by first writing its version and commit id into ``pin.json``.
+    """
+    from oracle.trace import traced_symbols
+
+    release = check_release()
+    if release.status != "ok":
+        raise OracleUnavailable(
+            f"installed vllm {release.found} is not the pinned release {release.expected}; "
+            "update the pin's release fields first"
+        )
+    symbols = sorted({*traced_symbols(), *ALSO_PINNED})
     pin = load_pin()
-    pin["fingerprints"] = {symbol: fingerprint(resolve(symbol)) for symbol in SYMBOLS}
+    pin["fingerprints"] = {symbol: fingerprint(resolve(symbol)) for symbol in symbols}
     PIN_FILE.write_text(json.dumps(pin, indent=2) + "\n", encoding="utf-8")
     return dict(pin["fingerprints"])

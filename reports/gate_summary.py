@@ -1,8 +1,10 @@
 """``summary.md``: the gate's verdict, small enough for a PR comment.
 
-It holds the verdict, counts per level and per level/family, the baseline's
-effect (expected, new, stale), and the first new divergences, each with the
-``parity diff`` command that reproduces it.
+It holds the verdict (PASS, FAIL, or INCOMPLETE when items the port does not
+implement stand in the way), counts per level and per level/family, the
+baseline's effect (expected, new, stale), and the first new divergences, each
+with the ``parity diff`` command that reproduces it and why the baseline does
+not expect it (``beyond baseline: 30298 ULP > cap 8 (...)``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def _cell(text: str, limit: int = 160) -> str:
 
 def render_gate_summary(outcome: GateOutcome) -> str:
     meta, summary, verdict = outcome.meta, outcome.summary, outcome.verdict
-    mark = "PASS" if outcome.passed else "FAIL"
+    mark = verdict.verdict.upper()
     shard = f", shard {meta['shard']}" if meta.get("shard") else ""
     lines = [
         f"## Parity gate: {mark}",
@@ -39,6 +41,12 @@ def render_gate_summary(outcome: GateOutcome) -> str:
         f"{summary['items']} items, {len(verdict.new)} new divergences, {len(verdict.expected)} expected "
         f"(baseline), {len(verdict.stale)} stale baseline entries.",
     ]
+    if not verdict.not_run.empty:
+        lines += [
+            "",
+            f"**{len(verdict.not_run)} items not run**: at levels port `{meta['port']}` does not implement; "
+            "nothing was compared there (narrow the gate with `--level`).",
+        ]
     if meta.get("oracle_drift_overridden"):
         lines += ["", "**Oracle fingerprints overridden: the oracle may not be the pinned upstream.**"]
     if not verdict.stale_checked:
@@ -59,11 +67,12 @@ def render_gate_summary(outcome: GateOutcome) -> str:
         lines += ["", f"### New divergences (first {min(SHOWN, len(new))} of {len(new)})", ""]
         for row in new.head(SHOWN).itertuples(index=False):
             lines.append(f"- `{row.id}` {row.status}: {_cell(row.detail)}")
+            lines.append(f"  baseline: {_cell(row.reason)}")
             lines.append(f"  reproduce: `{reproduce_command(row.name, row.level, meta['suite'], meta['port'])}`")
             if row.id in meta.get("shrunk", {}):
                 lines.append(f"  shrunk: {meta['shrunk'][row.id]}")
     if verdict.stale:
-        lines += ["", "### Stale baseline entries (no longer diverge: remove them)", ""]
+        lines += ["", "### Stale baseline entries (no failing item matches them any more: remove them)", ""]
         lines += [f"- {e.label}: {e.reason}" for e in verdict.stale]
     families = [(f, c) for f, c in summary["families"].items() if c[PARITY] != sum(c.values())]
     if families:
@@ -75,9 +84,10 @@ def render_gate_summary(outcome: GateOutcome) -> str:
         lines += ["", "</details>"]
     expected = verdict.expected
     if not expected.empty:
-        by_reason = expected.groupby("reason").size().sort_values(ascending=False)
+        # One line per entry that expected something: its label says what it covers.
+        by_entry = expected.groupby(["baseline_entry", "reason"]).size().sort_values(ascending=False, kind="stable")
         lines += ["", "<details><summary>Expected divergences (baseline)</summary>", ""]
-        lines += [f"- {count} items: {_cell(reason)}" for reason, count in by_reason.items()]
+        lines += [f"- {count} items, {entry}: {_cell(reason)}" for (entry, reason), count in by_entry.items()]
         lines += ["", "</details>"]
     return "\n".join(lines) + "\n"
 

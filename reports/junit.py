@@ -1,8 +1,10 @@
 """``junit.xml``: one testcase per item, for CI systems that read JUnit.
 
-A new divergence is a ``<failure>``, an oracle error an ``<error>``, an
-expected (baseline) divergence a ``<skipped>`` with its reason, and each stale
-baseline entry a failing testcase of its own.
+A new divergence is a ``<failure>`` whose message starts with why the
+baseline does not expect it, an oracle error an ``<error>``, an item the port
+did not run a ``<failure>`` of type ``not-run``, an expected (baseline)
+divergence a ``<skipped>`` with its reason, and each stale baseline entry a
+failing testcase of its own.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.baseline import EXPECTED, NEW
-from harness.runner import ORACLE_ERROR
+from harness.runner import NOT_RUN, ORACLE_ERROR
 
 if TYPE_CHECKING:
     from harness.gate import GateOutcome
@@ -32,11 +34,17 @@ def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
             ET.SubElement(case, "error", message=row.detail, type=row.status)
             counts["errors"] += 1
         elif row.baseline == NEW:
+            message = f"{row.reason}: {row.detail}" if row.reason else row.detail
+            ET.SubElement(case, "failure", message=message, type=row.status).text = row.detail
+            counts["failures"] += 1
+        elif row.status == NOT_RUN:
+            # Compared with nothing: never a pass, whatever the baseline says.
             ET.SubElement(case, "failure", message=row.detail, type=row.status).text = row.detail
             counts["failures"] += 1
     for entry in outcome.verdict.stale:
         case = ET.SubElement(suite, "testcase", classname=f"parity.{meta['suite']}.baseline", name=entry.label)
-        ET.SubElement(case, "failure", message="stale baseline entry: no longer diverges", type="stale")
+        message = "stale baseline entry: no failing item matches it any more"
+        ET.SubElement(case, "failure", message=message, type="stale").text = entry.reason
         counts["failures"] += 1
     tests = len(table) + len(outcome.verdict.stale)
     for element in (suite, suites):

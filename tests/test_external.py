@@ -98,9 +98,33 @@ def test_a_port_that_cannot_start_is_bad_usage(capsys: pytest.CaptureFixture[str
     assert "cannot start '/no/such/binary'" in capsys.readouterr().err
 
 
-def test_levels_the_port_does_not_declare_are_not_run(cpp_port: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["run", "--suite", "smoke", "--port", f"cmd:{cpp_port}"])
+def test_levels_the_port_does_not_declare_are_not_run(
+    tmp_path: Path, cpp_port: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A layout-only port over a suite with numeric items is INCOMPLETE (exit 1),
+    its merge and prefill items listed as not-run; ``--level layout`` narrows the
+    request to what it implements and passes."""
+    results = tmp_path / "rows.jsonl"
+    code = main(["run", "--suite", "smoke", "--port", f"cmd:{cpp_port}", "--results", str(results)])
     out = capsys.readouterr().out
+    assert code == 1, out[-2000:]
+    assert "verdict INCOMPLETE" in out
+    assert "its items at merge, prefill are not-run" in out
+    rows = [json.loads(line) for line in results.read_text().splitlines()[1:]]
+    by_level = {(r["level"], r["status"]) for r in rows}
+    assert ("merge", "not-run") in by_level and ("prefill", "not-run") in by_level
+    assert {r["status"] for r in rows if r["level"] == "layout"} == {"parity"}
+    assert main(["run", "--suite", "smoke", "--level", "layout", "--port", f"cmd:{cpp_port}"]) == 0
+    assert "verdict PASS" in capsys.readouterr().out
+
+
+def test_a_layout_only_gate_is_incomplete(tmp_path: Path, cpp_port: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_dir = tmp_path / "gate"
+    code = main(["gate", "--suite", "smoke", "--port", f"cmd:{cpp_port}", "--out", str(out_dir)])
+    out = capsys.readouterr().out
+    assert code == 1, out[-2000:]
+    assert "Parity gate: PASS" not in (out_dir / "summary.md").read_text()
+    assert "INCOMPLETE" in (out_dir / "summary.md").read_text()
+    code = main(["gate", "--suite", "smoke", "--level", "layout", "--port", f"cmd:{cpp_port}", "--out", str(out_dir)])
     assert code == 0
-    assert "note: port cpp-per-request declares levels layout; not run: merge, prefill" in out
-    assert "0 merge cases, 0 prefill cases" in out
+    assert "Parity gate: PASS" in (out_dir / "summary.md").read_text()

@@ -82,7 +82,7 @@ def test_port_returning_a_non_layout(tmp_path: Path, capsys: pytest.CaptureFixtu
         tmp_path, capsys, "tests.fault_ports:NotALayoutPort", "--cases", str(SMOKE / "giant-middle.json")
     )
     assert code == 1
-    assert rows["smoke-giant-middle[layout]"]["detail"] == "TypeError: plan_layout returned dict, not a Layout"
+    assert rows["smoke-giant-middle[layout]"]["detail"] == "PortValueError: plan_layout returned dict, not a Layout"
 
 
 def test_port_that_hangs_times_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -103,7 +103,6 @@ def test_port_that_hangs_times_out(tmp_path: Path, capsys: pytest.CaptureFixture
         ("WrongShapePort", "merge", "port gave"),
         ("WrongDtypePort", "prefill", "port gave float64"),
         ("MissingTensorPort", "prefill", "port returned no 'lse'"),
-        ("NoNumericPort", "merge", "AttributeError"),
     ],
 )
 def test_numeric_port_faults(
@@ -113,3 +112,15 @@ def test_numeric_port_faults(
     assert code == 1
     assert rows and all(r["status"] == "port-error" for r in rows.values()), next(iter(rows.values()))
     assert all(expected in r["detail"] for r in rows.values())
+
+
+def test_a_port_without_numeric_methods_is_not_run_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Levels a Python port does not implement are not-run (INCOMPLETE, exit 1), never skipped."""
+    results = tmp_path / "rows.jsonl"
+    code = main(["run", "--port", "tests.fault_ports:NoNumericPort", "--suite", "smoke", "--level", "merge",
+                 "--results", str(results)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 1 and "verdict INCOMPLETE" in out
+    rows = [json.loads(line) for line in results.read_text().splitlines()[1:]]
+    assert rows and all(r["status"] == "not-run" for r in rows)
+    assert "does not implement level merge" in rows[0]["detail"]

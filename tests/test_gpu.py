@@ -14,8 +14,15 @@ import math
 import pytest
 import torch
 
-from harness.kernels import CudaKernels, paged_gather, reference_attention
-from harness.model import PRESETS, Case
+from harness.kernels import (
+    KEYLESS_FINITE_LSE,
+    KEYLESS_FINITE_OUTPUT,
+    CpuKernels,
+    CudaKernels,
+    paged_gather,
+    reference_attention,
+)
+from harness.model import KEYLESS_ROWS, PRESETS, Case
 from harness.port import Port, load_port
 from harness.runner import DIVERGENT, PARITY, compare_prefill
 from tests.conftest import TEST_DEVICE, make_case
@@ -46,6 +53,31 @@ def test_flash_attention_matches_reference_and_keeps_the_protocol(causal: bool) 
     assert lse.shape == (4, sum(q_lens)) and lse.dtype == torch.float32
     torch.testing.assert_close(out.float(), ref_out.float(), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse, ref_lse, atol=1e-3, rtol=1e-4)  # -inf where no keys, on both
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])  # FlashAttention, and the reference fallback
+@pytest.mark.parametrize("behaviour", KEYLESS_ROWS)
+def test_keyless_rows_follow_the_selected_behaviour(behaviour: str, dtype: torch.dtype) -> None:
+    q, k, v, cu_q, cu_k = (
+        t.to(dtype) if t.is_floating_point() else t for t in random_varlen([3, 5, 2], [40, 0, 9], 4, 192, 128)
+    )
+    out, lse = CudaKernels(behaviour).attention(q, k, v, cu_q, cu_k, False, 1 / math.sqrt(192))
+    base_out, base_lse = CudaKernels().attention(q, k, v, cu_q, cu_k, False, 1 / math.sqrt(192))
+    keyless = torch.zeros(10, dtype=torch.bool, device="cuda")
+    keyless[3:8] = True
+    fill_out, fill_lse = {"neg-inf": (0.0, float("-inf")), "pos-inf": (0.0, float("inf"))}.get(
+        behaviour, (KEYLESS_FINITE_OUTPUT, KEYLESS_FINITE_LSE)
+    )
+    assert (out[keyless] == fill_out).all() and (lse[:, keyless] == fill_lse).all()
+    assert torch.equal(out[~keyless], base_out[~keyless]) and torch.equal(lse[:, ~keyless], base_lse[:, ~keyless])
+    # The keyless rows hold the very bits the CPU kernels report there.
+    cpu_out, cpu_lse = CpuKernels(behaviour).attention(q.cpu(), k.cpu(), v.cpu(), cu_q.cpu(), cu_k.cpu(), False, 0.1)
+    assert torch.equal(out[keyless].cpu(), cpu_out[keyless.cpu()]) and torch.equal(
+        lse[:, keyless].cpu(), cpu_lse[:, keyless.cpu()]
+    )
+    # A call with no keys at all (the empty shortcut).
+    out, lse = CudaKernels(behaviour).attention(q, k[:0], v[:0], cu_q, torch.zeros_like(cu_k), False, 0.1)
+    assert (out == fill_out).all() and (lse == fill_lse).all()
 
 
 def test_gather_on_the_gpu_is_the_cpu_gather() -> None:

@@ -17,8 +17,8 @@ from ports.mutants import MUTANTS
 
 
 def test_catalogue() -> None:
-    assert len(MUTANTS) >= 12
-    assert {"legacy-grid", "finite-lse-empty-rows", "workspace-floor"} <= set(MUTANTS)
+    assert len(MUTANTS) >= 13
+    assert {"legacy-grid", "finite-lse-empty-rows", "workspace-floor", "equal-share-no-neutralise"} <= set(MUTANTS)
     for mutant in MUTANTS.values():
         assert mutant.description and mutant.source
 
@@ -44,6 +44,9 @@ def test_smoke_kills_at_least_90_percent(oracle: Port) -> None:
     assert by_name["finite-lse-empty-rows"].kills["prefill"] is not None  # only numbers can see it
     assert by_name["merge-in-bf16"].kills["merge"] is not None
     assert by_name["legacy-grid"].kills["layout"] is not None
+    # Killed at L3 on a case where equal_share itself is bit-exact (tests/test_keyless_rows.py).
+    no_neutralise = by_name["equal-share-no-neutralise"].kills["prefill"]
+    assert no_neutralise is not None and no_neutralise.item == "smoke-keyless-finite[prefill]"
 
 
 def test_mutants_command_writes_matrix(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from harness.baseline import SuiteTargets
 from harness.runner import plan_items
 from harness.suites import load_suite
 
@@ -42,9 +48,102 @@ def test_failure_message_is_the_first_divergence_and_k_selects() -> None:
     assert "chunk 0, field num_context_tokens: oracle 60496 != port 2544" in proc.stdout
 
 
-def test_baseline_marks_expected_divergences_xfail() -> None:
-    baseline = ROOT / "cases" / "baselines" / "equal_share.json"
+def write_baseline(tmp_path: Path, *entries: dict[str, Any], port: str = "equal_share") -> Path:
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps({"port": port, "entries": [{"reason": "measured", **e} for e in entries]}))
+    return path
+
+
+def smoke_baseline(tmp_path: Path) -> Path:
+    """The checked-in ci baseline's entries that name what the smoke suite has."""
+    targets = SuiteTargets.of_suite(load_suite("smoke"))
+    data = json.loads((ROOT / "cases" / "baselines" / "equal_share.json").read_text())
+    data["entries"] = [e for e in data["entries"] if e.get("family") in targets.families[e["level"]]]
+    path = tmp_path / "smoke-baseline.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_baseline_marks_expected_divergences_xfail(tmp_path: Path) -> None:
     proc = pytest_run("--parity-suite", "smoke", "--parity-port", "equal_share", "--parity-level", "layout",
-                      "--parity-baseline", str(baseline), "-k", "skew")  # fmt: skip
+                      "--parity-baseline", str(smoke_baseline(tmp_path)), "-k", "skew")  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:]
-    assert "xfailed" in proc.stdout
+    assert "xfailed" in proc.stdout and "failed" not in proc.stdout.replace("xfailed", "")
+
+
+def test_entries_match_the_loaded_port_name_whatever_the_spelling(tmp_path: Path) -> None:
+    entry = {"family": "skew", "level": "layout", "status": "divergent"}
+    baseline = write_baseline(tmp_path, entry)  # names the port "equal_share"
+    proc = pytest_run("--parity-suite", "smoke", "--parity-port", "ports.equal_share:PORT", "--parity-level",
+                      "layout", "--parity-baseline", str(baseline), "-k", "upstream", "-rx")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "1 xfailed" in proc.stdout and "baseline: measured" in proc.stdout
+
+
+def test_an_item_beyond_its_entry_fails_and_says_why(tmp_path: Path) -> None:
+    baseline = write_baseline(
+        tmp_path,
+        {"family": "skew", "level": "layout", "status": "divergent", "field": "request_start"},
+        {"family": "single-chunk", "level": "prefill", "status": "divergent", "max_ulp": 1,
+         "max_mismatch_fraction": 1.0},
+    )  # fmt: skip
+    selected = "upstream-worst-case and layout or smoke-numeric-single-chunk and prefill"
+    proc = pytest_run("--parity-suite", "smoke", "--parity-port", "equal_share", "--parity-baseline", str(baseline),
+                      "-k", selected, "-rf")  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "2 failed" in proc.stdout
+    assert (
+        "baseline: beyond baseline: first divergent field num_context_tokens, the baseline expects request_start"
+        in (proc.stdout)
+    )
+    assert re.search(r"baseline: beyond baseline: \d+ ULP > cap 1 \(equal_share family single-chunk", proc.stdout)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (("--parity-level", "prefill", "--parity-shard", "40/40"), "shard 40/40 selects no items"),
+        (("--parity-shard", "2/1"), "--parity-shard: shard '2/1': K must be in 1..N"),
+    ],
+)
+def test_selecting_no_items_is_a_usage_error(argv: tuple[str, ...], says: str) -> None:
+    proc = pytest_run("--parity-suite", "smoke", *argv)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr
+    assert says in proc.stderr and "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_a_baseline_naming_an_unknown_family_is_a_usage_error(tmp_path: Path) -> None:
+    baseline = write_baseline(tmp_path, {"family": "skw", "level": "layout", "status": "divergent"})
+    proc = pytest_run("--parity-suite", "smoke", "--parity-baseline", str(baseline), "-n", "2")
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr
+    assert f"{baseline}: field 'entries[0].family': suite smoke has no layout item of family 'skw'" in proc.stderr
+
+
+class LayoutOnlyPort:
+    """per_request's planner, declaring only the layout level (like a ``cmd:`` port)."""
+
+    name = "layout-only"
+    levels = ("layout",)
+
+    def __init__(self) -> None:
+        from harness.port import load_port
+
+        self.inner = load_port("per_request")
+
+    def plan_layout(self, case: Any) -> Any:
+        return self.inner.plan_layout(case)
+
+    def workspace_size(self, config: Any) -> int:
+        return self.inner.workspace_size(config)
+
+
+def test_an_item_at_a_level_the_port_lacks_fails_as_not_run() -> None:
+    common = ("--parity-suite", "smoke", "--parity-port", "tests.test_plugin:LayoutOnlyPort", "-rf")
+    proc = pytest_run(*common, "-k", "smoke-numeric-single-chunk")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "1 failed, 1 passed" in proc.stdout
+    assert "not-run: smoke-numeric-single-chunk[prefill]: port layout-only does not implement level prefill" in (
+        proc.stdout
+    )
+    narrowed = pytest_run(*common, "-k", "smoke-numeric-single-chunk", "--parity-level", "layout")
+    assert narrowed.returncode == 0 and "1 passed" in narrowed.stdout, narrowed.stdout[-2000:]

@@ -239,6 +239,33 @@ add(
     numeric={"preset": "tiny", "seed": 15},
 )
 
+# Keyless rows (seeds/003): the shared kernels' report on a query row without
+# keys, set per case. One request with context among zero-context ones, where
+# the legacy grid cuts the context where the oracle does: equal_share is
+# bit-exact with the oracle here only because it neutralises those rows.
+add(
+    "keyless-finite",
+    "zero-context",
+    "L3, keyless rows with a finite LSE and garbage output: a request split over 3 chunks between "
+    "zero-context ones, on which the legacy grid is bit-exact only if it neutralises them",
+    [0, 40, 0],
+    [2, 3, 2],
+    16,
+    16,
+    numeric={"preset": "tiny", "seed": 16, "keyless_rows": "finite"},
+)
+add(
+    "keyless-pos-inf",
+    "zero-context",
+    "L3, keyless rows with FlashAttention's +inf LSE: a one-chunk legacy grid spanning zero-context "
+    "requests keeps +inf in its context LSE unless it neutralises them",
+    [0, 40, 0, 25],
+    [2, 3, 1, 2],
+    16,
+    128,
+    numeric={"preset": "tiny", "seed": 17, "keyless_rows": "pos-inf"},
+)
+
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)

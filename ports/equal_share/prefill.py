@@ -48,7 +48,12 @@ def grid_chunks(layout: Layout, device: torch.device) -> tuple[GridChunk, ...]:
 
 
 def neutralise_empty_rows(rowless: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
-    """Zero output, -inf LSE on the ``rowless`` tokens (in place)."""
+    """Zero output, -inf LSE on the ``rowless`` tokens (in place), whatever the
+    attention backend reported there: -inf, FlashAttention's +inf, or a finite
+    LSE over undefined output (seeds/003). The shared kernels play each of
+    those (``numeric.keyless_rows``); after this step the loop's result is the
+    same bits under all three, and without it the ``equal-share-no-neutralise``
+    mutant is caught."""
     out.masked_fill_(rowless[:, None, None], 0.0)
     lse.masked_fill_(rowless[None, :], float("-inf"))
 

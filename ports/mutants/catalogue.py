@@ -208,6 +208,51 @@ class FiniteLseOnEmptyRows(Mutant):
         return [(prefill_module, "context_partial", partial)]
 
 
+class EqualShareNoNeutralise(Mutant):
+    """The legacy equal_share port with its neutralisation of rows without keys
+    deleted (seeds/003's bug in the loop it fixed): each grid chunk's partial is
+    merged as the attention kernel reported it.
+
+    What counts as its kill. It is equal_share in every other respect, so it
+    diverges at L1 (the grid) and on most L3 cases wherever equal_share itself
+    does; those items prove nothing about neutralisation. Its honest kill is an
+    L3 item on which the real equal_share is bit-exact with the oracle and this
+    mutant is not: the smoke files ``keyless-finite`` and ``keyless-pos-inf``
+    (one request with context among zero-context ones, whose grid cuts the
+    context where the oracle does), which are the first prefill items of the
+    smoke and ci suites, so the kill matrix names one of them (a test checks
+    that equal_share reaches parity there). Under the default ``neg-inf``
+    kernels the mutant is equal_share bit for bit, which is why the suites run
+    keyless rows under every behaviour.
+    """
+
+    name = "equal-share-no-neutralise"
+    description = (
+        "equal_share without neutralising rows without keys before merging; killed at L3 on a case where "
+        "equal_share itself is bit-exact (keyless rows under the finite or +inf kernel behaviour)"
+    )
+    source = "seeds/003"
+
+    def plan_layout(self, case: Case) -> Layout:
+        from ports.equal_share import grid_layout
+
+        return grid_layout(case)
+
+    def workspace_size(self, config: WorkspaceConfig) -> int:
+        from ports.equal_share import legacy_workspace_size
+
+        return legacy_workspace_size(config)
+
+    def prefill(self, case: Case, inputs: Any, kernels: Any) -> dict[str, torch.Tensor]:
+        import ports.equal_share.prefill as legacy
+
+        def keep(rowless: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
+            """The deleted step: the kernel's report stands."""
+
+        with swapped([(legacy, "neutralise_empty_rows", keep)]):
+            return legacy.prefill(self.plan_layout(case), case.workspace_size, inputs, kernels)
+
+
 def _merge_swaps(merge: Callable[..., None]) -> list[tuple[Any, str, Any]]:
     return [(merge_module, "merge_partials", merge), (prefill_module, "merge_partials", merge)]
 
@@ -271,6 +316,7 @@ MUTANTS: dict[str, type[Mutant]] = {
     for m in (
         LegacyGrid,
         FiniteLseOnEmptyRows,
+        EqualShareNoNeutralise,
         WorkspaceFloor,
         ContinuationOverWholeChunk,
         ContinuationFromLastRequest,

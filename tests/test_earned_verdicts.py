@@ -1,0 +1,244 @@
+"""Every PASS is earned (issue 11, holes 1, 3 and 4): an empty selection is
+usage, resumed rows are keyed by item id under a header that must match, and a
+Python port's values are type-checked with no coercion."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE = ROOT / "cases" / "smoke"
+
+
+def parity(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *argv], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+
+
+def refused(proc: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr + proc.stdout
+    assert expected in proc.stderr
+
+
+# -- hole 1: nothing compared is not a pass ------------------------------------------------
+
+
+def test_run_selecting_no_items_is_usage() -> None:
+    proc = parity("run", "--cases", str(SMOKE / "giant-middle.json"), "--level", "prefill")
+    refused(proc, "selects no items: nothing would be compared")
+
+
+def test_gate_selecting_no_items_is_usage(tmp_path: Path) -> None:
+    proc = parity("gate", "--cases", str(SMOKE / "giant-middle.json"), "--level", "merge", "--out", str(tmp_path))
+    refused(proc, "selects no items")
+    assert not (tmp_path / "summary.md").exists()
+
+
+def test_run_on_a_shard_with_no_items_is_usage() -> None:
+    proc = parity("run", "--cases", str(SMOKE / "giant-middle.json"), "--level", "layout", "--shard", "2/2")
+    refused(proc, "shard 2/2 selects no items")
+
+
+def test_diff_at_a_level_the_case_lacks_is_usage() -> None:
+    refused(
+        parity("diff", "smoke-upstream-worst-case", "--port", "equal_share", "--level", "merge"),
+        "--level merge selects no items of a layout-only case",
+    )
+    refused(parity("diff", "smoke-upstream-worst-case", "--level", "prefill"), "selects no items")
+
+
+def test_nightly_selecting_no_items_is_usage(tmp_path: Path) -> None:
+    proc = parity(
+        "nightly", "--size", "0", "--numeric-size", "0", "--level", "merge", "--ports", "per_request",
+        "--out", str(tmp_path), "--skip-mutants",
+    )  # fmt: skip
+    refused(proc, "port per_request: suite nightly at level merge selects no items")
+
+
+# -- hole 3: resume trusts nothing by position ---------------------------------------------
+
+
+def test_resume_with_other_cases_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "rows.jsonl"
+    first = ["run", "--cases", str(SMOKE / "giant-middle.json"), "--level", "layout", "--results", str(results)]
+    assert main(first) == 0
+    capsys.readouterr()
+    other = ["run", "--cases", str(SMOKE / "upstream-worst-case.json"), "--level", "layout"]
+    assert main([*other, "--results", str(results), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "field 'header.items_digest'" in err and "refusing to resume" in err
+
+
+def test_resume_with_another_port_spelling_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "rows.jsonl"
+    run = ["run", "--cases", str(SMOKE / "giant-middle.json"), "--level", "layout", "--results", str(results)]
+    assert main(run) == 0
+    assert main([*run, "--resume", "--port", "ports.per_request:PORT"]) == 2
+    assert "field 'header.port_spec'" in capsys.readouterr().err
+
+
+def test_resume_refuses_rows_of_items_not_in_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "rows.jsonl"
+    cases = [str(SMOKE / "giant-middle.json"), str(SMOKE / "giant-first.json")]
+    run = ["run", "--cases", *cases, "--level", "layout", "--results", str(results)]
+    assert main(run) == 0
+    lines = results.read_text().splitlines()
+    row = json.loads(lines[1])
+    row["id"] = "smoke-upstream-worst-case[layout]"
+    results.write_text("\n".join([lines[0], json.dumps(row), *lines[2:]]) + "\n")
+    assert main([*run, "--resume"]) == 2
+    assert "row 'smoke-upstream-worst-case[layout]' is not an item of this run" in capsys.readouterr().err
+
+
+def test_resume_is_keyed_by_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Rows of a results file are matched to items by id, so a resumed run skips
+    exactly the items it holds and runs the others, whatever their order in the file."""
+    results = tmp_path / "rows.jsonl"
+    cases = [str(SMOKE / name) for name in ("giant-middle.json", "giant-first.json", "giant-last.json")]
+    run = ["run", "--cases", *cases, "--level", "layout", "--results", str(results)]
+    assert main(run) == 0
+    header, *rows = results.read_text().splitlines()
+    kept = [rows[2], rows[0]]  # out of order, the middle item missing
+    results.write_text("\n".join([header, *kept]) + "\n")
+    capsys.readouterr()
+    assert main([*run, "--resume"]) == 0
+    ids = [json.loads(line)["id"] for line in results.read_text().splitlines()[1:]]
+    assert sorted(ids) == sorted(json.loads(r)["id"] for r in rows) and len(ids) == 3
+
+
+# -- hole 4: a Python port's values are typed strictly -------------------------------------
+
+
+def run_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str], port: str, *argv: str) -> tuple[int, list[dict]]:  # type: ignore[type-arg]
+    results = tmp_path / "rows.jsonl"
+    code = main(["run", "--port", f"tests.value_ports:{port}", "--results", str(results), *argv])
+    capsys.readouterr()
+    return code, [json.loads(line) for line in results.read_text().splitlines()[1:]]
+
+
+@pytest.mark.parametrize(
+    ("port", "expected"),
+    [
+        ("FloatFieldPort", "chunks[0].num_context_tokens: float 60496.0, not int"),
+        ("BoolIntPort", "chunks[0].request_start: bool False, not int"),
+        ("FloatInSequencePort", "chunks[0].seq_lens[0]: float 60000.0, not int"),
+        ("NumpyArrayPort", "chunks[0].token_to_seq: numpy.ndarray, not a tuple of int"),
+        ("ListInsteadOfTuplePort", "chunks[0].starts: list, not a tuple of int"),
+        ("IntContinuationPort", "chunks[0].is_continuation: int 0, not bool"),
+    ],
+)
+def test_layout_values_are_typed_without_coercion(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], port: str, expected: str
+) -> None:
+    code, rows = run_rows(tmp_path, capsys, port, "--cases", str(SMOKE / "upstream-worst-case.json"))
+    assert code == 1
+    assert rows[0]["status"] == "port-error", rows[0]
+    assert rows[0]["detail"] == f"PortValueError: plan_layout: {expected}"
+
+
+@pytest.mark.parametrize(
+    ("port", "expected"),
+    [
+        ("FractionalWorkspacePort", "workspace_size returned: float 16384.7, not int"),
+        ("NumpyWorkspacePort", "workspace_size returned: numpy.int64 16384, not int"),
+    ],
+)
+def test_workspace_size_is_an_int(tmp_path: Path, capsys: pytest.CaptureFixture[str], port: str, expected: str) -> None:
+    code, rows = run_rows(tmp_path, capsys, port, "--suite", "smoke", "--level", "layout")
+    workspace = [r for r in rows if r["kind"] == "workspace"]
+    assert code == 1 and workspace
+    assert all(r["status"] == "port-error" for r in workspace)
+    assert any(r["detail"] == f"PortValueError: {expected}" for r in workspace), workspace[0]["detail"]
+
+
+def test_a_numpy_merge_output_is_a_port_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, rows = run_rows(tmp_path, capsys, "NumpyMergePort", "--suite", "smoke", "--level", "merge")
+    assert code == 1 and rows
+    assert all(r["status"] == "port-error" for r in rows)
+    assert rows[0]["detail"] == "PortValueError: port's 'output': numpy.ndarray, not a torch.Tensor"
+
+
+def test_an_unwritable_json_report_keeps_the_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A report that cannot be written is one line on stderr; the rows already
+    computed stay in the results file and a divergence still exits 1."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    results = tmp_path / "rows.jsonl"
+    code = main([
+        "run", "--cases", str(SMOKE / "upstream-worst-case.json"), "--port", "equal_share", "--level", "layout",
+        "--results", str(results), "--json", str(blocker / "out.json"),
+    ])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "cannot write the report" in err and "Traceback" not in err
+    assert len(results.read_text().splitlines()) == 2
+    shutil.rmtree(tmp_path)
+
+
+# -- hole 6 (merge part): shards of another oracle or device are not one run ------------
+
+
+@pytest.mark.parametrize(("key", "value"), [("device", "cuda"), ("oracle_drift_overridden", True), ("pin", "x @ y")])
+def test_merge_refuses_gate_shards_that_differ(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: object
+) -> None:
+    cases = [str(SMOKE / "giant-middle.json"), str(SMOKE / "giant-first.json")]
+    shards = []
+    for k in (1, 2):
+        out = tmp_path / f"shard{k}"
+        main(["gate", "--cases", *cases, "--level", "layout", "--shard", f"{k}/2", "--out", str(out)])
+        shards.append(out)
+    capsys.readouterr()
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "merged")]) == 0
+    meta_path = shards[1] / "gate.json"
+    meta = json.loads(meta_path.read_text())
+    meta[key] = value
+    meta_path.write_text(json.dumps(meta))
+    capsys.readouterr()
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "merged")]) == 2
+    assert f"field '{key}': differs" in capsys.readouterr().err
+
+
+def test_nightly_merge_refuses_shards_of_another_device(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shards = []
+    for k in (1, 2):
+        out = tmp_path / f"night{k}"
+        argv = ["nightly", "--size", "0", "--numeric-size", "0", "--level", "layout", "--ports", "per_request"]
+        main([*argv, "--skip-mutants", "--shard", f"{k}/2", "--out", str(out), "--date", "2026-01-01"])
+        shards.append(out / "2026-01-01")
+    meta_path = next(shards[1].glob("*.json"))
+    for path in shards[1].glob("*.json"):
+        if "provenance" in json.loads(path.read_text()):
+            meta_path = path
+    meta = json.loads(meta_path.read_text())
+    meta["provenance"]["environment"]["device"] = "NVIDIA H200"
+    meta_path.write_text(json.dumps(meta))
+    capsys.readouterr()
+    code = main(["nightly", "--from-shards", *map(str, shards), "--out", str(tmp_path / "merged")])
+    assert code == 2
+    assert "field 'device': is 'NVIDIA H200'" in capsys.readouterr().err
+
+
+def test_a_failing_shrink_keeps_the_gate_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The gate's shrink step cannot write its case file (``shrunk`` is a file):
+    the gate still writes every output and exits 1 for the divergence."""
+    out = tmp_path / "gate"
+    out.mkdir()
+    (out / "shrunk").write_text("in the way")
+    argv = ["gate", "--cases", str(SMOKE / "upstream-worst-case.json"), "--port", "equal_share", "--level", "layout"]
+    code = main([*argv, "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 1, printed.err
+    assert "Traceback" not in printed.out + printed.err
+    assert {"summary.md", "junit.xml", "results.parquet", "gate.json"} <= {p.name for p in out.iterdir()}
+    assert "not shrunk (" in json.loads((out / "gate.json").read_text())["shrunk"]["smoke-upstream-worst-case[layout]"]
