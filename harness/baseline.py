@@ -43,8 +43,9 @@ merge`` and the pytest plugin, so they can never disagree):
 
 - an entry *covers* the item when its port is one of the names of the port
   under test (its ``name``, or the ``--port`` spelling), and its level and case
-  or family are the item's; case entries are tried before family entries, each
-  group in file order;
+  or family are the item's; where a case entry covers the item, only case
+  entries judge it (the family's cannot loosen its case's caps), else the
+  family entries do, in file order;
 - a covering entry *matches* when its status is the item's and its ``field`` or
   ``error`` (if given) hold;
 - the item is *expected* when a matching entry's caps hold too. Otherwise it is
@@ -406,7 +407,9 @@ def judge_item(entries: Iterable[BaselineEntry], ports: Collection[str], row: Ma
     if status == ORACLE_ERROR:
         return ItemVerdict(NEW, None, "an oracle error is never expected")
     covering = [e for e in entries if e.covers(ports, row["level"], row["name"], row["family"])]
-    covering.sort(key=lambda e: e.case is None)  # case entries first; sort is stable
+    # A case entry is the precise expectation for its case: where one covers the
+    # item, the family's entries do not (a looser family cap cannot override it).
+    covering = [e for e in covering if e.case is not None] or covering
     if not covering:
         return ItemVerdict(NEW, None, "not in the baseline")
     matched = tuple(e for e in covering if _mismatch(e, row) is None)

@@ -242,17 +242,16 @@ def harness_identity() -> dict[str, Any]:
     """The harness's version and commit, for results-file headers."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from harness.provenance import repository_state
+    from harness.provenance import repository_state, source_digest
 
     try:
         harness_version = version("mla-parity")
     except PackageNotFoundError:
         harness_version = None
-    state = repository_state()
     return {
         "harness_version": harness_version,
-        "harness_commit": state.get("commit"),
-        "harness_dirty": state.get("dirty"),
+        "harness_commit": repository_state().get("commit"),
+        "harness_sources": source_digest(),
     }
 
 
@@ -400,10 +399,18 @@ def write_output(write: Any, where: str) -> bool:
     return True
 
 
-def _gate_meta(args: argparse.Namespace, result: RunResult, provenance: dict[str, Any]) -> dict[str, Any]:
+def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
     from harness.provenance import collect
+    from harness.results_file import items_digest
+    from harness.runner import selected_item_ids
 
+    result, provenance = done.result, done.provenance
+    every_item = selected_item_ids(done.suite, result.levels)
     return {
+        # The whole run's items (every shard's), so merging can prove its shards add up to it.
+        "items_digest": items_digest(every_item),
+        "items": len(every_item),
+        **harness_identity(),
         "suite": result.suite,
         "port": result.port,
         "levels": list(result.levels),
@@ -450,7 +457,7 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
     from harness.gate import judge
 
     port, oracle, suite = done.port, done.oracle, done.suite
-    meta = _gate_meta(args, done.result, done.provenance)
+    meta = _gate_meta(args, done)
     outcome = judge(done.table, meta, entries, check_stale=args.shard is None)
     out_dir = Path(args.out or f"reports/out/gate-{port.name}")
     # The first new layout divergences come with a shrunk case that reproduces them.
@@ -513,8 +520,16 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     print(f"wrote {out_dir / 'index.html'} and {out_dir / 'report.md'}{state}")
     if not night.complete:
         return 130
-    per_request = [p for p in night.ports if p.port == "per_request"]
-    return EXIT_PARITY if all(p.summary["verdict"] == "pass" for p in per_request) else EXIT_DIVERGENT
+    gated = nightly_gated_ports(args.ports, [p.port for p in night.ports])
+    gating = [p for p in night.ports if p.port in gated]
+    return EXIT_PARITY if gating and all(p.summary["verdict"] == "pass" for p in gating) else EXIT_DIVERGENT
+
+
+def nightly_gated_ports(requested: str | None, ran: list[str]) -> list[str]:
+    """The ports whose verdict is the night's exit code: every port named with
+    ``--ports``; by default (every registered port) per_request alone, since the
+    legacy equal_share is in the night as a reference that is known to diverge."""
+    return ran if requested else [name for name in ran if name == "per_request"]
 
 
 def cmd_mutants(args: argparse.Namespace) -> int:
@@ -554,7 +569,7 @@ def guarded_shrink(oracle: Port, port: Port, case: Case, out: Path, level: str =
     the shrunk column, never raised, so the outputs and the exit code stand."""
     try:
         return shrink_to_file(oracle, port, case, level, kernels, out)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         return f"not shrunk ({type(exc).__name__}: {' '.join(str(exc).split())})"
 
 

@@ -25,6 +25,7 @@ from harness.baseline import (
     port_names,
 )
 from harness.cases import CaseError
+from harness.results_file import items_digest
 from harness.summary import summarise_table
 
 if TYPE_CHECKING:
@@ -90,6 +91,26 @@ def write_outputs(outcome: GateOutcome, out_dir: Path) -> None:
     write_junit(outcome, out_dir / JUNIT)
 
 
+# What every shard of one gate run shares: the items (digest of the whole run's
+# item list), the port (name and --port spelling), the harness (version, commit,
+# sources), the oracle (pin, drift flag) and the device.
+SHARD_IDENTITY = (
+    "suite",
+    "port",
+    "port_spec",
+    "levels",
+    "size",
+    "device",
+    "pin",
+    "oracle_drift_overridden",
+    "harness_version",
+    "harness_commit",
+    "harness_sources",
+    "items",
+    "items_digest",
+)
+
+
 def load_shard(directory: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     meta_path, results_path = directory / META, directory / RESULTS
     for path in (meta_path, results_path):
@@ -105,7 +126,7 @@ def merge_shards(directories: list[Path]) -> tuple[pd.DataFrame, dict[str, Any]]
     tables, metas = zip(*(load_shard(d) for d in directories), strict=True)
     first = metas[0]
     for directory, meta in zip(directories, metas, strict=True):
-        for key in ("suite", "port", "levels", "size", "pin", "oracle_drift_overridden", "device"):
+        for key in SHARD_IDENTITY:
             if meta.get(key) != first.get(key):
                 raise CaseError(str(directory / META), key, f"differs from {directories[0] / META}: not one run")
     shards = sorted(m["shard"] for m in metas if m.get("shard"))
@@ -116,5 +137,11 @@ def merge_shards(directories: list[Path]) -> tuple[pd.DataFrame, dict[str, Any]]
     table = pd.concat(tables, ignore_index=True).sort_values("index", kind="stable").reset_index(drop=True)
     if table["index"].duplicated().any():
         raise CaseError(str(directories[0]), "index", "an item appears in two shards")
+    if items_digest([str(i) for i in table["id"]]) != first.get("items_digest"):
+        raise CaseError(
+            str(directories[0] / META),
+            "items_digest",
+            "the shards' items, in suite order, are not the run's item list: not shards of one run",
+        )
     meta = {**first, "shard": None, "merged_from": [str(d) for d in directories]}
     return table, meta

@@ -188,6 +188,10 @@ def chunk_from_json(data: Any) -> Chunk:
         elif name.endswith("token_to_seq"):
             if not isinstance(value, list) or not all(isinstance(r, list) and len(r) == 2 for r in value):
                 raise ValueError(f"chunk field {name!r} must be run-length pairs [[value, count], ...]")
+            for run in value:
+                _ints(run, name)
+                if run[1] < 0:
+                    raise ValueError(f"chunk field {name!r} has a negative run length {run[1]}")
             values[name] = tuple(v for v, count in value for _ in range(count))
         elif name == "local_context_lens_allranks":
             if not isinstance(value, list):
@@ -212,7 +216,8 @@ def layout_from_json(data: Any) -> Layout:
     slices = data.get("empty_token_slices", [])
     if not isinstance(slices, list) or not all(isinstance(s, list) and len(s) == 2 for s in slices):
         raise ValueError("empty_token_slices must be a list of [start, stop] pairs")
-    return Layout(tuple(chunk_from_json(c) for c in data["chunks"]), tuple((int(a), int(b)) for a, b in slices))
+    pairs = tuple((a, b) for a, b in (_ints(pair, "empty_token_slices") for pair in slices))
+    return Layout(tuple(chunk_from_json(c) for c in data["chunks"]), pairs)
 
 
 def run_length(values: tuple[int, ...] | list[int]) -> list[list[int]]:

@@ -45,9 +45,20 @@ def port_levels(port: Any) -> tuple[str, ...]:
     """
     declared = getattr(port, "levels", None)
     if declared is not None:
+        check_declared_levels(declared)
         return tuple(lv for lv in ALL_LEVELS if lv in declared)
     methods = {"layout": "plan_layout", "merge": "merge_states", "prefill": "prefill"}
     return tuple(lv for lv in ALL_LEVELS if callable(getattr(port, methods[lv], None)))
+
+
+def check_declared_levels(declared: Any) -> None:
+    """A port's ``levels`` is a tuple or list of level names; anything else is
+    a port that cannot be run (:class:`PortLoadError`, exit 2)."""
+    if not isinstance(declared, tuple | list) or not all(isinstance(lv, str) for lv in declared):
+        raise PortLoadError(f"port levels must be a tuple of level names, got {_type_name(declared)} {declared!r:.60}")
+    unknown = [lv for lv in declared if lv not in ALL_LEVELS]
+    if unknown:
+        raise PortLoadError(f"port declares unknown level {unknown[0]!r} (levels: {', '.join(ALL_LEVELS)})")
 
 
 # -- the one rule for the values a port returns ------------------------------------------
@@ -124,11 +135,15 @@ def check_layout(layout: Any) -> Layout:
     return layout
 
 
-def check_tensor(value: Any, where: str) -> Any:
+def check_tensor(value: Any, where: str, device: Any = None) -> Any:
+    """A plain ``torch.Tensor`` (no subclass) on ``device`` (the oracle's, when
+    given): a port that computes L2/L3 elsewhere has not run where it was asked."""
     import torch
 
-    if not isinstance(value, torch.Tensor):
+    if type(value) is not torch.Tensor:
         raise PortValueError(f"{where}: {_type_name(value)}, not a torch.Tensor")
+    if device is not None and value.device != device:
+        raise PortValueError(f"{where}: on {value.device}, but the run is on {device}")
     return value
 
 
@@ -176,4 +191,8 @@ def load_port(spec: str) -> Port:
         obj = obj()
     if not isinstance(obj, Port):
         raise PortLoadError(f"port {spec!r}: {attr!r} lacks name, plan_layout and workspace_size")
+    try:
+        port_levels(obj)
+    except PortLoadError as exc:
+        raise PortLoadError(f"port {spec!r}: {exc}") from None
     return obj

@@ -3,6 +3,7 @@ the port repository's commit and dirty state (gitpython)."""
 
 from __future__ import annotations
 
+import hashlib
 import platform
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,24 @@ def repository_state(path: Path = REPO_ROOT) -> dict[str, Any]:
         }
     except Exception as exc:
         return {"path": str(path), "commit": None, "error": f"{type(exc).__name__}: {exc}"}
+
+
+# What decides a comparison's result: the harness, the oracle glue, the
+# in-tree ports and the case files (reports, tests and docs do not).
+SOURCE_FOLDERS = ("harness", "oracle", "ports", "cases")
+SOURCE_SUFFIXES = (".py", ".json", ".cpp")
+
+
+def source_digest(root: Path = REPO_ROOT) -> str:
+    """SHA-256 over the relative path and bytes of every source file that decides
+    a result. Unlike git's dirty flag it changes with any edit, committed or
+    not, and not with output files written into the tree."""
+    digest = hashlib.sha256()
+    for folder in SOURCE_FOLDERS:
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix in SOURCE_SUFFIXES and "__pycache__" not in path.parts and path.is_file():
+                digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def environment() -> dict[str, Any]:

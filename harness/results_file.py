@@ -2,7 +2,7 @@
 
 The first line is a header naming the run (:data:`HEADER_KEYS`: a digest of
 the item list, suite, levels, size, shard, port spec and name, device, pin,
-drift flag, harness version and commit); every other line is one row of the results
+drift flag, harness version, commit and source digest); every other line is one row of the results
 table (:mod:`harness.summary`), flushed as soon as the item finishes, so a run
 killed even by SIGKILL leaves a readable file, and ``--resume`` finishes it by
 skipping the items it holds. Rows carry no timings: the same run gives the same
@@ -62,7 +62,7 @@ HEADER_KEYS = (
     "oracle_drift_overridden",
     "harness_version",
     "harness_commit",
-    "harness_dirty",
+    "harness_sources",
 )
 
 

@@ -8,6 +8,7 @@ marks that case ``oracle-error`` or ``port-error`` and the run goes on.
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import threading
 from collections.abc import Iterator
@@ -136,8 +137,28 @@ def limit_for(port: Port) -> float:
     return PORT_TIMEOUT_S + (1.0 if getattr(port, "enforces_timeout", False) else 0.0)
 
 
+# What a side may raise and still leave the run going: any error, and SystemExit
+# (a port's ``sys.exit(0)`` must never end a run as a success). Only
+# KeyboardInterrupt, the user's Ctrl-C, stops a run.
+PORT_FAULTS: tuple[type[BaseException], ...] = (Exception, SystemExit)
+
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe for one line of a summary, a JSON row and JUnit's XML:
+    whitespace runs folded, control characters and lone surrogates escaped."""
+    text = " ".join(text.split())
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    try:
+        text = str(exc)
+    except PORT_FAULTS:
+        text = "(its message cannot be printed)"
+    text = printable(text)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -145,19 +166,19 @@ def compare_case(oracle: Port, port: Port, case: Case) -> CaseResult:
     result = CaseResult(case.name, case.family, "layout", PARITY, row_budget=case.row_budget)
     try:
         result.oracle_layout = oracle.plan_layout(case)
-    except Exception as exc:
+    except PORT_FAULTS as exc:
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
         with time_limit(limit_for(port)):
             layout = port.plan_layout(case)
         result.port_layout = check_layout(layout)
-    except Exception as exc:
+    except PORT_FAULTS as exc:
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
     try:
         result.divergence = first_layout_divergence(result.oracle_layout, result.port_layout)
-    except Exception as exc:  # the values passed check_layout: a harness fault, said as one
+    except PORT_FAULTS as exc:  # the values passed check_layout: a harness fault, said as one
         result.status, result.error = PORT_ERROR, f"cannot compare the port's layout: {_one_line(exc)}"
         return result
     if result.divergence is not None:
@@ -169,14 +190,14 @@ def compare_workspace(oracle: Port, port: Port, config: WorkspaceConfig) -> Case
     result = CaseResult(config.name, "workspace-size", "workspace", PARITY)
     try:
         result.oracle_workspace = oracle.workspace_size(config)
-    except Exception as exc:
+    except PORT_FAULTS as exc:
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
         with time_limit(limit_for(port)):
             value = port.workspace_size(config)
         result.port_workspace = check_int(value, "workspace_size returned")
-    except Exception as exc:
+    except PORT_FAULTS as exc:
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
     if result.oracle_workspace != result.port_workspace:
@@ -208,11 +229,11 @@ def _tensor_verdict(result: CaseResult, oracle_out: dict[str, Any], port_out: di
         kind = "lse" if name.endswith("lse") else "output"
         a, b = oracle_out[name], port_out[name]
         try:
-            check_tensor(b, f"port's {name!r}")
+            check_tensor(b, f"port's {name!r}", a.device)
             if kind == "lse":  # [heads, tokens] compared token-major, so rows are tokens
                 a, b = a.transpose(0, 1), b.transpose(0, 1) if b.dim() == 2 else b
             result.tensors.append(compare_bits(name, a, b, axes[kind]))
-        except Exception as exc:
+        except PORT_FAULTS as exc:
             result.status, result.error = PORT_ERROR, _one_line(exc)
             return result
     shape_errors = [t for t in result.tensors if t.error]
@@ -235,7 +256,7 @@ def compare_merge(oracle: Port, port: Port, case: MergeCase, device: str = "cpu"
     result = CaseResult(case.name, case.family, "merge", PARITY)
     try:
         out, lse = oracle.merge_states(materialise_merge(case, device))  # type: ignore[attr-defined]
-    except Exception as exc:
+    except PORT_FAULTS as exc:
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
@@ -245,7 +266,7 @@ def compare_merge(oracle: Port, port: Port, case: MergeCase, device: str = "cpu"
         if type(returned) is not tuple or len(returned) != 2:
             raise PortValueError(f"merge_states returned {type(returned).__name__}, not a tuple (output, lse)")
         port_out, port_lse = returned
-    except Exception as exc:
+    except PORT_FAULTS as exc:
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
     return _tensor_verdict(result, {"output": out, "lse": lse}, {"output": port_out, "lse": port_lse})
@@ -267,7 +288,7 @@ def compare_prefill(oracle: Port, port: Port, case: Case, kernels: SharedKernels
 
     try:
         oracle_out = oracle.prefill(case, inputs(), kernels)  # type: ignore[attr-defined]
-    except Exception as exc:
+    except PORT_FAULTS as exc:
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
@@ -276,7 +297,7 @@ def compare_prefill(oracle: Port, port: Port, case: Case, kernels: SharedKernels
             port_out = port.prefill(case, port_inputs, kernels)  # type: ignore[attr-defined]
         if not isinstance(port_out, dict):
             raise TypeError(f"prefill returned {type(port_out).__name__}, not a dict of tensors")
-    except Exception as exc:
+    except PORT_FAULTS as exc:
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
     return _tensor_verdict(result, oracle_out, port_out)

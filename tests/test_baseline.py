@@ -270,3 +270,14 @@ def test_measured_entries_expect_exactly_what_was_measured(tmp_path: Path) -> No
     verdict = apply_baseline(table, PORTS, entries_of(tmp_path, *measured), ("layout", "prefill"))
     assert list(verdict.new["name"]) == ["skew-0001"] and not verdict.stale
     assert verdict.new["reason"].iloc[0].startswith("beyond baseline: 7 ULP > cap 6")
+
+
+def test_a_case_entry_is_not_loosened_by_its_family(tmp_path: Path) -> None:
+    """A tighter case entry judges its case alone: a looser family cap cannot
+    turn an item beyond the case's cap back into an expected one."""
+    family = PREFILL | {"max_ulp": 1000}
+    case_entry = {k: v for k, v in PREFILL.items() if k != "family"} | {"case": "skew-0001", "max_ulp": 10}
+    entries = entries_of(tmp_path, family, case_entry)
+    verdict = judge_item(entries, PORTS, row(max_ulp=50, mismatches=1))
+    assert verdict.label == NEW and "50 ULP > cap 10" in verdict.note
+    assert judge_item(entries, PORTS, {**row(max_ulp=50, mismatches=1), "name": "skew-0002"}).label == EXPECTED

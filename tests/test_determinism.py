@@ -68,4 +68,4 @@ def test_resume_refuses_another_runs_file(tmp_path: Path) -> None:
     rows = tmp_path / "rows.jsonl"
     assert parity("run", "--suite", "smoke", "--level", "merge", "--results", str(rows)).returncode == 0
     proc = parity("run", "--suite", "smoke", "--level", "layout", "--results", str(rows), "--resume")
-    assert proc.returncode == 2 and "field 'header': was written by another run" in proc.stderr
+    assert proc.returncode == 2 and "field 'header.items_digest'" in proc.stderr and "refusing to resume" in proc.stderr

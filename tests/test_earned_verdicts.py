@@ -242,3 +242,92 @@ def test_a_failing_shrink_keeps_the_gate_outputs(tmp_path: Path, capsys: pytest.
     assert "Traceback" not in printed.out + printed.err
     assert {"summary.md", "junit.xml", "results.parquet", "gate.json"} <= {p.name for p in out.iterdir()}
     assert "not shrunk (" in json.loads((out / "gate.json").read_text())["shrunk"]["smoke-upstream-worst-case[layout]"]
+
+
+# -- what review found: exits, odd messages, odd declarations -------------------------------
+
+
+def test_a_port_calling_sys_exit_is_a_port_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, rows = run_rows(tmp_path, capsys, "ExitingPort", "--cases", str(SMOKE / "giant-middle.json"),
+                          "--level", "layout")  # fmt: skip
+    assert code == 1
+    assert rows[0]["status"] == "port-error" and rows[0]["detail"] == "SystemExit: 0"
+
+
+def test_an_unprintable_port_error_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "gate"
+    code = main(["gate", "--cases", str(SMOKE / "giant-middle.json"), "--level", "layout",
+                 "--port", "tests.value_ports:UnprintableErrorPort", "--out", str(out)])  # fmt: skip
+    capsys.readouterr()
+    assert code == 1
+    import xml.etree.ElementTree as ET
+
+    failure = ET.parse(out / "junit.xml").getroot().find(".//failure")
+    assert failure is not None and "\\x1b[31mred" in (failure.get("message") or "") + (failure.text or "")
+
+
+def test_a_port_with_malformed_levels_is_usage() -> None:
+    refused(parity("run", "--suite", "smoke", "--port", "tests.value_ports:BadLevelsPort"),
+            "port levels must be a tuple of level names, got int 5")  # fmt: skip
+
+
+def test_a_tensor_on_another_device_is_a_port_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, rows = run_rows(tmp_path, capsys, "MetaDeviceMergePort", "--suite", "smoke", "--level", "merge")
+    assert code == 1 and rows
+    assert rows[0]["detail"] == "PortValueError: port's 'output': on meta, but the run is on cpu"
+
+
+def test_external_json_is_not_coerced() -> None:
+    from harness.model import layout_from_json
+
+    chunkless: dict[str, object] = {"chunks": []}
+    with pytest.raises(ValueError, match="must be a list of integers"):
+        layout_from_json({**chunkless, "empty_token_slices": [[7.9, 14.0]]})
+    with pytest.raises(ValueError, match="must be a list of integers"):
+        layout_from_json({**chunkless, "empty_token_slices": [["7", "14"]]})
+    assert layout_from_json({**chunkless, "empty_token_slices": [[7, 14]]}).empty_token_slices == ((7, 14),)
+    from harness.model import chunk_from_json
+    from harness.port import load_port
+    from tests.conftest import make_case
+
+    chunk = load_port("per_request").plan_layout(make_case([40, 8])).chunks[0].to_json()
+    chunk["token_to_seq"] = [[value, True] for value, _ in chunk["token_to_seq"]]
+    with pytest.raises(ValueError, match="'token_to_seq' must be a list of integers"):
+        chunk_from_json(chunk)
+
+
+def test_merge_refuses_shards_whose_items_are_not_the_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two shards of runs over the same files in another order: each shard's
+    indices are unique, but together they are not one run's items."""
+    a, b = str(SMOKE / "uniform-fit.json"), str(SMOKE / "upstream-worst-case.json")
+    for k, files in ((1, [a, b]), (2, [b, a])):
+        main(["gate", "--cases", *files, "--port", "equal_share", "--level", "layout", "--shard", f"{k}/2",
+              "--out", str(tmp_path / f"s{k}")])  # fmt: skip
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")]) == 2
+    assert "field 'items_digest'" in capsys.readouterr().err
+
+
+def test_output_files_do_not_change_the_source_digest(tmp_path: Path) -> None:
+    """Resume identity follows the sources, not git's dirty flag: a results file
+    written into the tree does not make a resume refuse itself."""
+    from harness.provenance import source_digest
+
+    root = tmp_path / "tree"
+    shutil.copytree(ROOT / "harness", root / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("oracle", "ports", "cases"):
+        (root / folder).mkdir()
+    before = source_digest(root)
+    (root / "run.jsonl").write_text("{}\n")
+    (root / "reports").mkdir()
+    (root / "reports" / "x.json").write_text("{}")
+    assert source_digest(root) == before
+    (root / "harness" / "runner.py").write_text((root / "harness" / "runner.py").read_text() + "\n# edit\n")
+    assert source_digest(root) != before
+
+
+def test_nightly_exit_follows_the_requested_ports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["nightly", "--size", "0", "--numeric-size", "1", "--ports", "tests.value_ports:LayoutOnlyPort",
+            "--skip-mutants", "--out", str(tmp_path), "--date", "2026-01-01"]  # fmt: skip
+    assert main(argv) == 1
+    assert "layout-only    INCOMPLETE" in capsys.readouterr().out

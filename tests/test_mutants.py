@@ -35,11 +35,11 @@ def test_mutants_leave_the_real_port_untouched(oracle: Port, per_request: Port) 
     assert all(compare_case(oracle, per_request, case).status == PARITY for case in suite.cases)
 
 
-def test_smoke_kills_at_least_90_percent(oracle: Port) -> None:
+def test_smoke_kills_every_mutant(oracle: Port) -> None:
+    """The README's claim: the smoke suite kills every mutant in the catalogue."""
     rows = kill_matrix(oracle, [m() for m in MUTANTS.values()], load_suite("smoke"), ("layout", "merge", "prefill"),
                        CpuKernels())  # fmt: skip
-    killed = [r.name for r in rows if r.killed]
-    assert len(killed) >= 0.9 * len(rows), [r.name for r in rows if not r.killed]
+    assert [r.name for r in rows if not r.killed] == []
     by_name = {r.name: r for r in rows}
     assert by_name["finite-lse-empty-rows"].kills["prefill"] is not None  # only numbers can see it
     assert by_name["merge-in-bf16"].kills["merge"] is not None

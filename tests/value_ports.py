@@ -98,3 +98,51 @@ class NumpyMergePort(PerRequestPort):
     def merge_states(self, inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         out, lse = super().merge_states(inputs)
         return out.float().numpy(), lse  # type: ignore[return-value]
+
+
+class ExitingPort(PerRequestPort):
+    """Calls ``sys.exit(0)`` while planning: a run must not end as a success."""
+
+    name = "exiting"
+
+    def plan_layout(self, case: Case) -> Layout:
+        raise SystemExit(0)
+
+
+class UnprintableErrorPort(PerRequestPort):
+    """Raises with control characters and a lone surrogate in its message."""
+
+    name = "unprintable-error"
+
+    def plan_layout(self, case: Case) -> Layout:
+        raise RuntimeError("bad \x1b[31mred\x1b[0m \udc80 bytes\x00")
+
+
+class BadLevelsPort(PerRequestPort):
+    name = "bad-levels"
+    levels = 5
+
+
+class MetaDeviceMergePort(PerRequestPort):
+    """Returns its merge output on another device than the run's."""
+
+    name = "meta-device"
+
+    def merge_states(self, inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        out, lse = super().merge_states(inputs)
+        return out.to("meta"), lse
+
+
+class LayoutOnlyPort:
+    """Implements the layout level alone (no ``merge_states`` or ``prefill``)."""
+
+    name = "layout-only"
+
+    def __init__(self) -> None:
+        self._inner = PerRequestPort()
+
+    def plan_layout(self, case: Case) -> Layout:
+        return self._inner.plan_layout(case)
+
+    def workspace_size(self, config: WorkspaceConfig) -> int:
+        return self._inner.workspace_size(config)
