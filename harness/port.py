@@ -8,6 +8,7 @@ port object, or a class or factory that takes no arguments and returns one).
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any, Protocol, runtime_checkable
 
@@ -90,27 +91,48 @@ def check_int(value: Any, where: str) -> int:
 def _check_ints(value: Any, where: str) -> None:
     if type(value) is not tuple:
         raise PortValueError(f"{where}: {_type_name(value)}, not a tuple of int")
-    for i, item in enumerate(value):
-        check_int(item, f"{where}[{i}]")
+    # One pass in C over what can be 65,536 row indices; the element loop only
+    # runs to name the first offender.
+    if not set(map(type, value)) <= {int}:
+        for i, item in enumerate(value):
+            check_int(item, f"{where}[{i}]")
+
+
+@functools.cache
+def _chunk_field_kinds() -> tuple[tuple[str, str], ...]:
+    """Each chunk field with the rule it follows: bool, int, ints, ranks, and
+    whether it may be None (DCP)."""
+    sequences, optional = set(Chunk.sequence_field_names()), set(Chunk.optional_field_names())
+    kinds = []
+    for name in Chunk.field_names():
+        if name == "is_continuation":
+            kind = "bool"
+        elif name == "local_context_lens_allranks":
+            kind = "ranks"
+        else:
+            kind = "ints" if name in sequences else "int"
+        kinds.append((name, kind + ("?" if name in optional else "")))
+    return tuple(kinds)
 
 
 def check_chunk(chunk: Any, where: str) -> None:
     """Every field of one chunk, by the rule above (DCP fields may be None)."""
     if type(chunk) is not Chunk:
         raise PortValueError(f"{where}: {_type_name(chunk)}, not a harness.model.Chunk")
-    for name in Chunk.field_names():
+    for name, kind in _chunk_field_kinds():
         value, at = getattr(chunk, name), f"{where}.{name}"
-        if name == "is_continuation":
+        if value is None and kind.endswith("?"):
+            continue
+        kind = kind.rstrip("?")
+        if kind == "bool":
             if type(value) is not bool:
                 raise PortValueError(f"{at}: {_type_name(value)} {value!s:.40}, not bool")
-        elif value is None and name in Chunk.optional_field_names():
-            continue
-        elif name == "local_context_lens_allranks":
+        elif kind == "ranks":
             if type(value) is not tuple:
                 raise PortValueError(f"{at}: {_type_name(value)}, not a tuple of tuples of int")
             for i, ranks in enumerate(value):
                 _check_ints(ranks, f"{at}[{i}]")
-        elif name in Chunk.sequence_field_names():
+        elif kind == "ints":
             _check_ints(value, at)
         else:
             check_int(value, at)
