@@ -298,9 +298,16 @@ def known_port_spellings() -> frozenset[str]:
 
 
 def port_names(name: str, spelling: str | None = None) -> frozenset[str]:
-    """The names an entry may give the port under test: its ``name`` and the
-    spelling it was loaded by (``--port`` / ``--parity-port``)."""
-    return frozenset(n for n in (name, spelling) if n)
+    """The names an entry may give the port under test: its ``name``, the
+    spelling it was loaded by (``--port`` / ``--parity-port``), and for a
+    built-in port both of its spellings (``equal_share``, ``ports.equal_share:PORT``)."""
+    from harness.port import BUILTIN_PORTS
+
+    names = {n for n in (name, spelling) if n}
+    for short, path in BUILTIN_PORTS.items():
+        if names & {short, path}:
+            names |= {short, path}
+    return frozenset(names)
 
 
 def _listing(values: Iterable[str], limit: int = 12) -> str:
