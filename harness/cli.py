@@ -25,6 +25,7 @@ from harness.runner import (
     RunResult,
     Shard,
     count_items,
+    reraise_interrupt,
     run_item,
     run_items,
 )
@@ -352,10 +353,17 @@ def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] 
 
 
 def close_port(port: Port) -> None:
-    """An external port's processes end with the command that used it."""
+    """An external port's processes end with the command that used it. What
+    ``close`` raises (``sys.exit`` included) is reported, never the exit code."""
+    from harness.runner import printable
+
     close = getattr(port, "close", None)
     if callable(close):
-        close()
+        try:
+            close()
+        except BaseException as exc:
+            reraise_interrupt(exc)
+            print(f"parity: warning: port {port.name}: close() raised {printable(repr(exc))}", file=sys.stderr)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -569,7 +577,8 @@ def guarded_shrink(oracle: Port, port: Port, case: Case, out: Path, level: str =
     the shrunk column, never raised, so the outputs and the exit code stand."""
     try:
         return shrink_to_file(oracle, port, case, level, kernels, out)
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:
+        reraise_interrupt(exc)
         return f"not shrunk ({type(exc).__name__}: {' '.join(str(exc).split())})"
 
 

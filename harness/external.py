@@ -221,8 +221,11 @@ class ExternalPort:
             self._request({"op": op, "inputs": str(inputs), "outputs": str(outputs), **extra})
             if not outputs.exists():
                 raise ExternalPortError(f"port answered {op!r} but wrote no {outputs.name}")
+            # The protocol exchanges host files: the process's results go back to
+            # the device its inputs came from (the run's), as its own values.
+            device = next(iter(tensors.values())).device if tensors else "cpu"
             try:
-                return dict(load_file(str(outputs)))
+                return {name: t.to(device) for name, t in load_file(str(outputs)).items()}
             except Exception as exc:
                 raise ExternalPortError(f"port wrote an unreadable {outputs.name}: {exc}") from None
 

@@ -21,7 +21,8 @@ import pandas as pd
 from harness.cases import CaseError
 from harness.port import Port
 from harness.provenance import collect
-from harness.runner import CaseResult, Shard, count_items, run_items
+from harness.results_file import items_digest
+from harness.runner import CaseResult, Shard, count_items, run_items, selected_item_ids
 from harness.suites import Suite
 from harness.summary import results_table, summarise_table
 from reports.gpu import GPU_REPORTS, latest_gpu_report
@@ -43,8 +44,10 @@ class NightlyPlan:
     gpu_reports: Path = GPU_REPORTS
 
 
-def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path) -> None:
+def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path, digest: str | None = None) -> None:
     meta = {
+        # Every port's items of the whole night (all shards), so merging can prove its shards add up to it.
+        "items_digest": digest,
         "date": night.date,
         "suite": night.suite,
         "levels": list(plan_levels),
@@ -58,7 +61,7 @@ def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path) -> No
 
 def _save(night: Night, plan: NightlyPlan) -> None:
     write_night(night, plan.out_dir, plan.history)
-    _write_meta(night, plan.levels, plan.out_dir)
+    _write_meta(night, plan.levels, plan.out_dir, items_digest(selected_item_ids(plan.suite, plan.levels)))
 
 
 ProgressFactory = Callable[[int], tuple[Any, Any]]
@@ -171,7 +174,14 @@ def merge_nightly_shards(
             [pd.read_parquet(d / f"results-{port}.parquet") for d in directories], ignore_index=True
         ).sort_values("index", kind="stable")
         table = table.reset_index(drop=True)
+        if first.get("items_digest") is None or items_digest([str(i) for i in table["id"]]) != first["items_digest"]:
+            raise CaseError(
+                str(directories[0] / NIGHT_META),
+                "items_digest",
+                f"port {port}: the shards' items, in suite order, are not the night's item list "
+                "(a shard missing, given twice, or of another run)",
+            )
         night.ports.append(PortNight(port, table, summarise_table(table, night.suite, port, levels)))
     write_night(night, out_dir, history)
-    _write_meta(night, levels, out_dir)
+    _write_meta(night, levels, out_dir, first.get("items_digest"))
     return night

@@ -200,6 +200,20 @@ def load_port(spec: str) -> Port:
     if ":" not in target:
         known = ", ".join(sorted(BUILTIN_PORTS))
         raise PortLoadError(f"unknown port {spec!r}: use one of {known} or an import path 'package.module:attr'")
+    try:
+        return _load_python_port(spec, target)
+    except PortLoadError:
+        raise
+    except BaseException as exc:
+        # Importing or building a user's port runs its code: a sys.exit(0) or an
+        # error there is a port that cannot be loaded, never a finished run.
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        text = " ".join(str(exc).split())
+        raise PortLoadError(f"port {spec!r}: loading it raised {type(exc).__name__}: {text}"[:300]) from None
+
+
+def _load_python_port(spec: str, target: str) -> Port:
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)

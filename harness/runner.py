@@ -137,10 +137,14 @@ def limit_for(port: Port) -> float:
     return PORT_TIMEOUT_S + (1.0 if getattr(port, "enforces_timeout", False) else 0.0)
 
 
-# What a side may raise and still leave the run going: any error, and SystemExit
-# (a port's ``sys.exit(0)`` must never end a run as a success). Only
-# KeyboardInterrupt, the user's Ctrl-C, stops a run.
-PORT_FAULTS: tuple[type[BaseException], ...] = (Exception, SystemExit)
+def reraise_interrupt(exc: BaseException) -> None:
+    """What a side raises is that item's error, whatever it is: an error,
+    ``SystemExit`` (a port's ``sys.exit(0)`` must never end a run as a success),
+    or a test framework's outcome (``pytest.skip`` inside a port must not turn
+    an item into a skip). Only the user's Ctrl-C stops a run."""
+    if isinstance(exc, KeyboardInterrupt | GeneratorExit):
+        raise exc
+
 
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -156,7 +160,8 @@ def printable(text: str) -> str:
 def _one_line(exc: BaseException) -> str:
     try:
         text = str(exc)
-    except PORT_FAULTS:
+    except BaseException as inner:
+        reraise_interrupt(inner)
         text = "(its message cannot be printed)"
     text = printable(text)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -166,19 +171,22 @@ def compare_case(oracle: Port, port: Port, case: Case) -> CaseResult:
     result = CaseResult(case.name, case.family, "layout", PARITY, row_budget=case.row_budget)
     try:
         result.oracle_layout = oracle.plan_layout(case)
-    except PORT_FAULTS as exc:
+    except BaseException as exc:
+        reraise_interrupt(exc)
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
         with time_limit(limit_for(port)):
             layout = port.plan_layout(case)
         result.port_layout = check_layout(layout)
-    except PORT_FAULTS as exc:
+    except BaseException as exc:
+        reraise_interrupt(exc)
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
     try:
         result.divergence = first_layout_divergence(result.oracle_layout, result.port_layout)
-    except PORT_FAULTS as exc:  # the values passed check_layout: a harness fault, said as one
+    except BaseException as exc:  # the values passed check_layout: a harness fault, said as one
+        reraise_interrupt(exc)
         result.status, result.error = PORT_ERROR, f"cannot compare the port's layout: {_one_line(exc)}"
         return result
     if result.divergence is not None:
@@ -190,14 +198,16 @@ def compare_workspace(oracle: Port, port: Port, config: WorkspaceConfig) -> Case
     result = CaseResult(config.name, "workspace-size", "workspace", PARITY)
     try:
         result.oracle_workspace = oracle.workspace_size(config)
-    except PORT_FAULTS as exc:
+    except BaseException as exc:
+        reraise_interrupt(exc)
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
         with time_limit(limit_for(port)):
             value = port.workspace_size(config)
         result.port_workspace = check_int(value, "workspace_size returned")
-    except PORT_FAULTS as exc:
+    except BaseException as exc:
+        reraise_interrupt(exc)
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
     if result.oracle_workspace != result.port_workspace:
@@ -233,7 +243,8 @@ def _tensor_verdict(result: CaseResult, oracle_out: dict[str, Any], port_out: di
             if kind == "lse":  # [heads, tokens] compared token-major, so rows are tokens
                 a, b = a.transpose(0, 1), b.transpose(0, 1) if b.dim() == 2 else b
             result.tensors.append(compare_bits(name, a, b, axes[kind]))
-        except PORT_FAULTS as exc:
+        except BaseException as exc:
+            reraise_interrupt(exc)
             result.status, result.error = PORT_ERROR, _one_line(exc)
             return result
     shape_errors = [t for t in result.tensors if t.error]
@@ -256,7 +267,8 @@ def compare_merge(oracle: Port, port: Port, case: MergeCase, device: str = "cpu"
     result = CaseResult(case.name, case.family, "merge", PARITY)
     try:
         out, lse = oracle.merge_states(materialise_merge(case, device))  # type: ignore[attr-defined]
-    except PORT_FAULTS as exc:
+    except BaseException as exc:
+        reraise_interrupt(exc)
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
@@ -266,7 +278,8 @@ def compare_merge(oracle: Port, port: Port, case: MergeCase, device: str = "cpu"
         if type(returned) is not tuple or len(returned) != 2:
             raise PortValueError(f"merge_states returned {type(returned).__name__}, not a tuple (output, lse)")
         port_out, port_lse = returned
-    except PORT_FAULTS as exc:
+    except BaseException as exc:
+        reraise_interrupt(exc)
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
     return _tensor_verdict(result, {"output": out, "lse": lse}, {"output": port_out, "lse": port_lse})
@@ -288,7 +301,8 @@ def compare_prefill(oracle: Port, port: Port, case: Case, kernels: SharedKernels
 
     try:
         oracle_out = oracle.prefill(case, inputs(), kernels)  # type: ignore[attr-defined]
-    except PORT_FAULTS as exc:
+    except BaseException as exc:
+        reraise_interrupt(exc)
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
@@ -297,7 +311,8 @@ def compare_prefill(oracle: Port, port: Port, case: Case, kernels: SharedKernels
             port_out = port.prefill(case, port_inputs, kernels)  # type: ignore[attr-defined]
         if not isinstance(port_out, dict):
             raise TypeError(f"prefill returned {type(port_out).__name__}, not a dict of tensors")
-    except PORT_FAULTS as exc:
+    except BaseException as exc:
+        reraise_interrupt(exc)
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
     return _tensor_verdict(result, oracle_out, port_out)

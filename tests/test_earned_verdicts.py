@@ -331,3 +331,34 @@ def test_nightly_exit_follows_the_requested_ports(tmp_path: Path, capsys: pytest
             "--skip-mutants", "--out", str(tmp_path), "--date", "2026-01-01"]  # fmt: skip
     assert main(argv) == 1
     assert "layout-only    INCOMPLETE" in capsys.readouterr().out
+
+
+def test_sys_exit_in_close_or_construction_never_passes(tmp_path: Path) -> None:
+    proc = parity("run", "--cases", str(SMOKE / "upstream-worst-case.json"), "--level", "layout",
+                  "--port", "tests.value_ports:CloseExitPort")  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-1000:] + proc.stderr
+    assert "verdict FAIL" in proc.stdout and "close() raised SystemExit(0)" in proc.stderr
+    refused(parity("run", "--suite", "smoke", "--port", "tests.value_ports:ConstructorExitPort"),
+            "loading it raised SystemExit: 0")  # fmt: skip
+
+
+def test_a_port_calling_pytest_skip_fails_in_the_plugin() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--parity-suite", "smoke",
+         "--parity-level", "layout", "--parity-port", "tests.value_ports:PytestSkipPort", "-k", "giant-middle"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "1 failed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1]
+    assert "Skipped: kernel library missing" in proc.stdout
+
+
+def test_nightly_shards_must_add_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["nightly", "--size", "0", "--numeric-size", "0", "--level", "layout", "--ports", "per_request",
+            "--skip-mutants", "--shard", "1/2", "--out", str(tmp_path / "n1"), "--date", "2026-01-01"]  # fmt: skip
+    main(argv)
+    shard = str(tmp_path / "n1" / "2026-01-01")
+    capsys.readouterr()
+    assert main(["nightly", "--from-shards", shard, "--out", str(tmp_path / "m")]) == 2
+    assert "field 'items_digest': port per_request" in capsys.readouterr().err
+    assert main(["nightly", "--from-shards", shard, shard, "--out", str(tmp_path / "m")]) == 2

@@ -146,3 +146,30 @@ class LayoutOnlyPort:
 
     def workspace_size(self, config: WorkspaceConfig) -> int:
         return self._inner.workspace_size(config)
+
+
+class CloseExitPort(FloatFieldPort):
+    """Diverges (a port-error), then calls ``sys.exit(0)`` when the run closes it."""
+
+    name = "close-exit"
+
+    def close(self) -> None:
+        raise SystemExit(0)
+
+
+class ConstructorExitPort(PerRequestPort):
+    name = "constructor-exit"
+
+    def __init__(self) -> None:
+        raise SystemExit(0)
+
+
+class PytestSkipPort(PerRequestPort):
+    """Calls ``pytest.skip`` while planning, as a lazy ``importorskip`` would."""
+
+    name = "pytest-skip"
+
+    def plan_layout(self, case: Case) -> Layout:
+        import pytest
+
+        pytest.skip("kernel library missing")
