@@ -133,21 +133,6 @@ class MetaDeviceMergePort(PerRequestPort):
         return out.to("meta"), lse
 
 
-class LayoutOnlyPort:
-    """Implements the layout level alone (no ``merge_states`` or ``prefill``)."""
-
-    name = "layout-only"
-
-    def __init__(self) -> None:
-        self._inner = PerRequestPort()
-
-    def plan_layout(self, case: Case) -> Layout:
-        return self._inner.plan_layout(case)
-
-    def workspace_size(self, config: WorkspaceConfig) -> int:
-        return self._inner.workspace_size(config)
-
-
 class CloseExitPort(FloatFieldPort):
     """Diverges (a port-error), then calls ``sys.exit(0)`` when the run closes it."""
 
