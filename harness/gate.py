@@ -25,7 +25,7 @@ from harness.baseline import (
     port_names,
 )
 from harness.cases import CaseError
-from harness.results_file import items_digest
+from harness.results_file import RUN_IDENTITY, items_digest
 from harness.summary import summarise_table
 
 if TYPE_CHECKING:
@@ -91,24 +91,9 @@ def write_outputs(outcome: GateOutcome, out_dir: Path) -> None:
     write_junit(outcome, out_dir / JUNIT)
 
 
-# What every shard of one gate run shares: the items (digest of the whole run's
-# item list), the port (name and --port spelling), the harness (version, commit,
-# sources), the oracle (pin, drift flag) and the device.
-SHARD_IDENTITY = (
-    "suite",
-    "port",
-    "port_spec",
-    "levels",
-    "size",
-    "device",
-    "pin",
-    "oracle_drift_overridden",
-    "harness_version",
-    "harness_commit",
-    "harness_sources",
-    "items",
-    "items_digest",
-)
+# What every shard of one gate run shares: the results file's run identity (the
+# whole run's item digest, port and spelling, harness, oracle, device).
+SHARD_IDENTITY = RUN_IDENTITY
 
 
 def load_shard(directory: Path) -> tuple[pd.DataFrame, dict[str, Any]]:

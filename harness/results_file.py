@@ -46,24 +46,25 @@ def items_digest(item_ids: list[str]) -> str:
     return hashlib.sha256("\n".join(item_ids).encode("utf-8")).hexdigest()
 
 
-# What a header must agree on for a file to be resumed, in the order a
-# mismatch is reported: the items, who computes them, and with what.
-HEADER_KEYS = (
-    "items_digest",
-    "items",
+# Who computed a run's items and with what: every shard of one gate run, and
+# a resumed results file, must agree on all of it (a mismatch is named in this order).
+RUN_IDENTITY = (
     "suite",
+    "port",
+    "port_spec",
     "levels",
     "size",
-    "shard",
-    "port_spec",
-    "port",
     "device",
     "pin",
     "oracle_drift_overridden",
     "harness_version",
     "harness_commit",
     "harness_sources",
+    "items",
+    "items_digest",
 )
+# A results file holds one shard's items: the item list first, then the rest.
+HEADER_KEYS = tuple(dict.fromkeys(("items_digest", "items", *RUN_IDENTITY, "shard")))
 
 
 class ResultsWriter:
