@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from harness.model import KEYLESS_ROWS, MERGE_PATTERNS, NUMERIC_DTYPES, PRESETS, Case, MergeCase, alignment_unit
+from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES, PRESETS, Case, alignment_unit
 
 BLOCK_SIZES = (1, 16, 16, 32, 64, 128)
 WORKSPACES = (64, 128, 256, 512, 1024, 2048, 4096)
@@ -198,32 +198,7 @@ def generate(seed: int, count: int, families: list[str] | None = None) -> Iterat
         yield replace(case, name=f"{family}-{k:04d}")
 
 
-# -- numeric cases -------------------------------------------------------------------------------
-
-MERGE_HEAD_SIZES = (128, 512, 576, 96)
-
-
-def generate_merge(seed: int, count: int) -> Iterator[MergeCase]:
-    """L2 cases: patterns, dtypes and head sizes dealt so that every combination
-    recurs; a third of the cases merge only a prefix of their tokens."""
-    for index in range(count):
-        rng = random.Random(f"{seed}:merge:{index}")
-        pattern = MERGE_PATTERNS[index % len(MERGE_PATTERNS)]
-        dtype = NUMERIC_DTYPES[(index // len(MERGE_PATTERNS)) % len(NUMERIC_DTYPES)]
-        head_size = MERGE_HEAD_SIZES[(index // (len(MERGE_PATTERNS) * len(NUMERIC_DTYPES))) % len(MERGE_HEAD_SIZES)]
-        num_tokens = rng.randint(1, 6)
-        with_context = rng.randrange(num_tokens) if rng.random() < 1 / 3 else None
-        yield MergeCase(
-            name=f"merge-{pattern}-{index:04d}",
-            family=f"merge-{pattern}",
-            num_tokens=num_tokens,
-            num_heads=rng.randint(1, 3),
-            head_size=head_size,
-            dtype=dtype,
-            pattern=pattern,
-            seed=rng.randrange(1 << 31),
-            prefill_tokens_with_context=with_context,
-        )
+# -- numeric prefill cases (L3) --------------------------------------------------------------
 
 
 def _small_queries(rng: random.Random, n: int) -> tuple[int, ...]:

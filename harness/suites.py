@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import CaseError, load_cases
-from harness.generate import generate, generate_merge, generate_prefill
+from harness.generate import generate, generate_prefill
+from harness.merge_cases import generate_merge
 from harness.model import Case, MergeCase, WorkspaceConfig
 
 CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
