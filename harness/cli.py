@@ -1,7 +1,8 @@
 """``parity``: the command line (also ``python -m harness``).
 
-Exit codes everywhere: 0 every item at parity, 1 some item diverges or errors,
-2 bad input or usage (one line on stderr naming the file, field and reason).
+Exit codes everywhere: 0 every item at parity, 1 some item diverges or errors
+(for ``coverage``: some target is missed), 2 bad input or usage (one line on
+stderr naming the file, field and reason).
 """
 
 from __future__ import annotations
@@ -514,7 +515,16 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             note_unimplemented(port, levels)
         oracle, provenance = open_oracle(args.allow_oracle_drift)
         plan = NightlyPlan(
-            date, suite, selected_levels(args.level), shard, out_dir, history, not args.skip_mutants, gpu_reports
+            date,
+            suite,
+            selected_levels(args.level),
+            shard,
+            out_dir,
+            history,
+            not args.skip_mutants,
+            gpu_reports,
+            explore_budget_s=args.explore_budget_s,
+            port_specs=tuple(port_names),
         )
         try:
             night = run_nightly(plan, oracle, ports, provenance, progress=_progress)
@@ -528,9 +538,15 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     print(f"wrote {out_dir / 'index.html'} and {out_dir / 'report.md'}{state}")
     if not night.complete:
         return 130
+    for result in night.explore:
+        print(f"explore {result['port_spec']:<14} {result['verdict'].upper()}  {result['examples']} examples")
     gated = nightly_gated_ports(args.ports, [p.port for p in night.ports])
     gating = [p for p in night.ports if p.port in gated]
-    return EXIT_PARITY if gating and all(p.summary["verdict"] == "pass" for p in gating) else EXIT_DIVERGENT
+    # A gated port's search must come back clean too: a find is a divergence, a
+    # search that compared nothing is not a pass.
+    explored = [r for r in night.explore if r["port"] in gated]
+    clean = all(r["verdict"] == "clean" for r in explored)
+    return EXIT_PARITY if gating and clean and all(p.summary["verdict"] == "pass" for p in gating) else EXIT_DIVERGENT
 
 
 def nightly_gated_ports(requested: str | None, ran: list[str]) -> list[str]:
@@ -669,6 +685,31 @@ def diff_items(case: Case | MergeCase, spec: str, level: str) -> list[tuple[str,
     return items
 
 
+def cmd_coverage(args: argparse.Namespace) -> int:
+    """What a suite exercises per input feature, against its targets; 1 on a miss."""
+    from harness.coverage import TARGETS_FILE, display_path, judge, load_targets, measure, render_text, write_json
+
+    path = Path(args.targets) if args.targets else TARGETS_FILE
+    targets = load_targets(path, suite_names())
+    if args.suite not in suite_names():
+        load_suite(args.suite)  # refuses, naming the known suites
+    if args.suite not in targets:
+        raise UsageError(f"no coverage targets for suite {args.suite} in {display_path(path)}")
+    suite = load_suite(args.suite)
+    oracle, provenance = open_oracle(args.allow_oracle_drift)
+    banner = _drift_banner(provenance)
+    if banner:
+        print(banner)
+    judged = judge(measure(suite, oracle), targets[args.suite], display_path(path))
+    print(render_text(judged), end="")
+    code = EXIT_DIVERGENT if judged.missed else EXIT_PARITY
+    if args.json:
+        if not write_output(lambda: write_json(judged, Path(args.json)), args.json):
+            return code or EXIT_USAGE
+        print(f"\nwrote {args.json}")
+    return code
+
+
 def cmd_oracle(args: argparse.Namespace) -> int:
     from oracle.environment import OracleUnavailable
     from oracle.pin import check_fingerprints, installed_version, load_pin, record_fingerprints
@@ -688,6 +729,16 @@ def cmd_oracle(args: argparse.Namespace) -> int:
     ok = all(s.status == "ok" for s in statuses) and version == pin["release_version"]
     print("oracle: OK" if ok else "oracle: DRIFTED from the pin")
     return EXIT_PARITY if ok else EXIT_DIVERGENT
+
+
+def non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -766,6 +817,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_nightly.add_argument("--skip-mutants", action="store_true", help="leave the mutant kill matrix out")
     p_nightly.add_argument(
+        "--explore-budget-s",
+        type=non_negative_seconds,
+        default=60.0,
+        help="seconds of parity explore per port after the suite (default 60; 0 leaves it out); "
+        "its database lives in <out>/explore/<port>, so each night replays earlier finds",
+    )
+    p_nightly.add_argument(
         "--allow-oracle-drift", action="store_true", help="run even if an oracle fingerprint differs"
     )
     p_nightly.set_defaults(func=cmd_nightly)
@@ -788,6 +846,18 @@ def build_parser() -> argparse.ArgumentParser:
     p_shrink.add_argument("--budget", type=int, default=2000, help="most evaluations (default 2000)")
     p_shrink.add_argument("--out", metavar="FILE", help="where to write the shrunk case")
     p_shrink.set_defaults(func=cmd_shrink)
+
+    p_coverage = sub.add_parser("coverage", help="what a suite exercises per input feature, against its targets")
+    p_coverage.add_argument("--suite", default="ci", help=f"one of {', '.join(suite_names())} (default ci)")
+    p_coverage.add_argument("--json", metavar="OUT", help="write the measured values and verdicts as JSON")
+    p_coverage.add_argument("--targets", metavar="FILE", help="the targets file (default cases/coverage.json)")
+    p_coverage.add_argument("--allow-oracle-drift", action="store_true", help="run despite fingerprint drift")
+    p_coverage.set_defaults(func=cmd_coverage)
+
+    # harness.explore builds on this module's helpers, so it is imported here, not at the top.
+    from harness.explore import add_parser as add_explore_parser
+
+    add_explore_parser(sub)
 
     p_oracle = sub.add_parser("oracle", help="the pin, the installed vLLM and each fingerprint's status")
     p_oracle.add_argument("--record", action="store_true", help="rewrite the pin's fingerprints (maintainers)")

@@ -327,6 +327,9 @@ PRESETS: dict[str, NumericSpec] = {
     # Small enough for Triton's interpreter on a 2-core CPU (about 1.6 ms per
     # (token, head) merge program), wide enough to exercise every code path.
     "tiny": NumericSpec(num_heads=2, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, kv_lora_rank=32),
+    # One head and 8-wide heads: the merge's cost is per (token, head), so L3
+    # batches of hundreds of requests stay affordable; v still narrower than qk.
+    "narrow": NumericSpec(num_heads=1, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, kv_lora_rank=16),
     "deepseek-v2-lite": NumericSpec(
         num_heads=16, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, kv_lora_rank=512
     ),
@@ -341,17 +344,40 @@ MERGE_PATTERNS = (
     "neg-inf-both",  # both sides empty: output 0, LSE -inf
     "neg-inf-prefix",  # empty context: the suffix alone
     "neg-inf-suffix",
-    "pos-inf",  # FA2's +inf for an empty side, which the merge turns into -inf
-    "large-gap",  # LSEs 30-90 apart: one side's weight underflows
+    "pos-inf",  # FA2's +inf for an empty side, against finite, +inf and -inf
+    "visible-gap",  # gaps 0-18.6: the weaker side only partly visible in the output dtype
+    "large-gap",  # gaps 16-88: the weaker side's weight normal in fp32 but invisible
+    "underflow-gap",  # gaps 86-106 (exp(-gap) an fp32 denormal, then 0) and far beyond
+    "tiny-lse",  # LSEs of -0.0, +0.0 and fp32 denormals, against tiny, finite and infinite ones
     "mixed",  # every one of the above, element by element
 )
+
+# How a merge case lays out its LSEs ``[num_heads, num_tokens]`` in memory
+# (both LSEs, on both sides of a comparison):
+#   "contiguous":   a tensor of its own;
+#   "column-slice": columns of a wider ``[num_heads, N]`` buffer, as the context
+#                   loop merges ``output_lse[:, start:stop]`` with a chunk's
+#                   ``lse[:, :n]`` (head strides differ between the two LSEs);
+#   "transposed":   the transpose of a contiguous ``[num_tokens, num_heads]``
+#                   tensor, as a backend that reports LSEs token-major hands over.
+MERGE_LSE_VIEWS = ("contiguous", "column-slice", "transposed")
+
+# How a merge case lays out its partial outputs ``[num_tokens, num_heads, head_size]``:
+#   "contiguous":     a tensor of its own;
+#   "head-dim-slice": ``[..., :head_size]`` of a buffer whose heads are wider
+#                     (``forward_mha`` cuts partials padded to the qk head size
+#                     down to ``v_head_dim``), the prefix also rows into it.
+MERGE_VALUE_VIEWS = ("contiguous", "head-dim-slice")
 
 
 @dataclass(frozen=True)
 class MergeCase:
     """One L2 input: two partials ``[num_tokens, num_heads, head_size]`` with
     fp32 LSEs ``[num_heads, num_tokens]``; tokens at and past
-    ``prefill_tokens_with_context`` take the suffix unmerged."""
+    ``prefill_tokens_with_context`` take the suffix unmerged (None: every token
+    is merged). ``lse_view`` (:data:`MERGE_LSE_VIEWS`) and ``value_view``
+    (:data:`MERGE_VALUE_VIEWS`) say how the inputs are laid out in memory; they
+    change no value the merge reads."""
 
     name: str
     num_tokens: int
@@ -362,9 +388,11 @@ class MergeCase:
     seed: int
     prefill_tokens_with_context: int | None = None
     family: str = "merge"
+    lse_view: str = MERGE_LSE_VIEWS[0]
+    value_view: str = MERGE_VALUE_VIEWS[0]
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "family": self.family,
             "num_tokens": self.num_tokens,
@@ -375,3 +403,10 @@ class MergeCase:
             "seed": self.seed,
             "prefill_tokens_with_context": self.prefill_tokens_with_context,
         }
+        # Written only when not the default, so cases from before the views
+        # existed keep byte-identical JSON (and results files).
+        if self.lse_view != MERGE_LSE_VIEWS[0]:
+            out["lse_view"] = self.lse_view
+        if self.value_view != MERGE_VALUE_VIEWS[0]:
+            out["value_view"] = self.value_view
+        return out

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from harness.cases import CaseError
+from harness.coverage import JudgedCoverage, nightly_coverage
 from harness.port import Port
 from harness.provenance import collect
 from harness.results_file import items_digest
@@ -42,6 +43,12 @@ class NightlyPlan:
     mutants: bool = True
     # The latest GPU report here (benchmarks/gpu_report.py) becomes the night's GPU section.
     gpu_reports: Path = GPU_REPORTS
+    # ``parity explore`` for every port after the suite (0: not run). Its folder is
+    # not per date, so every night first replays the finds of the nights before.
+    explore_budget_s: float = 0.0
+    explore_dir: Path | None = None
+    # The ``--ports`` spelling of each port, for the finds' reproduce commands.
+    port_specs: tuple[str, ...] = ()
 
 
 def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path, digest: str | None = None) -> None:
@@ -55,6 +62,9 @@ def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path, diges
         "complete": night.complete,
         "ports": [p.port for p in night.ports],
         "provenance": night.provenance,
+        # The suite's coverage (measured once per night: by an unsharded run or shard 1).
+        "coverage": night.coverage.to_json() if night.coverage else None,
+        "explore": [{k: v for k, v in result.items() if k != "markdown"} for result in night.explore],
     }
     (out_dir / NIGHT_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -78,6 +88,9 @@ def run_nightly(
     night = Night(plan.date, plan.suite.name, per_port * len(ports), provenance=collect(oracle_provenance))
     night.provenance["shard"] = str(plan.shard) if plan.shard else None
     night.gpu = latest_gpu_report(plan.gpu_reports)
+    # Coverage is the suite's, not a shard's: one shard measures it for the night.
+    if plan.shard is None or plan.shard.number == 1:
+        night.coverage = nightly_coverage(plan.suite, oracle)
     _save(night, plan)
 
     def stop(signum: int, frame: Any) -> None:
@@ -108,6 +121,11 @@ def run_nightly(
                 break
         if plan.mutants and plan.shard is None and not interrupted:
             night.kill_matrix = _kill_matrix(oracle, plan)
+            _save(night, plan)
+        if plan.explore_budget_s > 0 and plan.shard is None and not interrupted:
+            for port, spec in zip(ports, plan.port_specs or [p.name for p in ports], strict=True):
+                night.explore.append(_explore(oracle, port, spec, plan))
+                _save(night, plan)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -115,6 +133,23 @@ def run_nightly(
     night.complete = not interrupted
     _save(night, plan)
     return night
+
+
+def explore_seed(date: str) -> int:
+    """Each night searches from a new seed (its date), after replaying the database."""
+    return int("".join(ch for ch in date if ch.isdigit()) or "0")
+
+
+def _explore(oracle: Port, port: Port, spec: str, plan: NightlyPlan) -> dict[str, Any]:
+    """``parity explore`` of one port at the night's levels; its JSON form plus its Markdown."""
+    from harness.explore import explore
+    from harness.kernels import CpuKernels
+
+    level = plan.levels[0] if len(plan.levels) == 1 else "all"
+    root = plan.explore_dir or plan.out_dir.parent / "explore"
+    folder = root / "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in spec)
+    result = explore(oracle, port, spec, level, plan.explore_budget_s, explore_seed(plan.date), folder, CpuKernels())
+    return {**result.to_json(), "markdown": result.to_markdown("###")}
 
 
 def _kill_matrix(oracle: Port, plan: NightlyPlan) -> dict[str, Any]:
@@ -168,6 +203,7 @@ def merge_nightly_shards(
         provenance={**first["provenance"], "shard": None, "merged_from": [str(d) for d in directories]},
         complete=all(m["complete"] for m in metas),
         gpu=latest_gpu_report(gpu_reports),
+        coverage=next((JudgedCoverage.from_json(m["coverage"]) for m in metas if m.get("coverage") is not None), None),
     )
     for port in first["ports"]:
         table = pd.concat(

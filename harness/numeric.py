@@ -151,9 +151,56 @@ def new_token_partial(inputs: PrefillInputs, kernels: SharedKernels) -> tuple[to
 
 # -- L2: merge partials ------------------------------------------------------------------------
 
+MANTISSA_BITS = {"bf16": 7, "fp16": 10, "fp32": 23}
+
+# exp(-gap) in fp32 is a denormal from a gap of 126 ln 2 (87.34) and rounds to 0
+# past 150 ln 2 (103.97): the band where a merge that treats small weights
+# specially (flushes denormals, skips or thresholds a side) parts from the reference.
+FP32_EXP_DENORMAL_GAP = 126 * math.log(2)
+FP32_EXP_ZERO_GAP = 150 * math.log(2)
+
+# LSE kinds, per (head, token) element; a pattern picks one, "mixed" any.
+_RANDOM, _NEG_INF_BOTH, _NEG_INF_PREFIX, _NEG_INF_SUFFIX, _POS_INF = 0, 1, 2, 3, 4
+_VISIBLE_GAP, _LARGE_GAP, _UNDERFLOW_GAP, _TINY_LSE = 5, 6, 7, 8
+_KIND_OF_PATTERN = {
+    "random": _RANDOM,
+    "neg-inf-both": _NEG_INF_BOTH,
+    "neg-inf-prefix": _NEG_INF_PREFIX,
+    "neg-inf-suffix": _NEG_INF_SUFFIX,
+    "pos-inf": _POS_INF,
+    "visible-gap": _VISIBLE_GAP,
+    "large-gap": _LARGE_GAP,
+    "underflow-gap": _UNDERFLOW_GAP,
+    "tiny-lse": _TINY_LSE,
+}
+_NUM_KINDS = len(_KIND_OF_PATTERN)
+
+# Extra columns around a "column-slice" LSE and rows before a "head-dim-slice"
+# prefix (at most this many), and how much wider than head_size the heads of a
+# "head-dim-slice" buffer are (a 64-wide rope part, as a 192-wide qk head holds
+# a 128-wide v).
+_MAX_VIEW_MARGIN = 3
+_HEAD_DIM_PAD = 64
+
+
+def partly_visible_gap(dtype: str) -> float:
+    """The LSE gap below which the weaker side can still change a merged value
+    stored in ``dtype``: its weight ``exp(-gap)`` is at least half an ULP of 1,
+    ``2^-(mantissa_bits + 1)``; about 5.5 (bf16), 7.6 (fp16) and 16.6 (fp32)."""
+    return (MANTISSA_BITS[dtype] + 1) * math.log(2)
+
 
 @dataclass(frozen=True)
 class MergeInputs:
+    """Materialised L2 inputs: partials ``[num_tokens, num_heads, head_size]``
+    and fp32 LSEs ``[num_heads, num_tokens]``.
+
+    The tensors may be views (:attr:`MergeCase.lse_view`, ``value_view``) into
+    buffers whose other elements are NaN: a merge indexes them by their strides
+    and storage offsets, as upstream's kernel does. Prefix values and LSEs of
+    tokens at or past ``prefill_tokens_with_context`` are NaN too (never read).
+    """
+
     prefix_output: torch.Tensor
     prefix_lse: torch.Tensor
     suffix_output: torch.Tensor
@@ -161,36 +208,200 @@ class MergeInputs:
     prefill_tokens_with_context: int | None
 
 
+def _uniform(shape: tuple[int, ...], seed: int, name: str, low: float, high: float) -> torch.Tensor:
+    """Uniform on ``[low, high)`` in float64: what is derived from it rounds once, when cast to its dtype."""
+    return low + (high - low) * torch.rand(shape, generator=generator(seed, name), dtype=torch.float64)
+
+
+def _tiny(shape: tuple[int, ...], seed: int, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """Signed zeros, denormals (smallest, largest, in between) and the smallest
+    normal of ``dtype``, each exactly representable there (returned as float64)."""
+    info = torch.finfo(dtype)
+    smallest = info.tiny * info.eps
+    pick = torch.randint(0, 6, shape, generator=generator(seed, f"{name}:pick"))
+    steps = torch.randint(1, round(1 / info.eps), shape, generator=generator(seed, f"{name}:steps"))
+    magnitude = torch.zeros(shape, dtype=torch.float64)
+    magnitude = torch.where(pick == 2, smallest, magnitude)
+    magnitude = torch.where(pick == 3, steps.to(torch.float64) * smallest, magnitude)
+    magnitude = torch.where(pick == 4, info.tiny - smallest, magnitude)
+    magnitude = torch.where(pick == 5, info.tiny, magnitude)
+    negative = torch.rand(shape, generator=generator(seed, f"{name}:sign")) < 0.5
+    # copysign keeps the sign of a zero: picks 0 and 1 give -0.0 as often as +0.0.
+    return torch.copysign(magnitude, torch.where(negative, -1.0, 1.0).to(torch.float64))
+
+
+def _finite_lses(shape: tuple[int, ...], seed: int, name: str) -> torch.Tensor:
+    """Finite LSEs (float64): mostly moderate, some past exp's fp32 range on
+    either side (|lse| > 88: a merge that exponentiates LSEs before subtracting
+    the larger overflows or underflows there), some signed zeros and denormals."""
+    share = torch.rand(shape, generator=generator(seed, f"{name}:share"))
+    moderate = 3.0 * torch.randn(shape, generator=generator(seed, f"{name}:moderate"), dtype=torch.float64)
+    wide = _uniform(shape, seed, f"{name}:wide", -150.0, 150.0)
+    tiny = _tiny(shape, seed, f"{name}:tiny", torch.float32)
+    return torch.where(share < 0.6, moderate, torch.where(share < 0.9, wide, tiny))
+
+
+def _gaps(shape: tuple[int, ...], seed: int, dtype: str) -> dict[int, torch.Tensor]:
+    """LSE gaps (float64) for the gap kinds, continuous from 0 past 10^5.
+
+    Visible: an eighth exactly 0, half within the band where ``dtype`` still
+    shows the weaker side (:func:`partly_visible_gap`), an eighth within 1 of
+    that band's edge (where a cut-off that is a little off shows), a quarter up
+    to 2 past fp32's band, whatever the dtype. Large: 16 to 88. Underflow: the
+    fp32 exp-denormal band and past the gap where the weight is 0 (86 to 106),
+    a quarter log-uniform from 104 to 10^6.
+    """
+    band = partly_visible_gap(dtype)
+    share = torch.rand(shape, generator=generator(seed, "gap-share"))
+    in_band = _uniform(shape, seed, "gap-in-band", 0.0, band)
+    band_edge = _uniform(shape, seed, "gap-band-edge", band - 1.0, band + 1.0)
+    past_fp32 = _uniform(shape, seed, "gap-past-fp32", 0.0, partly_visible_gap("fp32") + 2.0)
+    visible = torch.where(
+        share < 1 / 8,
+        0.0,
+        torch.where(share < 5 / 8, in_band, torch.where(share < 6 / 8, band_edge, past_fp32)),
+    )
+    large = _uniform(shape, seed, "gap-large", 16.0, 88.0)
+    denormal = _uniform(shape, seed, "gap-denormal", 86.0, 106.0)
+    beyond = torch.exp(_uniform(shape, seed, "gap-beyond", math.log(104.0), math.log(1e6)))
+    underflow = torch.where(share < 3 / 4, denormal, beyond)
+    return {_VISIBLE_GAP: visible, _LARGE_GAP: large, _UNDERFLOW_GAP: underflow}
+
+
+def merge_lses(case: MergeCase) -> tuple[torch.Tensor, torch.Tensor]:
+    """The case's prefix and suffix LSEs as values, fp32 ``[num_heads, num_tokens]``
+    (contiguous, no poison): every (head, token) element is drawn after its kind,
+    the case's pattern or, under "mixed", one at random."""
+    shape = (case.num_heads, case.num_tokens)
+    seed = case.seed
+    if case.pattern == "mixed":
+        kinds = torch.randint(0, _NUM_KINDS, shape, generator=generator(seed, "mixed"))
+    else:
+        kinds = torch.full(shape, _KIND_OF_PATTERN[case.pattern])
+    neg, pos = torch.tensor(float("-inf"), dtype=torch.float64), torch.tensor(float("inf"), dtype=torch.float64)
+
+    # random: both finite, of similar size.
+    prefix = 3.0 * torch.randn(shape, generator=generator(seed, "prefix-lse"), dtype=torch.float64)
+    suffix = 3.0 * torch.randn(shape, generator=generator(seed, "suffix-lse"), dtype=torch.float64)
+    finite_p, finite_s = _finite_lses(shape, seed, "finite-prefix"), _finite_lses(shape, seed, "finite-suffix")
+
+    def pick(kind: int, p: torch.Tensor, s: torch.Tensor) -> None:
+        nonlocal prefix, suffix
+        prefix, suffix = torch.where(kinds == kind, p, prefix), torch.where(kinds == kind, s, suffix)
+
+    pick(_NEG_INF_BOTH, neg.expand(shape), neg.expand(shape))
+    pick(_NEG_INF_PREFIX, neg.expand(shape), finite_s)
+    pick(_NEG_INF_SUFFIX, finite_p, neg.expand(shape))
+    # +inf (FA2's empty side) against finite, +inf and -inf, on either side.
+    pairs = torch.randint(0, 5, shape, generator=generator(seed, "pos-inf-pair"))
+    pos_p = torch.where((pairs == 0) | (pairs == 2) | (pairs == 3), pos, torch.where(pairs == 4, neg, finite_p))
+    pos_s = torch.where((pairs == 1) | (pairs == 2) | (pairs == 4), pos, torch.where(pairs == 3, neg, finite_s))
+    pick(_POS_INF, pos_p, pos_s)
+    # The gap kinds: one side at a finite base, the other `gap` below it.
+    base = finite_p
+    prefix_higher = torch.rand(shape, generator=generator(seed, "gap-side")) < 0.5
+    for kind, gap in _gaps(shape, seed, case.dtype).items():
+        pick(kind, torch.where(prefix_higher, base, base - gap), torch.where(prefix_higher, base - gap, base))
+    # Tiny: a signed zero, denormal or FLT_MIN against another, or against a
+    # moderate, +inf or -inf LSE (a merge with -inf gives max + log(1): +0.0 for -0.0).
+    tiny = _tiny(shape, seed, "tiny-lse", torch.float32)
+    other_tiny = _tiny(shape, seed, "tiny-lse-other", torch.float32)
+    other_kind = torch.randint(0, 6, shape, generator=generator(seed, "tiny-lse-other-kind"))
+    other = torch.where(other_kind == 3, neg, torch.where(other_kind == 4, pos, other_tiny))
+    other = torch.where(
+        other_kind == 5, 3.0 * torch.randn(shape, generator=generator(seed, "tiny-lse-moderate")), other
+    )
+    pick(_TINY_LSE, torch.where(prefix_higher, tiny, other), torch.where(prefix_higher, other, tiny))
+    return prefix.to(torch.float32), suffix.to(torch.float32)
+
+
+def _with_special_values(values: torch.Tensor, chosen: torch.Tensor, seed: int, name: str) -> torch.Tensor:
+    """``values`` with the ``chosen`` lanes replaced by signed zeros, denormals
+    and the smallest normal of their dtype."""
+    return torch.where(chosen, _tiny(tuple(values.shape), seed, name, values.dtype).to(values.dtype), values)
+
+
+def _lse_layout(lse: torch.Tensor, view: str, lead: int, trail: int, device: str) -> torch.Tensor:
+    """``lse`` ``[heads, tokens]`` on ``device`` in the layout ``view`` names
+    (:data:`harness.model.MERGE_LSE_VIEWS`); a buffer's other elements are NaN."""
+    heads, tokens = lse.shape
+    if view == "contiguous":
+        return lse.contiguous().to(device)
+    if view == "column-slice":
+        buffer = torch.full((heads, lead + tokens + trail), float("nan"), dtype=lse.dtype, device=device)
+        buffer[:, lead : lead + tokens] = lse.to(device)
+        return buffer[:, lead : lead + tokens]
+    if view == "transposed":
+        # Filled as a fresh [tokens, heads] tensor: .contiguous() would keep the
+        # strides of a single token's [1, heads] as they are.
+        token_major = torch.empty((tokens, heads), dtype=lse.dtype, device=device)
+        token_major.copy_(lse.t())
+        return token_major.t()
+    raise ValueError(f"unknown merge LSE view {view!r}")
+
+
+def _value_layout(values: torch.Tensor, view: str, lead: int, device: str) -> torch.Tensor:
+    """``values`` ``[tokens, heads, dim]`` on ``device`` in the layout ``view``
+    names (:data:`harness.model.MERGE_VALUE_VIEWS`); a buffer's other elements are NaN."""
+    tokens, heads, dim = values.shape
+    if view == "contiguous":
+        return values.contiguous().to(device)
+    if view == "head-dim-slice":
+        buffer = torch.full(
+            (lead + tokens, heads, dim + _HEAD_DIM_PAD), float("nan"), dtype=values.dtype, device=device
+        )
+        buffer[lead:, :, :dim] = values.to(device)
+        return buffer[lead:, :, :dim]
+    raise ValueError(f"unknown merge value view {view!r}")
+
+
 def materialise_merge(case: MergeCase, device: str = "cpu") -> MergeInputs:
+    """The case's partials and LSEs (:func:`merge_lses`), laid out as its views say.
+
+    Values are seeded normals with about one lane in eight a signed zero,
+    denormal or smallest normal on each side, half of those lanes special on
+    both. NaN stands where the contract says nothing is read or the result
+    does not depend on it: prefix values and LSEs of tokens at or past
+    ``prefill_tokens_with_context``, and a quarter of the values of merged rows
+    whose two LSEs are both infinite (both sides empty: output 0).
+    """
     dtype = DTYPES[case.dtype]
     shape = (case.num_tokens, case.num_heads, case.head_size)
-    lse_shape = (case.num_heads, case.num_tokens)
-    prefix = randn(shape, case.seed, "prefix-output", dtype)
-    suffix = randn(shape, case.seed, "suffix-output", dtype)
-    prefix_lse = randn(lse_shape, case.seed, "prefix-lse", torch.float32, 3.0)
-    suffix_lse = randn(lse_shape, case.seed, "suffix-lse", torch.float32, 3.0)
-    pattern = case.pattern
-    if pattern == "mixed":
-        kinds = torch.randint(0, 6, lse_shape, generator=generator(case.seed, "mixed"))
-    else:
-        kind_of = {"random": 0, "neg-inf-both": 1, "neg-inf-prefix": 2, "neg-inf-suffix": 3, "pos-inf": 4}
-        kinds = torch.full(lse_shape, kind_of.get(pattern, 5))
-    neg, pos = float("-inf"), float("inf")
-    prefix_lse = torch.where((kinds == 1) | (kinds == 2), neg, prefix_lse)
-    suffix_lse = torch.where((kinds == 1) | (kinds == 3), neg, suffix_lse)
-    # FA2 reports +inf for an empty side: on one side or both.
-    side = torch.rand(lse_shape, generator=generator(case.seed, "pos-inf-side"))
-    prefix_lse = torch.where((kinds == 4) & (side < 0.67), pos, prefix_lse)
-    suffix_lse = torch.where((kinds == 4) & (side > 0.33), pos, suffix_lse)
-    gap = 30.0 + 60.0 * torch.rand(lse_shape, generator=generator(case.seed, "gap"))
-    flip = torch.rand(lse_shape, generator=generator(case.seed, "gap-side")) < 0.5
-    large = kinds == 5
-    prefix_lse = torch.where(large & flip, suffix_lse + gap, prefix_lse)
-    suffix_lse = torch.where(large & ~flip, prefix_lse + gap, suffix_lse)
-    return MergeInputs(
-        prefix.to(device),
-        prefix_lse.to(device),
-        suffix.to(device),
-        suffix_lse.to(device),
+    seed = case.seed
+    prefix = randn(shape, seed, "prefix-output", dtype)
+    suffix = randn(shape, seed, "suffix-output", dtype)
+    lanes = torch.rand(shape, generator=generator(seed, "special-lanes"))
+    prefix = _with_special_values(prefix, lanes < 1 / 8, seed, "prefix-special")
+    suffix = _with_special_values(
+        suffix, (lanes < 1 / 16) | ((lanes >= 1 / 8) & (lanes < 3 / 16)), seed, "suffix-special"
+    )
+    prefix_lse, suffix_lse = merge_lses(case)
+
+    merged = case.num_tokens if case.prefill_tokens_with_context is None else case.prefill_tokens_with_context
+    token_merged = torch.arange(case.num_tokens) < merged
+    both_empty = (prefix_lse.isinf() & suffix_lse.isinf()).t().unsqueeze(-1)  # [tokens, heads, 1]
+    garbage = torch.rand((2, *shape), generator=generator(seed, "empty-garbage")) < 0.25
+    merged_rows = token_merged.view(-1, 1, 1)
+    prefix = torch.where(both_empty & merged_rows & garbage[0], float("nan"), prefix)
+    suffix = torch.where(both_empty & merged_rows & garbage[1], float("nan"), suffix)
+    # The prefix of a token without context is never read.
+    prefix = torch.where(merged_rows, prefix, float("nan"))
+    prefix_lse = torch.where(token_merged, prefix_lse, float("nan"))
+
+    margins = torch.randint(0, _MAX_VIEW_MARGIN, (4,), generator=generator(seed, "view-margins")).tolist()
+    inputs = MergeInputs(
+        # As the context loop's merge: the running partial's rows and LSE
+        # columns from an offset, the chunk's from 0 with columns past the slice.
+        _value_layout(prefix, case.value_view, 1 + margins[0], device),
+        _lse_layout(prefix_lse, case.lse_view, 1 + margins[1], margins[2], device),
+        _value_layout(suffix, case.value_view, 0, device),
+        _lse_layout(suffix_lse, case.lse_view, 0, 1 + margins[3], device),
         case.prefill_tokens_with_context,
     )
+    for values in (inputs.prefix_output, inputs.suffix_output):
+        # Upstream's kernel takes a value's token stride to be num_heads times its
+        # head stride and its lanes to be adjacent; any other layout would have it
+        # read and write out of bounds, silently. (A single token's stride is moot.)
+        token_stride, head_stride, lane_stride = values.stride()
+        assert lane_stride == 1 and (case.num_tokens == 1 or token_stride == case.num_heads * head_stride)
+    return inputs

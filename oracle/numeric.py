@@ -49,10 +49,17 @@ Partial = tuple[torch.Tensor, torch.Tensor]
 
 
 def merge_states(inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Upstream ``merge_attn_states`` (its Triton kernel) with the merged LSE."""
+    """Upstream ``merge_attn_states`` (its Triton kernel) with the merged LSE.
+
+    The inputs go in as :func:`harness.numeric.materialise_merge` laid them out,
+    strided and transposed views included: upstream's kernel reads LSEs by their
+    strides and partials by their head stride. The outputs are fresh contiguous
+    tensors, as ``forward_mha``'s final merge writes into the layer output.
+    """
     merge = import_vllm_module(MERGE_MODULE).merge_attn_states
-    output = torch.empty_like(inputs.prefix_output)
-    output_lse = torch.empty_like(inputs.prefix_lse)
+    prefix_output, prefix_lse = inputs.prefix_output, inputs.prefix_lse
+    output = torch.empty(prefix_output.shape, dtype=prefix_output.dtype, device=prefix_output.device)
+    output_lse = torch.empty(prefix_lse.shape, dtype=prefix_lse.dtype, device=prefix_lse.device)
     merge(
         output=output,
         prefix_output=inputs.prefix_output,

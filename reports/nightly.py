@@ -5,7 +5,8 @@ It shows, per port: the verdict per level; family-by-level tables; chunk counts
 and workspace utilisation per family for the oracle and each port; ULP
 histograms for ports that are not bit-exact; provenance; and the history store
 (one JSON line per port and night), plotted as pass rate and chunk counts over
-time; and, when a GPU report exists, the latest one's tables (reports/gpu.py).
+time; when a GPU report exists, the latest one's tables (reports/gpu.py); and
+the coverage of the night's suite against its targets (harness/coverage.py).
 A run that did not finish is written with an INCOMPLETE banner.
 """
 
@@ -21,6 +22,8 @@ from typing import Any
 
 import pandas as pd
 
+from harness.coverage import JudgedCoverage, headline, table_rows
+from harness.coverage import render_markdown as coverage_markdown
 from harness.runner import PARITY
 from reports.gpu import gpu_section_html, gpu_section_markdown
 
@@ -47,6 +50,9 @@ class Night:
     complete: bool = False
     kill_matrix: dict[str, Any] | None = None  # harness.mutants' JSON form
     gpu: tuple[Path, dict[str, Any]] | None = None  # the latest GPU report (reports/gpu.py)
+    coverage: JudgedCoverage | None = None  # the suite's coverage (harness/coverage.py)
+    # One ``parity explore`` per port (harness/explore.py's JSON form plus "markdown").
+    explore: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def items_done(self) -> int:
@@ -186,6 +192,12 @@ def chunk_table(night: Night) -> pd.DataFrame:
 # -- history -----------------------------------------------------------------------------------
 
 
+def explore_table(result: dict[str, Any]) -> pd.DataFrame:
+    """One row per searched property of a ``parity explore`` result (its JSON form)."""
+    columns = ["name", "examples", "refused", "seconds", "ended_by", "finds"]
+    return pd.DataFrame([{c: run[c] for c in columns} for run in result["properties"]], columns=columns)
+
+
 def kill_matrix_table(matrix: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for m in matrix["mutants"]:
@@ -313,6 +325,20 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         killed = sum(m["killed"] for m in night.kill_matrix["mutants"])
         parts.append(f"<h2>Mutant kill matrix: {killed}/{len(night.kill_matrix['mutants'])} killed</h2>")
         parts.append(kill_matrix_table(night.kill_matrix).to_html(index=False, table_id="kill-matrix"))
+    if night.coverage:
+        parts.append(f'<h2 id="coverage">{html.escape(headline(night.coverage))}</h2>')
+        coverage = pd.DataFrame(table_rows(night.coverage))
+        parts.append(coverage.to_html(index=False, table_id="coverage-table"))
+    if night.explore:
+        parts.append('<h2 id="explore">Property-based exploration (parity explore)</h2>')
+        for result in night.explore:
+            parts.append(f"<h3>{html.escape(result['port_spec'])}: {html.escape(result['verdict'].upper())}</h3>")
+            parts.append(explore_table(result).to_html(index=False, classes="explore"))
+            for find in result["finds"]:
+                parts.append(
+                    f"<p>{html.escape(find['property'])}, {html.escape(find['status'])}: "
+                    f"{html.escape(find['detail'])}<br><code>{html.escape(find['command'])}</code></p>"
+                )
     if night.gpu:
         parts.append(gpu_section_html(*night.gpu))
     parts.append("<h2>History</h2>")
@@ -344,6 +370,11 @@ def render_markdown(night: Night) -> str:
         killed = sum(m["killed"] for m in night.kill_matrix["mutants"])
         lines += [f"## Mutant kill matrix: {killed}/{len(night.kill_matrix['mutants'])} killed", ""]
         lines += [kill_matrix_table(night.kill_matrix).to_markdown(index=False), ""]
+    if night.coverage:
+        lines += [f"## {headline(night.coverage)}", "", coverage_markdown(night.coverage)]
+    if night.explore:
+        lines += ["## Property-based exploration (parity explore)", ""]
+        lines += [result["markdown"] for result in night.explore]
     if night.gpu:
         path, report = night.gpu
         lines += [f"## GPU (latest report: {path}, {report.get('date')})", ""]

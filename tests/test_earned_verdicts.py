@@ -328,7 +328,7 @@ def test_output_files_do_not_change_the_source_digest(tmp_path: Path) -> None:
 
 def test_nightly_exit_follows_the_requested_ports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["nightly", "--size", "0", "--numeric-size", "1", "--ports", "tests.fault_ports:NoNumericPort",
-            "--skip-mutants", "--out", str(tmp_path), "--date", "2026-01-01"]  # fmt: skip
+            "--skip-mutants", "--explore-budget-s", "0", "--out", str(tmp_path), "--date", "2026-01-01"]  # fmt: skip
     assert main(argv) == 1
     assert "layout-only    INCOMPLETE" in capsys.readouterr().out
 

@@ -11,7 +11,7 @@ import torch
 
 from harness.bits import compare_bits, ordered
 from harness.kernels import CpuKernels, SharedKernels
-from harness.model import PRESETS, Case, MergeCase
+from harness.model import MERGE_LSE_VIEWS, MERGE_VALUE_VIEWS, PRESETS, Case, MergeCase
 from harness.numeric import PrefillInputs, materialise_merge, materialise_prefill, new_token_partial
 from harness.port import Port
 from harness.runner import DIVERGENT, PARITY, compare_merge, compare_prefill
@@ -65,8 +65,13 @@ def test_merge_patterns_have_their_edges() -> None:
     assert (lses == float("-inf")).any() and (lses == float("inf")).any() and lses.isfinite().any()
     both = materialise_merge(MergeCase("m", 4, 2, 128, "bf16", "neg-inf-both", 5))
     assert (both.prefix_lse == float("-inf")).all() and (both.suffix_lse == float("-inf")).all()
-    gap = materialise_merge(MergeCase("m", 8, 2, 128, "fp32", "large-gap", 5))
-    assert ((gap.prefix_lse - gap.suffix_lse).abs() >= 30).all()
+    for pattern, low, high in (("visible-gap", 0, 18.7), ("large-gap", 16, 88), ("underflow-gap", 86, 1e6)):
+        gap = materialise_merge(MergeCase("m", 8, 2, 128, "fp32", pattern, 5))
+        gaps = (gap.prefix_lse - gap.suffix_lse).abs()
+        assert ((gaps >= low) & (gaps <= high)).all(), (pattern, gaps)
+    tiny = materialise_merge(MergeCase("m", 8, 2, 128, "fp32", "tiny-lse", 5))
+    smallest = torch.minimum(tiny.prefix_lse.abs(), tiny.suffix_lse.abs())
+    assert (smallest <= torch.finfo(torch.float32).tiny).all()
 
 
 # -- shared kernels ------------------------------------------------------------------------------
@@ -149,6 +154,8 @@ def test_per_request_bit_exact_on_every_ci_merge_case(oracle: Port, per_request:
     assert {c.dtype for c in cases} == {"bf16", "fp16", "fp32"}
     assert {c.head_size for c in cases} >= {128, 512, 576, 96}
     assert any(c.prefill_tokens_with_context is not None for c in cases)
+    assert {c.lse_view for c in cases} == set(MERGE_LSE_VIEWS)
+    assert {c.value_view for c in cases} == set(MERGE_VALUE_VIEWS)
     bad = [(r.name, r.detail()) for r in (compare_merge(oracle, per_request, c) for c in cases) if not r.ok]
     assert not bad, bad[:3]
 

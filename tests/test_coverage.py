@@ -1,0 +1,293 @@
+"""``parity coverage``: what a suite exercises, its targets, verdicts and exit codes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from harness.cli import main
+from harness.coverage import (
+    FEATURES,
+    TARGETS_FILE,
+    CoverageReport,
+    JudgedCoverage,
+    Target,
+    judge,
+    load_targets,
+    lse_view,
+    measure,
+    oracle_chunks,
+    render_markdown,
+    value_view,
+)
+from harness.model import PRESETS, Case, MergeCase, WorkspaceConfig
+from harness.numeric import materialise_merge
+from harness.port import Port
+from harness.suites import Suite, load_suite, suite_names
+from reports.nightly import Night, render_html
+from reports.nightly import render_markdown as night_markdown
+
+LONG = Case("long", (70000, 5, 0, 300), (3, 2, 4, 1), block_size=16, workspace_size=1024)
+# lcm(16, 3*4) = 48 is not max(16, 12) = 16: an lcm/max disagreement.
+DCP = Case("dcp", (500, 17), (1, 1), 16, 192, dcp_world_size=3, cp_kv_cache_interleave_size=4)
+ODD_BLOCK = Case("odd", (2000, 1), (1, 1), 528, 1056, align_to_block=False)
+NUMERIC = Case("numeric", (100, 0, 40), (2, 1, 3), 16, 32, numeric=PRESETS["tiny"])
+# 528 does not divide 65536 and the dense size is past the cap, so rounding up to
+# the alignment before or after capping gives different sizes; 16 divides 65536.
+ODD_CONFIG = WorkspaceConfig(163840, 256, 528, 3, 16)
+PLAIN_CONFIG = WorkspaceConfig(2048, 1, 16)
+MERGES = (
+    MergeCase("m-none", 6, 3, 128, "bf16", "mixed", 11),
+    MergeCase("m-all", 5, 2, 96, "fp32", "mixed", 12, prefill_tokens_with_context=5),
+)
+SYNTHETIC = Suite("synthetic", (LONG, DCP, ODD_BLOCK, NUMERIC), (ODD_CONFIG, PLAIN_CONFIG), MERGES)
+
+
+@pytest.fixture(scope="module")
+def synthetic(oracle: Port) -> CoverageReport:
+    return measure(SYNTHETIC, oracle)
+
+
+def test_layout_features_follow_the_oracle_plans(oracle: Port, synthetic: CoverageReport) -> None:
+    values = synthetic.values
+    layouts = {case.name: oracle.plan_layout(case) for case in SYNTHETIC.cases}
+    chunks = [c for layout in layouts.values() for c in layout.chunks]
+    assert values["layout.cases"] == len(SYNTHETIC.cases) and values["layout.oracle_refused"] == 0
+    assert values["layout.max_start"] == max(s for c in chunks for s in c.starts)
+    assert values["layout.max_cu_seq_len"] == max(c.cu_seq_lens[-1] for c in chunks)
+    assert values["layout.requests_per_chunk"] == max(c.request_end - c.request_start for c in chunks)
+    assert values["layout.max_context"] == max(max(c.context_lens) for c in SYNTHETIC.cases)
+    assert values["layout.requests_per_batch"] == max(c.num_requests for c in SYNTHETIC.cases)
+    pieces = [
+        sum(c.request_start <= r < c.request_end for c in layout.chunks)
+        for name, layout in layouts.items()
+        for r in range(next(case for case in SYNTHETIC.cases if case.name == name).num_requests)
+    ]
+    assert values["layout.pieces_per_request"] == max(pieces)
+    assert values["layout.requests_in_3_pieces"] == sum(p >= 3 for p in pieces)
+    assert values["layout.block_sizes"] == sorted({c.block_size for c in SYNTHETIC.cases})
+    assert values["layout.non_pow2_block_cases"] == 1  # ODD_BLOCK
+    assert values["layout.alignment"] == ["off", "on"]
+    assert values["layout.dcp_worlds"] == [3] and values["layout.dcp_pairs"] == ["3x4"]
+    assert values["layout.lcm_ne_max_cases"] == 1
+    assert values["layout.dcp_interleave_vs_block"] == {"1": 0, "between": 1, "equal": 0, "above": 0}
+    assert values["layout.max_query_offset"] == max(sum(c.query_lens) for c in SYNTHETIC.cases)
+
+
+def test_upstream_planner_shortcut_matches_the_full_layout(oracle: Port) -> None:
+    """Without DCP, coverage reads upstream's planner alone; it must agree with
+    the chunks of the whole metadata the oracle builds."""
+    full_layout_only = SimpleNamespace(name="oracle", plan_layout=oracle.plan_layout)
+    smoke = load_suite("smoke")
+    compared = 0
+    for case in [*smoke.cases, *SYNTHETIC.cases]:
+        shortcut = [(c.request_start, c.request_end, c.starts, c.seq_lens) for c in oracle_chunks(oracle, case)]
+        full = [(c.request_start, c.request_end, c.starts, c.seq_lens) for c in oracle_chunks(full_layout_only, case)]
+        assert shortcut == full, case.name
+        compared += case.dcp_world_size == 1
+    assert compared > 50
+
+
+def test_grid_features(oracle: Port, synthetic: CoverageReport) -> None:
+    values = synthetic.values
+    configs = SYNTHETIC.workspace_configs
+    assert values["grid.max_intermediate"] == max(
+        max(8 * c.max_model_len, 4 * c.max_num_seqs * c.block_size) for c in configs
+    )
+    assert values["grid.round_cap_differ_configs"] == 1  # ODD_CONFIG alone
+    block, span = ODD_CONFIG.block_size, ODD_CONFIG.dcp_world_size * ODD_CONFIG.cp_kv_cache_interleave_size
+    assert values["grid.lcm_ne_max_configs"] == int(math.lcm(block, span) != max(block, span))
+    sizes = [oracle.workspace_size(c) for c in configs]
+    assert values["grid.workspace_max"] == max(sizes) and values["grid.workspace_min"] == min(sizes)
+    assert values["grid.non_pow2_workspaces"] == sum(s & (s - 1) != 0 for s in sizes)
+    assert values["grid.dcp_worlds"] == [1, 3] and values["grid.block_sizes"] == [16, 528]
+
+
+def test_merge_features_count_what_the_tensors_hold(synthetic: CoverageReport) -> None:
+    values = synthetic.values
+    finite_pairs = all_pairs = 0
+    for case in MERGES:
+        inputs = materialise_merge(case)
+        merged = case.num_tokens if case.prefill_tokens_with_context is None else case.prefill_tokens_with_context
+        prefix, suffix = inputs.prefix_lse[:, :merged], inputs.suffix_lse[:, :merged]
+        finite_pairs += int((prefix.isfinite() & suffix.isfinite()).sum())
+        all_pairs += int((~prefix.isnan() & ~suffix.isnan()).sum())
+    gaps: dict[str, int] = values["merge.lse_gap"]  # type: ignore[assignment]
+    pairs: dict[str, int] = values["merge.lse_pairs"]  # type: ignore[assignment]
+    assert sum(gaps.values()) == finite_pairs > 0
+    assert sum(pairs.values()) == all_pairs
+    assert values["merge.tokens_with_context"] == {"none": 1, "0": 0, "between": 0, "all": 1}
+    assert values["merge.dtype_head"] == ["bf16x128", "fp32x96"]
+    assert values["merge.cases"] == 2
+
+
+def test_prefill_features(oracle: Port, synthetic: CoverageReport) -> None:
+    values = synthetic.values
+    layout = oracle.plan_layout(NUMERIC)
+    first_request_pieces = sum(c.request_start == 0 for c in layout.chunks)
+    assert first_request_pieces >= 3  # 100 rows through a 32-row workspace
+    assert values["prefill.cases"] == 1
+    assert values["prefill.pieces_per_request"] == first_request_pieces
+    assert values["prefill.requests_per_batch"] == NUMERIC.num_requests
+    assert values["prefill.max_query_tokens"] == sum(NUMERIC.query_lens)
+    assert values["prefill.dtypes"] == [PRESETS["tiny"].dtype]
+    assert values["prefill.block_sizes"] == [16]
+
+
+def test_views_from_strides() -> None:
+    assert lse_view(torch.zeros(2, 5)) == "contiguous"
+    assert lse_view(torch.zeros(2, 8)[:, 1:6]) == "column-slice"
+    assert lse_view(torch.zeros(5, 2).t()) == "transposed"
+    assert value_view(torch.zeros(4, 2, 192)[:, :, :128]) == "head-dim-slice"
+    assert value_view(torch.zeros(4, 1, 192)[:, :, :128]) == "head-dim-slice"
+    assert value_view(torch.zeros(4, 2, 128)[1:]) == "contiguous"
+
+
+def _target(feature: str, kind: str, value: Any) -> Target:
+    return Target(feature, "why", kind, value)
+
+
+def test_judge_marks_met_and_missed(synthetic: CoverageReport) -> None:
+    values = synthetic.values
+    max_context = values["layout.max_context"]
+    assert isinstance(max_context, int)
+    targets = [
+        _target("layout.max_context", "at_least", max_context),
+        _target("layout.requests_per_batch", "at_least", max(c.num_requests for c in SYNTHETIC.cases) + 1),
+        _target("layout.block_sizes", "includes", [16, 528, 1056]),
+        _target("merge.tokens_with_context", "buckets_nonzero", ["none", "0", "all"]),
+        _target("layout.workspace_min", "at_most", min(c.workspace_size for c in SYNTHETIC.cases)),
+    ]
+    judged = judge(synthetic, targets)
+    verdicts = {v.feature: v for v in judged.verdicts}
+    assert verdicts["layout.max_context"].met is True
+    assert verdicts["layout.requests_per_batch"].met is False
+    assert verdicts["layout.block_sizes"].met is False and verdicts["layout.block_sizes"].missing == [1056]
+    assert verdicts["merge.tokens_with_context"].missing == ["0"]
+    assert verdicts["layout.workspace_min"].met is True
+    assert verdicts["grid.configs"].met is None  # no target: shown, not judged
+    assert judged.targets == len(targets) and len(judged.missed) == 3
+    assert len(judged.verdicts) == len(FEATURES)
+    # A min over nothing meets no at_most target.
+    empty = measure(Suite("empty", (), ()), SimpleNamespace(name="none"))
+    assert judge(empty, [_target("layout.workspace_min", "at_most", 10**9)]).missed
+
+
+def test_json_form_round_trips_for_the_nightly(synthetic: CoverageReport) -> None:
+    judged = judge(synthetic, [_target("layout.block_sizes", "includes", [16, 1056])])
+    data = judged.to_json()
+    assert JudgedCoverage.from_json(json.loads(json.dumps(data))) == judged
+    night = Night("2026-11-28", "synthetic", 0, complete=True, coverage=judged)
+    markdown = night_markdown(night)
+    assert "## Coverage of suite synthetic: 0/1 targets met, 1 MISSED" in markdown
+    assert render_markdown(judged) in markdown and "MISSED (lacks 1056)" in markdown
+    page = render_html(night, pd_empty_history())
+    assert 'id="coverage"' in page and 'id="coverage-table"' in page and "layout.block_sizes" in page
+
+
+def pd_empty_history() -> Any:
+    import pandas as pd
+
+    return pd.DataFrame()
+
+
+def test_checked_in_targets_are_valid_and_cover_ci() -> None:
+    targets = load_targets(TARGETS_FILE, suite_names())
+    assert targets["ci"], "the ci suite has coverage targets"
+    assert {t.feature for t in targets["ci"]} <= {f.id for f in FEATURES}
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def smoke_targets(tmp_path: Path, extra_rows: int = 0) -> Path:
+    """Rows the smoke suite meets, computed from its cases (plus ``extra_rows``
+    past them, which it misses)."""
+    smoke = load_suite("smoke")
+    max_context = max(max(c.context_lens) for c in smoke.cases)
+    rows: list[dict[str, Any]] = [
+        {"feature": "layout.max_context", "description": "contexts", "at_least": max_context + extra_rows},
+        {
+            "feature": "layout.block_sizes",
+            "description": "blocks",
+            "includes": sorted({c.block_size for c in smoke.cases}),
+        },
+        {"feature": "merge.cases", "description": "merges", "count_at_least": len(smoke.merge_cases) + extra_rows},
+    ]
+    path = tmp_path / "targets.json"
+    path.write_text(json.dumps({"smoke": rows}), encoding="utf-8")
+    return path
+
+
+def test_command_met_and_missed_exit_codes_and_deterministic_json(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    met = smoke_targets(tmp_path)
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    code, out, _ = run_cli(capsys, "coverage", "--suite", "smoke", "--targets", str(met), "--json", str(first))
+    assert code == 0, out
+    assert "3/3 targets met" in out and "MISSED" not in out
+    run_cli(capsys, "coverage", "--suite", "smoke", "--targets", str(met), "--json", str(second))
+    assert first.read_bytes() == second.read_bytes()
+    document = json.loads(first.read_text())
+    assert [f["feature"] for f in document["features"]] == sorted(f.id for f in FEATURES)
+    assert document["met"] == 3 and document["missed"] == 0
+
+    missed = smoke_targets(tmp_path, extra_rows=1)
+    code, out, _ = run_cli(capsys, "coverage", "--suite", "smoke", "--targets", str(missed))
+    assert code == 1
+    assert "1/3 targets met, 2 MISSED" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"smoke": [{"feature": "layout.nope", "description": "x", "at_least": 1}]}', "field 'smoke[0].feature'"),
+        (
+            '{"smoke": [{"feature": "layout.max_start", "description": "x", "includes": [1]}]}',
+            "field 'smoke[0].includes': layout.max_start (max) takes exactly one target of: at_least",
+        ),
+        (
+            '{"smoke": [{"feature": "layout.max_start", "description": "x", "at_least": "big"}]}',
+            "field 'smoke[0].at_least': must be an integer >= 1",
+        ),
+        (
+            '{"smoke": [{"feature": "merge.lse_views", "description": "x", "includes": ["diagonal"]}]}',
+            "unknown label 'diagonal'",
+        ),
+        ('{"smoke": [{"feature": "layout.max_start", "at_least": 3}]}', "field 'smoke[0].description'"),
+        ('{"weekly": [{"feature": "layout.max_start", "description": "x", "at_least": 3}]}', "no suite named 'weekly'"),
+        ('{"smoke": {"same_as": "ci"}}', "field 'smoke.same_as'"),
+        ('{"smoke": []}', "field 'smoke': must be a non-empty list"),
+    ],
+)
+def test_malformed_targets_exit_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, expected: str
+) -> None:
+    path = tmp_path / "targets.json"
+    path.write_text(content, encoding="utf-8")
+    code, out, err = run_cli(capsys, "coverage", "--suite", "smoke", "--targets", str(path))
+    assert code == 2
+    assert err.startswith(f"parity: error: {path}") and expected in err
+    assert err.count("\n") == 1 and out == ""
+
+
+def test_suite_without_targets_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "coverage", "--suite", "smoke")
+    assert code == 2
+    assert err == "parity: error: no coverage targets for suite smoke in cases/coverage.json\n"
+    code, _, err = run_cli(capsys, "coverage", "--suite", "weekly")
+    assert code == 2 and "no suite named 'weekly'" in err
