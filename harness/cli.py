@@ -495,6 +495,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
 
     from harness.nightly import NightlyPlan, merge_nightly_shards, run_nightly
     from harness.port import BUILTIN_PORTS
+    from reports.nightly import explore_verdict
 
     date = args.date or datetime.date.today().isoformat()
     out_dir = Path(args.out) / date
@@ -544,8 +545,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     gating = [p for p in night.ports if p.port in gated]
     # A gated port's search must come back clean too: a find is a divergence, a
     # search that compared nothing is not a pass.
-    explored = [r for r in night.explore if r["port"] in gated]
-    clean = all(r["verdict"] == "clean" for r in explored)
+    clean = night.explore_budget_s <= 0 or all(explore_verdict(night, port) == "clean" for port in gated)
     return EXIT_PARITY if gating and clean and all(p.summary["verdict"] == "pass" for p in gating) else EXIT_DIVERGENT
 
 

@@ -64,7 +64,9 @@ def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path, diges
         "provenance": night.provenance,
         # The suite's coverage (measured once per night: by an unsharded run or shard 1).
         "coverage": night.coverage.to_json() if night.coverage else None,
-        "explore": [{k: v for k, v in result.items() if k != "markdown"} for result in night.explore],
+        # Explore runs once per night (unsharded, or shard 1); its budget says whether it was asked for.
+        "explore_budget_s": night.explore_budget_s,
+        "explore": night.explore,
     }
     (out_dir / NIGHT_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -88,6 +90,9 @@ def run_nightly(
     night = Night(plan.date, plan.suite.name, per_port * len(ports), provenance=collect(oracle_provenance))
     night.provenance["shard"] = str(plan.shard) if plan.shard else None
     night.gpu = latest_gpu_report(plan.gpu_reports)
+    # Only the shard that searches (shard 1, or the whole night) owes a search.
+    searches = plan.shard is None or plan.shard.number == 1
+    night.explore_budget_s = plan.explore_budget_s if searches else 0.0
     # Coverage is the suite's, not a shard's: one shard measures it for the night.
     if plan.shard is None or plan.shard.number == 1:
         night.coverage = nightly_coverage(plan.suite, oracle)
@@ -122,7 +127,8 @@ def run_nightly(
         if plan.mutants and plan.shard is None and not interrupted:
             night.kill_matrix = _kill_matrix(oracle, plan)
             _save(night, plan)
-        if plan.explore_budget_s > 0 and plan.shard is None and not interrupted:
+        # Like coverage, the search is the night's, not a shard's: shard 1 runs it.
+        if night.explore_budget_s > 0 and not interrupted:
             for port, spec in zip(ports, plan.port_specs or [p.name for p in ports], strict=True):
                 night.explore.append(_explore(oracle, port, spec, plan))
                 _save(night, plan)
@@ -204,6 +210,8 @@ def merge_nightly_shards(
         complete=all(m["complete"] for m in metas),
         gpu=latest_gpu_report(gpu_reports),
         coverage=next((JudgedCoverage.from_json(m["coverage"]) for m in metas if m.get("coverage") is not None), None),
+        explore=next((m["explore"] for m in metas if m.get("explore")), []),
+        explore_budget_s=max(float(m.get("explore_budget_s", 0.0)) for m in metas),
     )
     for port in first["ports"]:
         table = pd.concat(

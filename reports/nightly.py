@@ -53,6 +53,8 @@ class Night:
     coverage: JudgedCoverage | None = None  # the suite's coverage (harness/coverage.py)
     # One ``parity explore`` per port (harness/explore.py's JSON form plus "markdown").
     explore: list[dict[str, Any]] = field(default_factory=list)
+    # The seconds of explore asked for per port; 0: the night did not search.
+    explore_budget_s: float = 0.0
 
     @property
     def items_done(self) -> int:
@@ -275,14 +277,34 @@ def _img(data: str, alt: str) -> str:
     return f'<img class="plot" alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
+def explore_verdict(night: Night, port: str) -> str:
+    """``clean``, ``found`` or ``incomplete`` for a port's search tonight, ``not-run``
+    when the night asked for none; asked for and missing (a shard 1 that never got
+    there, say) is ``incomplete``."""
+    if night.explore_budget_s <= 0:
+        return "not-run"
+    return next((r["verdict"] for r in night.explore if r["port"] == port), "incomplete")
+
+
+def headline_port(night: Night) -> str:
+    """Whose verdict the headline is: per_request's when it ran, else every port's."""
+    return "per_request" if any(p.port == "per_request" for p in night.ports) else "every port"
+
+
 def overall_verdict(night: Night) -> str:
+    """The headline: the suite's verdict and, when the night searched, explore's,
+    for per_request (or for every port when per_request did not run)."""
     table = verdict_table(night)
-    per_request = table[table["port"] == "per_request"]
     if not night.complete:
         return "INCOMPLETE"
-    if per_request.empty:
-        return "FAIL" if (table["verdict"] == "FAIL").any() else "PASS"
-    return "FAIL" if (per_request["verdict"] == "FAIL").any() else "PASS"
+    ports = ["per_request"] if (table["port"] == "per_request").any() else list(table["port"])
+    rows = table[table["port"].isin(ports)]
+    searches = [explore_verdict(night, port) for port in ports]
+    if (rows["verdict"] == "FAIL").any() or "found" in searches:
+        return "FAIL"
+    if "incomplete" in searches:
+        return "INCOMPLETE"
+    return "PASS"
 
 
 def render_html(night: Night, history: pd.DataFrame) -> str:
@@ -297,7 +319,7 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         f"<p>Suite <code>{html.escape(night.suite)}</code>; pinned oracle "
         f"{html.escape(str(night.provenance.get('oracle', {}).get('release', '?')))} "
         f"(upstream {html.escape(str(night.provenance.get('oracle', {}).get('upstream_commit', '?')))}).</p>",
-        f'<div id="verdict" class="verdict {css_class}">Verdict (per_request): {verdict}</div>',
+        f'<div id="verdict" class="verdict {css_class}">Verdict ({headline_port(night)}): {verdict}</div>',
     ]
     if not night.complete:
         parts.append(
@@ -354,7 +376,7 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
 
 def render_markdown(night: Night) -> str:
     verdict = overall_verdict(night)
-    lines = [f"# Nightly parity report: {night.date}", "", f"Verdict (per_request): **{verdict}**", ""]
+    lines = [f"# Nightly parity report: {night.date}", "", f"Verdict ({headline_port(night)}): **{verdict}**", ""]
     if not night.complete:
         lines += [f"**INCOMPLETE**: stopped after {night.items_done} of {night.expected_items} items.", ""]
     lines += [verdict_table(night).to_markdown(index=False), ""]

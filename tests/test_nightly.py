@@ -43,6 +43,26 @@ def test_the_night_explores_every_port(capsys: pytest.CaptureFixture[str], tmp_p
     assert 'id="explore"' in (tmp_path / "2026-11-29" / "index.html").read_text()
 
 
+def test_a_find_fails_the_night_whole_or_sharded(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    port = "tests.explore_ports:NODE_RANK_TABLE"  # wrong only past 8 DCP ranks: no suite has such a case
+    argv = ["nightly", "--size", "20", "--ports", port, "--level", "layout", "--skip-mutants", "--date", "2026-12-02"]
+    argv += ["--explore-budget-s", "3"]
+    assert main([*argv, "--out", str(tmp_path / "whole")]) == 1
+    report = (tmp_path / "whole" / "2026-12-02" / "report.md").read_text()
+    assert "Verdict (every port): **FAIL**" in report and "FOUND" in report
+    shards = []
+    for k in (1, 2):
+        main([*argv, "--shard", f"{k}/2", "--out", str(tmp_path / f"s{k}")])
+        shards.append(str(tmp_path / f"s{k}" / "2026-12-02"))
+    # Shard 1 searched; the merged night carries its find and fails on it.
+    merged = tmp_path / "merged"
+    assert (
+        main(["nightly", "--from-shards", *shards, "--ports", port, "--out", str(merged), "--date", "2026-12-02"]) == 1
+    )
+    capsys.readouterr()
+    assert "FOUND" in (merged / "2026-12-02" / "report.md").read_text()
+
+
 def test_report_and_history(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "no-gpu").mkdir()
     assert nightly(capsys, tmp_path, "2026-11-27", "--gpu-reports", str(tmp_path / "no-gpu")) == 0
