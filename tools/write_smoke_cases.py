@@ -267,6 +267,78 @@ add(
 )
 
 
+# Integer widths and non-powers of two (issue 12): the smallest batches past each
+# boundary a port's integer types or power-of-two arithmetic could break on.
+add(
+    "widths-chunk-300-requests",
+    "widths",
+    "a chunk of 300 one-row requests: chunk-local request indices past 255 (uint8)",
+    [1] * 300,
+    [1] * 300,
+    1,
+    512,
+)
+add(
+    "widths-dcp-chunk-200-requests",
+    "widths",
+    "DCP 2: a chunk of 200 requests with context: padded request indices past 127 (int8)",
+    [1] * 200,
+    [1] * 200,
+    16,
+    4096,
+    dcp_world_size=2,
+)
+add(
+    "widths-dcp-local-start-past-int16",
+    "widths",
+    "DCP 2: one 100,000-row context in W 65536: local starts past 32,767 (int16)",
+    [100000],
+    [1],
+    16,
+    65536,
+    dcp_world_size=2,
+)
+add(
+    "dcp3-block16-lcm",
+    "widths",
+    "DCP 3 with block 16: the alignment is lcm(16, 3) = 48, not max(16, 3)",
+    [1000],
+    [1],
+    16,
+    500,
+    dcp_world_size=3,
+)
+add(
+    "dcp3-padded",
+    "widths",
+    "DCP 3: I*D = 3 is not a power of two: padded(n) and the per-rank lengths are no shift or mask",
+    [100, 50],
+    [1, 1],
+    16,
+    480,
+    dcp_world_size=3,
+)
+add(
+    "block528-split",
+    "widths",
+    "block 528 (hybrid models): rounding a split down to 528 rows is not a bit mask",
+    [2000],
+    [1],
+    528,
+    1584,
+)
+add(
+    "widths-l3-chunk-300-requests",
+    "widths",
+    "L3: 300 one-row requests in one chunk: the gather's chunk-local request index past 255",
+    [1] * 300,
+    [1] * 300,
+    1,
+    512,
+    numeric={"preset": "narrow", "seed": 18},
+)
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     for old in OUT.glob("*.json"):
