@@ -37,7 +37,7 @@ from typing import Any
 from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES, PRESETS, Case, NumericSpec, alignment_unit
 
 LIMITS = {
-    "requests": 65536,
+    "requests": 1 << 17,
     "context_len": 1 << 24,
     "query_len": 1 << 20,
     "total_context": 1 << 26,

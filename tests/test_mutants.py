@@ -2,25 +2,190 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
+from harness.bits import compare_bits
 from harness.cli import main
 from harness.kernels import CpuKernels
-from harness.mutants import kill_matrix
+from harness.model import PRESETS, Case, WorkspaceConfig
+from harness.mutants import kill_matrix, render_matrix
+from harness.numeric import MergeInputs
 from harness.port import Port
-from harness.runner import PARITY, compare_case
+from harness.runner import (
+    DIVERGENT,
+    LEVELS,
+    PARITY,
+    PORT_ERROR,
+    compare_case,
+    compare_prefill,
+    compare_workspace,
+    selected_item_ids,
+)
 from harness.shrink import checker, shrink
 from harness.suites import load_suite
 from ports.mutants import MUTANTS
+from tests.conftest import make_case
+
+# The level at which each mutant's bug shows: the ci suite must kill it there.
+KILL_LEVEL: dict[str, str] = {
+    "legacy-grid": "layout",
+    "finite-lse-empty-rows": "prefill",
+    # Its grid diverges at L1 like equal_share's; the kill that counts is L3 (its docstring).
+    "equal-share-no-neutralise": "prefill",
+    "workspace-floor": "layout",
+    "continuation-whole-chunk": "layout",
+    "continuation-wrong-request": "layout",
+    "unaligned-split": "layout",
+    "split-takes-remainder": "layout",
+    "zero-context-joins-run": "layout",
+    "dcp-padding-no-interleave": "layout",
+    "merge-lse-swapped": "merge",
+    "merge-in-bf16": "merge",
+    "query-start-not-rebased": "layout",
+    # Issue 12.
+    "token-to-seq-uint8": "layout",
+    "dcp-token-to-seq-int8": "layout",
+    "dcp-local-starts-int16": "layout",
+    "request-index-int16": "layout",
+    "device-token-to-seq-uint8": "prefill",
+    "workspace-int32": "layout",
+    "align-max-not-lcm": "layout",
+    "round-down-by-mask": "layout",
+    "dcp-padded-by-shift": "layout",
+    "dcp-rank-lens-by-mask": "layout",
+    "workspace-round-then-cap": "layout",
+    "merge-skip-zero-weight-side": "merge",
+    "merge-drop-below-fp32-eps": "merge",
+    "merge-lse-token-stride-one": "merge",
+    "merge-tokens-with-context-falsy": "merge",
+    "continuation-merges-previous-chunk": "prefill",
+}
+
+# -- issue 12: one small item of the input class each new mutant is aimed at --------------------
+# per_request is exact on every one of them and the mutant is not, so each mutant
+# is killable by the class its ``aimed_at`` names, whether or not a suite holds it.
+
+LAYOUT_KILLS: dict[str, Case] = {
+    "token-to-seq-uint8": make_case([1] * 300, [1] * 300, block_size=1, workspace_size=512),
+    "dcp-token-to-seq-int8": make_case([1] * 200, [1] * 200, dcp_world_size=2, workspace_size=4096),
+    "dcp-local-starts-int16": make_case([100000], [1], dcp_world_size=2, workspace_size=65536),
+    "request-index-int16": make_case([0] * 32999 + [5], [1] * 33000, workspace_size=512),
+    "align-max-not-lcm": make_case([1000], [1], dcp_world_size=3, workspace_size=500),
+    "round-down-by-mask": make_case([2000], [1], block_size=528, workspace_size=1584),
+    "dcp-padded-by-shift": make_case([100, 50], [1, 1], dcp_world_size=3, workspace_size=480),
+    "dcp-rank-lens-by-mask": make_case([100, 50], [1, 1], dcp_world_size=3, workspace_size=480),
+}
+
+WORKSPACE_KILLS: dict[str, WorkspaceConfig] = {
+    "workspace-int32": WorkspaceConfig(max_model_len=1 << 28, max_num_seqs=1, block_size=16),
+    "workspace-round-then-cap": WorkspaceConfig(max_model_len=163840, max_num_seqs=1, block_size=528),
+    "align-max-not-lcm": WorkspaceConfig(2048, 1, 16, dcp_world_size=3, cp_kv_cache_interleave_size=1),
+}
+
+TINY = PRESETS["tiny"]
+PREFILL_KILLS: dict[str, Case] = {
+    "device-token-to-seq-uint8": make_case(
+        [1] * 260, [1] * 260, block_size=1, workspace_size=512, numeric=dataclasses.replace(TINY, seed=1)
+    ),
+    "continuation-merges-previous-chunk": make_case(
+        [100], [3], workspace_size=32, numeric=dataclasses.replace(TINY, seed=2, dtype="fp32")
+    ),
+}
+
+NEG_INF = float("-inf")
+
+
+def _zero_weight_sides() -> MergeInputs:
+    """A side of weight exactly 0 with a positive output against a -0.0 output: the
+    reference's ``x * 0 + -0.0`` is +0.0, the kept side alone -0.0. Token 0: the
+    prefix's LSE is -inf; token 1: the suffix's is 110 below (exp underflows to 0).
+    (An inf or NaN output on the zero side tells too, but the reference's NaN
+    there makes no item parity, so suites cannot hold it.)"""
+    prefix = torch.full((2, 1, 128), 0.75)
+    suffix = torch.full((2, 1, 128), -0.0)
+    prefix[1], suffix[1] = -0.0, 0.75
+    return MergeInputs(prefix, torch.tensor([[NEG_INF, 0.0]]), suffix, torch.tensor([[1.0, -110.0]]), None)
+
+
+def _gap_in_fp32_band() -> MergeInputs:
+    """LSEs 16.3 apart, either side the weaker, the larger 0.5."""
+    values = torch.randn((2, 1, 128), generator=torch.Generator().manual_seed(1))
+    lse = torch.tensor([[0.5, 0.5 - 16.3]])
+    return MergeInputs(values, lse, values.flip(0).clone(), lse.flip(1).clone(), None)
+
+
+def _transposed_lse() -> MergeInputs:
+    """LSEs as ``[tokens, heads]`` buffers seen through ``.T`` (token stride = heads)."""
+    g = torch.Generator().manual_seed(2)
+    prefix_lse, suffix_lse = torch.randn((4, 3), generator=g).T, torch.randn((4, 3), generator=g).T
+    return MergeInputs(torch.randn((4, 3, 128), generator=g), prefix_lse, torch.randn((4, 3, 128), generator=g),
+                       suffix_lse, None)  # fmt: skip
+
+
+def _no_token_with_context() -> MergeInputs:
+    g = torch.Generator().manual_seed(3)
+    return MergeInputs(torch.randn((3, 2, 128), generator=g), torch.randn((2, 3), generator=g),
+                       torch.randn((3, 2, 128), generator=g), torch.randn((2, 3), generator=g), 0)  # fmt: skip
+
+
+MERGE_KILLS: dict[str, Callable[[], MergeInputs]] = {
+    "merge-skip-zero-weight-side": _zero_weight_sides,
+    "merge-drop-below-fp32-eps": _gap_in_fp32_band,
+    "merge-lse-token-stride-one": _transposed_lse,
+    "merge-tokens-with-context-falsy": _no_token_with_context,
+}
 
 
 def test_catalogue() -> None:
-    assert len(MUTANTS) >= 13
+    assert len(MUTANTS) >= 22
     assert {"legacy-grid", "finite-lse-empty-rows", "workspace-floor", "equal-share-no-neutralise"} <= set(MUTANTS)
     for mutant in MUTANTS.values():
         assert mutant.description and mutant.source
+    # Every mutant names the level its bug shows at; every issue-12 mutant names its input class and has an item of it.
+    assert set(KILL_LEVEL) == set(MUTANTS) and set(KILL_LEVEL.values()) <= set(LEVELS)
+    aimed = {name for name, mutant in MUTANTS.items() if mutant.aimed_at}
+    assert len(aimed) >= 10
+    assert aimed == set(LAYOUT_KILLS) | set(WORKSPACE_KILLS) | set(PREFILL_KILLS) | set(MERGE_KILLS)
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUT_KILLS))
+def test_layout_mutant_dies_on_its_class(oracle: Port, per_request: Port, name: str) -> None:
+    case = LAYOUT_KILLS[name]
+    assert compare_case(oracle, per_request, case).status == PARITY
+    assert compare_case(oracle, MUTANTS[name](), case).status == DIVERGENT
+
+
+@pytest.mark.parametrize("name", sorted(WORKSPACE_KILLS))
+def test_workspace_mutant_dies_on_its_class(oracle: Port, per_request: Port, name: str) -> None:
+    config = WORKSPACE_KILLS[name]
+    assert compare_workspace(oracle, per_request, config).status == PARITY
+    assert compare_workspace(oracle, MUTANTS[name](), config).status == DIVERGENT
+
+
+@pytest.mark.parametrize("name", sorted(PREFILL_KILLS))
+def test_prefill_mutant_dies_on_its_class(oracle: Port, per_request: Port, name: str) -> None:
+    case = PREFILL_KILLS[name]
+    assert compare_prefill(oracle, per_request, case, CpuKernels()).status == PARITY
+    assert compare_prefill(oracle, MUTANTS[name](), case, CpuKernels()).status in (DIVERGENT, PORT_ERROR)
+
+
+def _merge_exact(oracle: Port, port: Port, inputs: Callable[[], MergeInputs]) -> bool:
+    expected, got = oracle.merge_states(inputs()), port.merge_states(inputs())  # type: ignore[attr-defined]
+    axes = (("token", "head", "dim"), ("head", "token"))
+    return all(
+        compare_bits(n, a, b, ax).exact for n, a, b, ax in zip(("output", "lse"), expected, got, axes, strict=True)
+    )
+
+
+@pytest.mark.parametrize("name", sorted(MERGE_KILLS))
+def test_merge_mutant_dies_on_its_class(oracle: Port, per_request: Port, name: str) -> None:
+    assert _merge_exact(oracle, per_request, MERGE_KILLS[name])
+    assert not _merge_exact(oracle, MUTANTS[name](), MERGE_KILLS[name])
 
 
 def test_mutants_leave_the_real_port_untouched(oracle: Port, per_request: Port) -> None:
@@ -47,6 +212,26 @@ def test_smoke_kills_every_mutant(oracle: Port) -> None:
     # Killed at L3 on a case where equal_share itself is bit-exact (tests/test_keyless_rows.py).
     no_neutralise = by_name["equal-share-no-neutralise"].kills["prefill"]
     assert no_neutralise is not None and no_neutralise.item == "smoke-keyless-finite[prefill]"
+
+
+def test_ci_kills_every_mutant(oracle: Port) -> None:
+    """Issue 12: the ci suite kills every mutant in the catalogue, not most, at the
+    level its bug shows (:data:`KILL_LEVEL`), and the kill matrix names the item
+    that killed each: an item of the ci suite at that level."""
+    assert len(MUTANTS) >= 22 and set(KILL_LEVEL) == set(MUTANTS)
+    suite = load_suite("ci")
+    rows = []
+    for level in LEVELS:
+        named = [MUTANTS[name]() for name, at in KILL_LEVEL.items() if at == level]
+        rows += kill_matrix(oracle, named, suite, (level,), CpuKernels())
+    assert sorted(r.name for r in rows) == sorted(MUTANTS)
+    assert [r.name for r in rows if not r.killed] == []
+    items = set(selected_item_ids(suite, LEVELS))
+    matrix = render_matrix(rows, LEVELS, suite.name)
+    for row in rows:
+        kill = row.kills[KILL_LEVEL[row.name]]
+        assert kill is not None and kill.status in (DIVERGENT, PORT_ERROR), row.name
+        assert kill.item in items and f"`{kill.item}`" in matrix, row.name
 
 
 def test_mutants_command_writes_matrix(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -13,6 +13,15 @@ output, so the rest of each mutant is the real port. One mutant,
 neutralisation of rows without keys swapped out (seeds/003): its grid diverges
 from the oracle anyway, so the kill that counts for it is an L3 item on which
 equal_share itself is bit-exact (see its docstring).
+
+The mutants of issue 12 are each aimed at an input class a suite must produce:
+integer widths (a value stored in int8/uint8/int16/int32 wraps past it),
+arithmetic right only for powers of two (block sizes such as 528, DCP worlds
+of 3 or 6), merge numerics (a weight of exactly 0, the LSE gap band where the
+weaker side is partly visible, transposed LSE views, no token with context)
+and requests in three or more pieces. Each names its class and the level that
+sees it in ``aimed_at``; ``tests/test_mutants.py`` holds one small item of each
+class on which per_request is exact and the mutant is not.
 """
 
 from __future__ import annotations
