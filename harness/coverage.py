@@ -30,8 +30,17 @@ the targets in ``cases/coverage.json``.
 Every feature has one kind (:data:`TARGET_KINDS` gives the target it takes):
 ``max`` and ``min`` (an int, ``None`` for a min over nothing), ``count``,
 ``set`` (a sorted list) and ``histogram`` (label -> count, every label present).
-:func:`judge` marks each targeted feature met or MISSED; nothing is met by
-default, and a feature with no target row is shown, never judged.
+
+An input the oracle refused (a layout case it cannot plan, a configuration it
+cannot size) or a merge case that cannot be materialised covers nothing: it
+counts in its refusal feature (:data:`REFUSAL_FEATURES`) and in no other, and a
+refusal fails the verdict (each refusal feature is held to ``at_most: 0``, by
+its row or by the built-in rule when it has none).
+
+:func:`load_targets` holds a suite's rows to every feature of :data:`FEATURES`:
+each has a target or an explicit ``"report_only": true`` (shown, never judged),
+so a partial targets file cannot pass as a complete one. :func:`judge` marks
+each targeted feature met or MISSED; nothing is met by default.
 """
 
 from __future__ import annotations
@@ -65,7 +74,7 @@ Value = int | None | list[int] | list[str] | dict[str, int]
 TARGET_KINDS: dict[str, tuple[str, ...]] = {
     "max": ("at_least",),
     "min": ("at_most",),
-    "count": ("count_at_least",),
+    "count": ("count_at_least", "at_most"),
     "set": ("includes", "distinct_at_least"),
     "histogram": ("buckets_nonzero",),
 }
@@ -84,6 +93,9 @@ SPECIAL_VALUES = tuple(f"{t}:{s}" for t in MERGE_TENSORS for s in SPECIALS)
 LSE_VIEWS = ("contiguous", "column-slice", "transposed", "other")
 VALUE_VIEWS = ("contiguous", "head-dim-slice", "other")
 WITH_CONTEXT_KINDS = ("none", "0", "between", "all")
+
+# A row that shows a feature without judging it.
+REPORT_ONLY = "report_only"
 
 
 @dataclass(frozen=True)
@@ -105,7 +117,7 @@ def _f(id: str, kind: str, description: str, **extra: Any) -> Feature:
 
 
 FEATURES: tuple[Feature, ...] = (
-    _f("layout.cases", "count", "layout cases measured"),
+    _f("layout.cases", "count", "layout cases measured (the oracle planned them)"),
     _f("layout.oracle_refused", "count", "layout cases the oracle could not plan"),
     _f("layout.requests_per_batch", "max", "most requests in one batch", widths=True),
     _f("layout.requests_per_chunk", "max", "most requests in one oracle chunk", widths=True),
@@ -128,7 +140,7 @@ FEATURES: tuple[Feature, ...] = (
     _f("layout.non_pow2_workspace_cases", "count", "cases whose workspace size is not a power of two"),
     _f("layout.lcm_ne_max_cases", "count", "DCP cases where lcm(block, I*D) != max(block, I*D)"),
     _f("layout.padded_floor_ne_ceil_cases", "count", "DCP cases with a span boundary where floor != ceil in padded(n)"),
-    _f("grid.configs", "count", "workspace-size configurations"),
+    _f("grid.configs", "count", "workspace-size configurations measured (the oracle sized them)"),
     _f("grid.oracle_refused", "count", "configurations the oracle could not size"),
     _f("grid.block_sizes", "set", "grid block sizes", element="int"),
     _f("grid.dcp_worlds", "set", "grid DCP world sizes", element="int"),
@@ -140,7 +152,7 @@ FEATURES: tuple[Feature, ...] = (
     _f("grid.workspace_min", "min", "smallest workspace size the oracle gives"),
     _f("grid.workspace_max", "max", "largest workspace size the oracle gives", widths=True),
     _f("grid.non_pow2_workspaces", "count", "oracle workspace sizes that are not a power of two"),
-    _f("merge.cases", "count", "merge cases measured"),
+    _f("merge.cases", "count", "merge cases measured (their inputs were materialised)"),
     _f("merge.not_materialised", "count", "merge cases whose inputs could not be materialised"),
     _f("merge.lse_gap", "histogram", "merged finite LSE pairs by |lp - ls|", labels=GAP_BANDS),
     _f("merge.lse_pairs", "histogram", "merged (prefix, suffix) LSE pairs by kind", labels=LSE_PAIRS),
@@ -160,6 +172,10 @@ FEATURES: tuple[Feature, ...] = (
     _f("prefill.non_pow2_block_cases", "count", "L3 cases whose block size is not a power of two"),
 )
 FEATURE_BY_ID = {f.id: f for f in FEATURES}
+
+# The inputs that cover nothing: any count above zero fails the verdict.
+REFUSAL_FEATURES = ("layout.oracle_refused", "grid.oracle_refused", "merge.not_materialised")
+REFUSAL_RULE = "built-in: a refused input covers nothing, so any refusal fails coverage"
 
 
 @dataclass(frozen=True)
@@ -322,6 +338,12 @@ def _measure_prefill(tally: _Tally, case: Case, pieces: Counter[int]) -> None:
 
 
 def _measure_config(tally: _Tally, oracle: Port, config: WorkspaceConfig) -> None:
+    """A configuration the oracle cannot size counts in ``grid.oracle_refused`` alone."""
+    try:
+        size = int(oracle.workspace_size(config))
+    except Exception:
+        tally.count("grid.oracle_refused")
+        return
     block, world, interleave = config.block_size, config.dcp_world_size, config.cp_kv_cache_interleave_size
     tally.count("grid.configs")
     tally.add("grid.block_sizes", block)
@@ -337,11 +359,6 @@ def _measure_config(tally: _Tally, oracle: Port, config: WorkspaceConfig) -> Non
     cap_then_round = max(_round_up(min(dense, DENSE_CAP), unit), unit)
     round_then_cap = max(min(_round_up(dense, unit), DENSE_CAP), unit)
     tally.count("grid.round_cap_differ_configs", cap_then_round != round_then_cap)
-    try:
-        size = int(oracle.workspace_size(config))
-    except Exception:
-        tally.count("grid.oracle_refused")
-        return
     tally.least("grid.workspace_min", size)
     tally.most("grid.workspace_max", size)
     tally.count("grid.non_pow2_workspaces", not _pow2(size))
@@ -397,14 +414,15 @@ def _lse_kind(lse: Any) -> Any:
 
 
 def _measure_merge(tally: _Tally, case: MergeCase) -> None:
+    """A case whose inputs cannot be materialised counts in ``merge.not_materialised`` alone."""
     from harness.numeric import materialise_merge
 
-    tally.count("merge.cases")
     try:
         inputs = materialise_merge(case)
     except Exception:
         tally.count("merge.not_materialised")
         return
+    tally.count("merge.cases")
     tally.add("merge.dtype_head", f"{case.dtype}x{case.head_size}")
     with_context = inputs.prefill_tokens_with_context
     tokens = int(inputs.prefix_output.shape[0])
@@ -447,15 +465,17 @@ def _measure_merge(tally: _Tally, case: MergeCase) -> None:
 
 def measure(suite: Suite, oracle: Port) -> CoverageReport:
     """What ``suite`` exercises, per feature of :data:`FEATURES` (deterministic:
-    the same suite and oracle give the same report)."""
+    the same suite and oracle give the same report). A refused input counts in
+    its feature of :data:`REFUSAL_FEATURES` and in no other."""
     tally = _Tally()
     for case in suite.cases:
-        tally.count("layout.cases")
         try:
             chunks = oracle_chunks(oracle, case)
         except Exception:
+            # What the case asks for is not what upstream was made to do.
             tally.count("layout.oracle_refused")
-            chunks = []
+            continue
+        tally.count("layout.cases")
         _measure_case(tally, case, chunks)
     for config in suite.workspace_configs:
         _measure_config(tally, oracle, config)
@@ -470,12 +490,17 @@ def measure(suite: Suite, oracle: Port) -> CoverageReport:
 @dataclass(frozen=True)
 class Target:
     """One row of the targets file: ``kind`` is a key of :data:`TARGET_KINDS`'s
-    values, ``value`` an int or a list of ints or labels."""
+    values, ``value`` an int or a list of ints or labels; or ``kind``
+    :data:`REPORT_ONLY` (``value`` True): the feature is shown, never judged."""
 
     feature: str
     description: str
     kind: str
     value: int | list[int] | list[str]
+
+    @property
+    def report_only(self) -> bool:
+        return self.kind == REPORT_ONLY
 
     def missing(self, measured: Value) -> list[Any] | None:
         """What ``measured`` lacks to meet this target (empty: met); None for the
@@ -489,6 +514,9 @@ class Target:
         return [v for v in self.value if counts.get(str(v), 0) == 0]
 
     def met_by(self, measured: Value) -> bool:
+        """Whether ``measured`` meets this target (a report-only row meets nothing)."""
+        if self.report_only:
+            return False
         missing = self.missing(measured)
         if missing is not None:
             return not missing
@@ -500,6 +528,8 @@ class Target:
         return isinstance(measured, int) and measured >= self.value
 
     def describe(self) -> str:
+        if self.report_only:
+            return "-"
         symbol = {"at_least": ">=", "at_most": "<=", "count_at_least": ">=", "distinct_at_least": ">= distinct"}
         if isinstance(self.value, int):
             return f"{symbol[self.kind]} {self.value}"
@@ -545,7 +575,9 @@ def _target_value(source: str, where: str, feature: Feature, kind: str, value: A
 
 def _row(source: str, where: str, row: Any, seen: set[str]) -> Target:
     if not isinstance(row, dict):
-        raise CaseError(source, where, "a row must be an object with feature, description and one target")
+        raise CaseError(
+            source, where, 'a row must be an object with feature, description and one target (or "report_only": true)'
+        )
     feature_id = row.get("feature")
     if not isinstance(feature_id, str) or feature_id not in FEATURE_BY_ID:
         raise CaseError(
@@ -560,7 +592,8 @@ def _row(source: str, where: str, row: Any, seen: set[str]) -> Target:
     description = row.get("description")
     if not isinstance(description, str) or not description.strip():
         raise CaseError(source, f"{where}.description", f"{feature_id}: must be a non-empty string")
-    allowed = TARGET_KINDS[feature.kind]
+    refusal = feature_id in REFUSAL_FEATURES
+    allowed = ("at_most",) if refusal else (*TARGET_KINDS[feature.kind], REPORT_ONLY)
     kinds = [k for k in row if k not in ("feature", "description")]
     unknown = [k for k in kinds if k not in allowed]
     if unknown or len(kinds) != 1:
@@ -569,7 +602,14 @@ def _row(source: str, where: str, row: Any, seen: set[str]) -> Target:
             source, field_name, f"{feature_id} ({feature.kind}) takes exactly one target of: {', '.join(allowed)}"
         )
     kind = kinds[0]
+    if kind == REPORT_ONLY:
+        if row[kind] is not True:
+            raise CaseError(source, f"{where}.{kind}", f"must be true, got {json.dumps(row[kind])}")
+        return Target(feature_id, description.strip(), kind, True)
     value = _target_value(source, f"{where}.{kind}", feature, kind, row[kind])
+    if refusal and value != 0:
+        # A refused input covers nothing: one is already too many.
+        raise CaseError(source, f"{where}.{kind}", f"{feature_id} counts refused inputs: its target is at_most 0")
     return Target(feature_id, description.strip(), kind, value)
 
 
@@ -577,8 +617,12 @@ def load_targets(path: Path = TARGETS_FILE, suites: Collection[str] | None = Non
     """The targets file: ``{suite: [row, ...]}``, or ``{suite: {"same_as": other}}``
     for a suite held to another's rows. A row is ``{"feature": id, "description":
     text, <target>: value}`` with one target of :data:`TARGET_KINDS` for the
-    feature's kind. ``suites``: the known suite names, checked when given.
-    Anything wrong is a :class:`CaseError` naming the file, the row and field."""
+    feature's kind, or ``"report_only": true`` (the description says why it is
+    not a target); a refusal feature (:data:`REFUSAL_FEATURES`) takes
+    ``"at_most": 0`` alone. Every suite with rows has one for every feature of
+    :data:`FEATURES`. ``suites``: the known suite names, checked when given.
+    Anything wrong is a :class:`CaseError` naming the file, the row and field
+    (or the suite and the feature without a row)."""
     source = display_path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -600,6 +644,13 @@ def load_targets(path: Path = TARGETS_FILE, suites: Collection[str] | None = Non
             raise CaseError(source, suite, 'must be a non-empty list of rows, or {"same_as": "<suite>"}')
         seen: set[str] = set()
         targets[suite] = tuple(_row(source, f"{suite}[{i}]", row, seen) for i, row in enumerate(rows))
+        without_row = [f.id for f in FEATURES if f.id not in seen]
+        if without_row:
+            raise CaseError(
+                source,
+                None,
+                f'suite {suite!r}: feature {without_row[0]!r} has no row (give a target or "{REPORT_ONLY}": true)',
+            )
     for suite, other in aliases.items():
         if other not in targets:
             raise CaseError(source, f"{suite}.same_as", f"{other!r} is not a suite with rows in this file")
@@ -616,8 +667,9 @@ class Verdict:
     description: str
     measured: Value
     target: Target | None = None
-    met: bool | None = None  # None: no target
+    met: bool | None = None  # None: no row, or a report-only row
     missing: list[Any] | None = None
+    builtin: bool = False  # judged by the refusal rule, not by a row of the file
 
 
 @dataclass(frozen=True)
@@ -633,6 +685,11 @@ class JudgedCoverage:
         return sum(v.met is not None for v in self.verdicts)
 
     @property
+    def rows(self) -> int:
+        """The verdicts that come from rows of the targets file (report-only ones too)."""
+        return sum(v.target is not None and not v.builtin for v in self.verdicts)
+
+    @property
     def missed(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.met is False]
 
@@ -644,8 +701,10 @@ class JudgedCoverage:
                 "description": v.description,
                 "measured": v.measured,
                 "target": v.target.to_json() if v.target else None,
-                "verdict": None if v.met is None else ("met" if v.met else "MISSED"),
+                "verdict": _verdict_word(v),
             }
+            if v.builtin:
+                row["builtin"] = True
             feature = FEATURE_BY_ID.get(v.feature)
             if feature is not None and feature.widths and isinstance(v.measured, int):
                 row["beyond"] = beyond(v.measured)
@@ -669,37 +728,60 @@ class JudgedCoverage:
             if row["target"]:
                 ((kind, value),) = row["target"].items()
                 target = Target(row["feature"], row["description"], kind, value)
-            met = None if row["verdict"] is None else row["verdict"] == "met"
+            met = {"met": True, "MISSED": False}.get(row["verdict"])
             verdicts.append(
-                Verdict(row["feature"], row["description"], row["measured"], target, met, row.get("missing"))
+                Verdict(
+                    row["feature"],
+                    row["description"],
+                    row["measured"],
+                    target,
+                    met,
+                    row.get("missing"),
+                    bool(row.get("builtin", False)),
+                )
             )
         order = {f.id: i for i, f in enumerate(FEATURES)}
         verdicts.sort(key=lambda v: order.get(v.feature, len(order)))
         return cls(data["suite"], data["targets_file"], tuple(verdicts))
 
 
+def _verdict_word(verdict: Verdict) -> str | None:
+    if verdict.met is None:
+        return "report only" if verdict.target is not None and verdict.target.report_only else None
+    return "met" if verdict.met else "MISSED"
+
+
 def judge(
     report: CoverageReport, targets: Sequence[Target], targets_file: str = "cases/coverage.json"
 ) -> JudgedCoverage:
-    """Each feature of ``report`` with its target row, if any, met or MISSED."""
+    """Each feature of ``report`` with its target row, if any, met or MISSED; a
+    report-only row is shown, not judged. A refusal feature without an
+    ``at_most: 0`` row is judged by the built-in rule (:data:`REFUSAL_RULE`),
+    so a refusal is MISSED whatever rows are given."""
     by_feature = {t.feature: t for t in targets}
     verdicts = []
     for feature in FEATURES:
         measured = report.values[feature.id]
         target = by_feature.get(feature.id)
+        builtin = feature.id in REFUSAL_FEATURES and (target is None or (target.kind, target.value) != ("at_most", 0))
+        if builtin:
+            target = Target(feature.id, REFUSAL_RULE, "at_most", 0)
         if target is None:
             verdicts.append(Verdict(feature.id, feature.description, measured))
             continue
+        if target.report_only:
+            verdicts.append(Verdict(feature.id, target.description, measured, target))
+            continue
         missing = target.missing(measured)
         verdicts.append(
-            Verdict(feature.id, target.description, measured, target, target.met_by(measured), missing or None)
+            Verdict(feature.id, target.description, measured, target, target.met_by(measured), missing or None, builtin)
         )
     return JudgedCoverage(report.suite, targets_file, tuple(verdicts))
 
 
 def nightly_coverage(suite: Suite, oracle: Port, path: Path = TARGETS_FILE) -> JudgedCoverage:
     """The coverage of the night's suite, judged against its rows when the
-    targets file has some (none: every feature shown, none judged)."""
+    targets file has some (none: every feature shown, only refusals judged)."""
     targets = load_targets(path)
     return judge(measure(suite, oracle), targets.get(suite.name, ()), display_path(path))
 
@@ -722,7 +804,7 @@ def format_measured(feature_id: str, value: Value) -> str:
 
 def verdict_text(verdict: Verdict) -> str:
     if verdict.met is None:
-        return "-"
+        return _verdict_word(verdict) or "-"
     if verdict.met:
         return "met"
     return f"MISSED (lacks {', '.join(map(str, verdict.missing))})" if verdict.missing else "MISSED"
@@ -743,8 +825,9 @@ def table_rows(judged: JudgedCoverage) -> list[dict[str, str]]:
 
 
 def headline(judged: JudgedCoverage) -> str:
-    if not judged.targets:
-        return f"Coverage of suite {judged.suite}: no targets in {judged.targets_file}"
+    if not judged.rows:
+        refused = f", {len(judged.missed)} MISSED (refused inputs)" if judged.missed else ""
+        return f"Coverage of suite {judged.suite}: no targets in {judged.targets_file}{refused}"
     met = judged.targets - len(judged.missed)
     missed = f", {len(judged.missed)} MISSED" if judged.missed else ""
     return f"Coverage of suite {judged.suite}: {met}/{judged.targets} targets met{missed} ({judged.targets_file})"

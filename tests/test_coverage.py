@@ -14,6 +14,7 @@ import torch
 from harness.cli import main
 from harness.coverage import (
     FEATURES,
+    REFUSAL_FEATURES,
     TARGETS_FILE,
     CoverageReport,
     JudgedCoverage,
@@ -24,6 +25,7 @@ from harness.coverage import (
     measure,
     oracle_chunks,
     render_markdown,
+    render_text,
     value_view,
 )
 from harness.model import PRESETS, Case, MergeCase, WorkspaceConfig
@@ -172,7 +174,7 @@ def test_judge_marks_met_and_missed(synthetic: CoverageReport) -> None:
     assert verdicts["merge.tokens_with_context"].missing == ["0"]
     assert verdicts["layout.workspace_min"].met is True
     assert verdicts["grid.configs"].met is None  # no target: shown, not judged
-    assert judged.targets == len(targets) and len(judged.missed) == 3
+    assert judged.targets == len(targets) + len(REFUSAL_FEATURES) and len(judged.missed) == 3
     assert len(judged.verdicts) == len(FEATURES)
     # A min over nothing meets no at_most target.
     empty = measure(Suite("empty", (), ()), SimpleNamespace(name="none"))
@@ -185,7 +187,9 @@ def test_json_form_round_trips_for_the_nightly(synthetic: CoverageReport) -> Non
     assert JudgedCoverage.from_json(json.loads(json.dumps(data))) == judged
     night = Night("2026-11-28", "synthetic", 0, complete=True, coverage=judged)
     markdown = night_markdown(night)
-    assert "## Coverage of suite synthetic: 0/1 targets met, 1 MISSED" in markdown
+    # One row, missed, and the built-in refusal rules, met.
+    assert judged.targets == 1 + len(REFUSAL_FEATURES)
+    assert f"## Coverage of suite synthetic: {judged.targets - 1}/{judged.targets} targets met, 1 MISSED" in markdown
     assert render_markdown(judged) in markdown and "MISSED (lacks 1056)" in markdown
     page = render_html(night, pd_empty_history())
     assert 'id="coverage"' in page and 'id="coverage-table"' in page and "layout.block_sizes" in page
@@ -197,10 +201,66 @@ def pd_empty_history() -> Any:
     return pd.DataFrame()
 
 
-def test_checked_in_targets_are_valid_and_cover_ci() -> None:
+class RefusingOracle:
+    """An oracle that plans no layout and sizes no workspace."""
+
+    name = "refusing-oracle"
+
+    def plan_layout(self, case: Case) -> Any:
+        raise RuntimeError("refused")
+
+    def workspace_size(self, config: WorkspaceConfig) -> int:
+        raise RuntimeError("refused")
+
+
+def _unmaterialisable(case: MergeCase) -> Any:
+    raise RuntimeError("cannot build")
+
+
+def test_refused_inputs_cover_nothing_but_their_refusal_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("harness.numeric.materialise_merge", _unmaterialisable)
+    refused = measure(SYNTHETIC, RefusingOracle()).values
+    nothing = measure(Suite("empty", (), ()), RefusingOracle()).values
+    counts = {
+        "layout.oracle_refused": len(SYNTHETIC.cases),
+        "grid.oracle_refused": len(SYNTHETIC.workspace_configs),
+        "merge.not_materialised": len(SYNTHETIC.merge_cases),
+    }
+    assert set(counts) == set(REFUSAL_FEATURES) and all(counts.values())
+    assert {k: refused[k] for k in counts} == counts
+    moved = {k: v for k, v in refused.items() if k not in counts and v != nothing[k]}
+    assert moved == {}, "refused inputs still count towards these features"
+
+
+def test_a_refusal_fails_the_verdict_with_or_without_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("harness.numeric.materialise_merge", _unmaterialisable)
+    refused = measure(SYNTHETIC, RefusingOracle())
+    for rows in ([], [_target(f, "at_most", 0) for f in REFUSAL_FEATURES]):
+        judged = judge(refused, rows)
+        assert sorted(v.feature for v in judged.missed) == sorted(REFUSAL_FEATURES)
+        assert JudgedCoverage.from_json(json.loads(json.dumps(judged.to_json()))) == judged
+    # A row cannot excuse a refusal: a report-only row is overridden by the rule.
+    excused = judge(refused, [_target("layout.oracle_refused", "report_only", True)])
+    assert "layout.oracle_refused" in {v.feature for v in excused.missed}
+    # at_most works on count features, in both directions.
+    assert _target("grid.configs", "at_most", 2).met_by(2) and not _target("grid.configs", "at_most", 1).met_by(2)
+
+
+def test_no_refusal_no_built_in_miss(synthetic: CoverageReport) -> None:
+    judged = judge(synthetic, [])
+    assert judged.missed == [] and judged.rows == 0
+    assert all(synthetic.values[f] == 0 for f in REFUSAL_FEATURES)
+
+
+def test_checked_in_targets_are_valid_and_complete() -> None:
     targets = load_targets(TARGETS_FILE, suite_names())
     assert targets["ci"], "the ci suite has coverage targets"
-    assert {t.feature for t in targets["ci"]} <= {f.id for f in FEATURES}
+    assert sorted(t.feature for t in targets["ci"]) == sorted(f.id for f in FEATURES)
+    by_feature = {t.feature: t for t in targets["ci"]}
+    assert all((by_feature[f].kind, by_feature[f].value) == ("at_most", 0) for f in REFUSAL_FEATURES)
+    assert by_feature["merge.value_views"].value == ["contiguous", "head-dim-slice"]
+    report_only = [t for t in targets["ci"] if t.report_only]
+    assert report_only and all(t.description for t in report_only)
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -212,9 +272,21 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     return code, out, err
 
 
+def complete(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` plus a row for every other feature: refusals at most 0, the rest report-only."""
+    given = {row["feature"] for row in rows}
+    for feature in FEATURES:
+        if feature.id in given:
+            continue
+        rule: dict[str, Any] = {"at_most": 0} if feature.id in REFUSAL_FEATURES else {"report_only": True}
+        rows = [*rows, {"feature": feature.id, "description": "shown", **rule}]
+    return rows
+
+
 def smoke_targets(tmp_path: Path, extra_rows: int = 0) -> Path:
-    """Rows the smoke suite meets, computed from its cases (plus ``extra_rows``
-    past them, which it misses)."""
+    """A complete file: rows the smoke suite meets, computed from its cases
+    (plus ``extra_rows`` past them, which it misses), the refusals held to 0
+    and every other feature report-only."""
     smoke = load_suite("smoke")
     max_context = max(max(c.context_lens) for c in smoke.cases)
     rows: list[dict[str, Any]] = [
@@ -227,8 +299,11 @@ def smoke_targets(tmp_path: Path, extra_rows: int = 0) -> Path:
         {"feature": "merge.cases", "description": "merges", "count_at_least": len(smoke.merge_cases) + extra_rows},
     ]
     path = tmp_path / "targets.json"
-    path.write_text(json.dumps({"smoke": rows}), encoding="utf-8")
+    path.write_text(json.dumps({"smoke": complete(rows)}), encoding="utf-8")
     return path
+
+
+JUDGED_ROWS = 3 + len(REFUSAL_FEATURES)  # smoke_targets' targets
 
 
 def test_command_met_and_missed_exit_codes_and_deterministic_json(
@@ -238,17 +313,56 @@ def test_command_met_and_missed_exit_codes_and_deterministic_json(
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     code, out, _ = run_cli(capsys, "coverage", "--suite", "smoke", "--targets", str(met), "--json", str(first))
     assert code == 0, out
-    assert "3/3 targets met" in out and "MISSED" not in out
+    assert f"{JUDGED_ROWS}/{JUDGED_ROWS} targets met" in out and "MISSED" not in out
+    report_only = len(FEATURES) - JUDGED_ROWS
+    assert out.count("report only") == report_only
     run_cli(capsys, "coverage", "--suite", "smoke", "--targets", str(met), "--json", str(second))
     assert first.read_bytes() == second.read_bytes()
     document = json.loads(first.read_text())
     assert [f["feature"] for f in document["features"]] == sorted(f.id for f in FEATURES)
-    assert document["met"] == 3 and document["missed"] == 0
+    assert document["met"] == JUDGED_ROWS and document["missed"] == 0
+    verdicts = [f["verdict"] for f in document["features"]]
+    assert verdicts.count("report only") == report_only and None not in verdicts
 
     missed = smoke_targets(tmp_path, extra_rows=1)
     code, out, _ = run_cli(capsys, "coverage", "--suite", "smoke", "--targets", str(missed))
     assert code == 1
-    assert "1/3 targets met, 2 MISSED" in out
+    assert f"{JUDGED_ROWS - 2}/{JUDGED_ROWS} targets met, 2 MISSED" in out
+
+
+def test_partial_targets_file_is_refused_naming_the_feature(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rows = complete([])
+    dropped = rows.pop(len(rows) // 2)["feature"]
+    path = tmp_path / "targets.json"
+    path.write_text(json.dumps({"smoke": rows}), encoding="utf-8")
+    code, out, err = run_cli(capsys, "coverage", "--suite", "smoke", "--targets", str(path))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"parity: error: {path}: suite 'smoke': feature '{dropped}' has no row "
+        '(give a target or "report_only": true)\n'
+    )
+
+
+def test_command_fails_when_the_oracle_refuses(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("harness.cli.open_oracle", lambda allow_drift: (RefusingOracle(), {}))
+    # Only report-only rows beside the refusals: nothing is left to miss but them.
+    path = tmp_path / "targets.json"
+    path.write_text(json.dumps({"smoke": complete([])}), encoding="utf-8")
+    code, out, _ = run_cli(capsys, "coverage", "--suite", "smoke", "--targets", str(path))
+    assert code == 1, out
+    missed = [line.split()[0] for line in out.splitlines() if "MISSED" in line and not line.startswith("Coverage")]
+    assert sorted(missed) == ["grid.oracle_refused", "layout.oracle_refused"]
+
+
+def test_report_only_rows_are_shown_never_met(synthetic: CoverageReport) -> None:
+    judged = judge(synthetic, [_target("layout.cases", "report_only", True)])
+    (verdict,) = [v for v in judged.verdicts if v.feature == "layout.cases"]
+    assert verdict.met is None and judged.targets == len(REFUSAL_FEATURES)
+    line = next(line for line in render_text(judged).splitlines() if line.startswith("layout.cases"))
+    assert line.endswith("report only") and " met" not in line
+    assert "report only" in render_markdown(judged)
 
 
 @pytest.mark.parametrize(
@@ -272,6 +386,18 @@ def test_command_met_and_missed_exit_codes_and_deterministic_json(
         ('{"weekly": [{"feature": "layout.max_start", "description": "x", "at_least": 3}]}', "no suite named 'weekly'"),
         ('{"smoke": {"same_as": "ci"}}', "field 'smoke.same_as'"),
         ('{"smoke": []}', "field 'smoke': must be a non-empty list"),
+        (
+            '{"smoke": [{"feature": "layout.oracle_refused", "description": "x", "at_most": 3}]}',
+            "field 'smoke[0].at_most': layout.oracle_refused counts refused inputs: its target is at_most 0",
+        ),
+        (
+            '{"smoke": [{"feature": "grid.oracle_refused", "description": "x", "report_only": true}]}',
+            "field 'smoke[0].report_only': grid.oracle_refused (count) takes exactly one target of: at_most",
+        ),
+        (
+            '{"smoke": [{"feature": "layout.max_start", "description": "x", "report_only": 1}]}',
+            "field 'smoke[0].report_only': must be true",
+        ),
     ],
 )
 def test_malformed_targets_exit_2_with_one_line(
