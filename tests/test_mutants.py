@@ -200,11 +200,17 @@ def test_mutants_leave_the_real_port_untouched(oracle: Port, per_request: Port) 
     assert all(compare_case(oracle, per_request, case).status == PARITY for case in suite.cases)
 
 
-def test_smoke_kills_every_mutant(oracle: Port) -> None:
-    """The README's claim: the smoke suite kills every mutant in the catalogue."""
+# The smoke suite stays small: these need a batch of more than 32,768 requests or
+# the wide workspace grid (formula intermediates past 2^31, block 528), which ci holds.
+SMOKE_SURVIVORS = {"request-index-int16", "workspace-int32", "workspace-round-then-cap"}
+
+
+def test_smoke_kills_every_mutant_but_the_wide_ones(oracle: Port) -> None:
+    """The README's claim: the smoke suite kills every mutant in the catalogue but
+    :data:`SMOKE_SURVIVORS`, and those do survive it (so the list cannot go stale)."""
     rows = kill_matrix(oracle, [m() for m in MUTANTS.values()], load_suite("smoke"), ("layout", "merge", "prefill"),
                        CpuKernels())  # fmt: skip
-    assert [r.name for r in rows if not r.killed] == []
+    assert {r.name for r in rows if not r.killed} == SMOKE_SURVIVORS
     by_name = {r.name: r for r in rows}
     assert by_name["finite-lse-empty-rows"].kills["prefill"] is not None  # only numbers can see it
     assert by_name["merge-in-bf16"].kills["merge"] is not None

@@ -40,7 +40,10 @@ def test_make_gate_runs_the_gate() -> None:
 
 
 def test_mutant_kill_claims_count_the_whole_catalogue() -> None:
-    for suite in ("ci", "smoke"):
+    from tests.test_mutants import SMOKE_SURVIVORS
+
+    for suite, survivors in (("ci", 0), ("smoke", len(SMOKE_SURVIVORS))):
         claimed = re.search(rf"\*\*{suite} suite kills (\d+) of (\d+)\*\*", README)
         assert claimed is not None, suite
-        assert int(claimed.group(1)) == int(claimed.group(2)) == len(MUTANTS), suite
+        assert int(claimed.group(2)) == len(MUTANTS), suite
+        assert int(claimed.group(1)) == len(MUTANTS) - survivors, suite

@@ -400,8 +400,9 @@ class DeviceTokenToSeqUint8(Mutant):
     name = "device-token-to-seq-uint8"
     aimed_at = "L3: a chunk holding more than 256 requests with context"
     description = (
-        "packs the device copy of token_to_seq as uint8 (the reported layout stays right): the gather of a chunk of "
-        "more than 256 requests reads the wrong request's rows"
+        "packs the device copy of token_to_seq as uint8 (the reported layout stays right): in a chunk of more than "
+        "256 requests the gather indexes the wrong request (past the chunk's block table: an IndexError on the CPU "
+        "kernels, which is how ci kills it)"
     )
     source = "hand port"
 
