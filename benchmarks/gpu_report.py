@@ -87,7 +87,7 @@ def environment() -> dict[str, Any]:
 def parity_section(kernels: SharedKernels) -> dict[str, Any]:
     """Every L2/L3 item of the gpu suite and the benchmark batches, per port."""
     from harness.cases import load_cases
-    from harness.cli import open_oracle
+    from harness.commands.common import open_oracle
     from harness.port import load_port
     from harness.runner import run_items
     from harness.suites import Suite, load_suite

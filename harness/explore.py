@@ -86,7 +86,7 @@ from harness.model import (
     WorkspaceConfig,
     alignment_unit,
 )
-from harness.port import Port, port_levels
+from harness.port import DEFAULT_PORT_TIMEOUT_S, Port, port_levels
 from harness.runner import LEVELS, NOT_RUN, ORACLE_ERROR, PARITY, CaseResult, printable, reraise_interrupt, run_item
 from harness.shrink import signature
 
@@ -760,6 +760,8 @@ class _Search:
     database: _GuardedDatabase
     seed: int
     budget_s: float
+    # The limit on one port call (the harness's --timeout, no more than the search allows).
+    timeout_s: float = DEFAULT_PORT_TIMEOUT_S
     # Set at the property's first example, so hypothesis's own start-up is not
     # search time: the search ends at the first example past search_deadline; a
     # shrink in progress then, at the first past hard_deadline.
@@ -788,7 +790,7 @@ class _Search:
         if (searching and now >= self.search_deadline) or now >= self.hard_deadline:
             self.database.sealed = True
             raise _BudgetSpent
-        result = run_item(self.oracle, self.port, self.prop.kind, item, self.kernels, self.device)
+        result = run_item(self.oracle, self.port, self.prop.kind, item, self.kernels, self.device, self.timeout_s)
         if result.status == ORACLE_ERROR:
             # Not an input upstream takes: neither a find nor an example.
             self.run.refused += 1
@@ -883,6 +885,7 @@ def _explore_property(
     port_spec: str,
     kernels: SharedKernels,
     device: str,
+    timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> PropertyRun:
     """Replay the property's database, then search in rounds until ``budget_s``
     is spent: each round is one hypothesis run that ends on the budget or with
@@ -891,7 +894,7 @@ def _explore_property(
     started = time.monotonic()
     run = PropertyRun(prop.name, round(budget_s, 3))
     database = _GuardedDatabase(out_dir / DATABASE_DIR / prop.name)
-    search = _Search(oracle, port, prop, kernels, device, database, seed, budget_s, run=run)
+    search = _Search(oracle, port, prop, kernels, device, database, seed, budget_s, timeout_s, run=run)
 
     def record(failures: list[_PropertyFailed], flaky: bool, replayed: bool) -> bool:
         cut_short = not failures and bool(search.smallest)
@@ -902,7 +905,7 @@ def _explore_property(
             key = signature(failure.result)
             if key not in search.known:
                 search.known.add(key)
-                item, result, steps = polish(oracle, port, failure.item, failure.result)
+                item, result, steps = polish(oracle, port, failure.item, failure.result, timeout_s)
                 find = write_find(item, result, prop, out_dir, port_spec, replayed, flaky, cut_short)
                 find.polish_steps = steps
                 run.finds.append(find)
@@ -929,7 +932,9 @@ def _explore_property(
 POLISH_EVALUATIONS = 200
 
 
-def polish(oracle: Port, port: Port, item: Any, result: CaseResult) -> tuple[Any, CaseResult, int]:
+def polish(
+    oracle: Port, port: Port, item: Any, result: CaseResult, timeout_s: float = DEFAULT_PORT_TIMEOUT_S
+) -> tuple[Any, CaseResult, int]:
     """Finish a layout find with the harness's own shrinker; the steps it took.
 
     Hypothesis shrinks the choices an input was drawn from. Some reductions are
@@ -945,7 +950,7 @@ def polish(oracle: Port, port: Port, item: Any, result: CaseResult) -> tuple[Any
     if not isinstance(item, Case) or item.numeric is not None:
         return item, result, 0
     try:
-        outcome = shrink(item, lambda case: compare_case(oracle, port, case), budget=POLISH_EVALUATIONS)
+        outcome = shrink(item, lambda case: compare_case(oracle, port, case, timeout_s), budget=POLISH_EVALUATIONS)
     except ValueError:  # it no longer fails (a flaky port): keep hypothesis's input
         return item, result, 0
     if signature(outcome.result) != signature(result):
@@ -1014,12 +1019,13 @@ def explore(
     out_dir: Path,
     kernels: SharedKernels,
     device: str = "cpu",
+    timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> ExploreResult:
     """Search each property of ``level`` (layout, merge, prefill or all) for
     ``budget_s`` seconds in all; write the finds, ``explore.json`` and
     ``summary.md`` under ``out_dir``. A level the port does not implement is a
-    ``not-run`` property (the result is then at best incomplete)."""
-    import harness.runner
+    ``not-run`` property (the result is then at best incomplete). One port call
+    may take ``timeout_s`` seconds, and no more than the search's budget allows."""
 
     started = time.monotonic()
     result = ExploreResult(port.name, port_spec, level, seed, budget_s, str(out_dir))
@@ -1029,21 +1035,17 @@ def explore(
     at_default = merge_fields_at_default()
     if at_default and any(p.name == "merge" for p in props):
         result.notes.append(f"merge fields left at their defaults (no strategy yet): {', '.join(at_default)}")
-    previous_timeout = harness.runner.PORT_TIMEOUT_S
-    harness.runner.PORT_TIMEOUT_S = min(previous_timeout, max(MAX_CALL_S, budget_s))
-    try:
-        # Fixed shares of the budget: a long shrink in one property never starves the next.
-        shares = sum(p.share for p in props if p.level in implemented)
-        for prop in props:
-            if prop.level not in implemented:
-                result.runs.append(PropertyRun(prop.name, 0.0, ended_by="not-run"))
-                continue
-            share_s = budget_s * prop.share / shares
-            result.runs.append(
-                _explore_property(oracle, port, prop, share_s, seed, out_dir, port_spec, kernels, device)
-            )
-    finally:
-        harness.runner.PORT_TIMEOUT_S = previous_timeout
+    call_limit_s = min(timeout_s, max(MAX_CALL_S, budget_s))
+    # Fixed shares of the budget: a long shrink in one property never starves the next.
+    shares = sum(p.share for p in props if p.level in implemented)
+    for prop in props:
+        if prop.level not in implemented:
+            result.runs.append(PropertyRun(prop.name, 0.0, ended_by="not-run"))
+            continue
+        share_s = budget_s * prop.share / shares
+        result.runs.append(
+            _explore_property(oracle, port, prop, share_s, seed, out_dir, port_spec, kernels, device, call_limit_s)
+        )
     result.seconds = time.monotonic() - started
     (out_dir / "explore.json").write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
     (out_dir / "summary.md").write_text(result.to_markdown(), encoding="utf-8")
@@ -1132,7 +1134,7 @@ def replay_kinds(kind: str, item: Any) -> list[str]:
 
 def replay(oracle: Port, port: Port, kind: str, item: Any, kernels: SharedKernels, device: str) -> int:
     """Compare the item of one find file (:func:`load_find`); print the verdict. 0 parity, 1 not."""
-    from harness.cli import format_diff, format_tensor_verdict
+    from reports.diff_text import format_diff, format_tensor_verdict
 
     kinds = replay_kinds(kind, item)
     results = [run_item(oracle, port, k, item, kernels, device) for k in kinds]
@@ -1174,7 +1176,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
-    from harness.cli import UsageError, close_port, open_oracle, select_device
+    from harness.commands.common import UsageError, close_port, open_oracle, select_device
     from harness.port import load_port
 
     if not (args.budget_s > 0 and math.isfinite(args.budget_s)):

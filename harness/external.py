@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from harness.model import Case, Layout, WorkspaceConfig, layout_from_json
+from harness.port import DEFAULT_PORT_TIMEOUT_S
 
 PROTOCOL_VERSION = 1
 STDERR_TAIL = 600
@@ -42,11 +43,9 @@ class ExternalPort:
     # Each request carries its own timeout (it kills the process on expiry).
     enforces_timeout = True
 
-    def __init__(self, command: str, timeout_s: float | None = None, startup_timeout_s: float = 30.0) -> None:
-        if timeout_s is None:
-            from harness import runner
-
-            timeout_s = runner.PORT_TIMEOUT_S
+    def __init__(
+        self, command: str, timeout_s: float = DEFAULT_PORT_TIMEOUT_S, startup_timeout_s: float = 30.0
+    ) -> None:
         self.command = shlex.split(command)
         if not self.command:
             raise ValueError("cmd: port needs a command")

@@ -80,15 +80,14 @@ def check_table_baseline(entries: list[BaselineEntry], table: pd.DataFrame, meta
     check_baseline_targets(entries, targets, meta_port_names(meta))
 
 
-def write_outputs(outcome: GateOutcome, out_dir: Path) -> None:
-    from reports.gate_summary import write_gate_summary
-    from reports.junit import write_junit
-
+def write_tables(outcome: GateOutcome, out_dir: Path) -> None:
+    """The machine-readable outputs: ``results.parquet`` (every item, baseline
+    columns included) and ``gate.json`` (what ran, for merging shards). The
+    human-readable ones are the report writers' (reports/gate_summary.py,
+    reports/junit.py)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     outcome.verdict.table.to_parquet(out_dir / RESULTS, index=False)
     (out_dir / META).write_text(json.dumps(outcome.meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    write_gate_summary(outcome, out_dir / SUMMARY)
-    write_junit(outcome, out_dir / JUNIT)
 
 
 # What every shard of one gate run shares: the results file's run identity (the

@@ -175,18 +175,23 @@ BUILTIN_PORTS: dict[str, str] = {
 }
 
 
+# Seconds one port call may take unless the caller says otherwise (the CLI's --timeout).
+DEFAULT_PORT_TIMEOUT_S = 300.0
+
+
 class PortLoadError(Exception):
     """A port name that cannot be resolved; the message is one line."""
 
 
-def load_port(spec: str) -> Port:
+def load_port(spec: str, timeout_s: float = DEFAULT_PORT_TIMEOUT_S) -> Port:
     """Resolve a built-in name, ``mutant:NAME``, ``cmd:COMMAND`` (an external
-    process speaking docs/external-port-protocol.md) or ``package.module:attr``."""
+    process speaking docs/external-port-protocol.md, each request limited to
+    ``timeout_s`` seconds) or ``package.module:attr``."""
     if spec.startswith("cmd:"):
         from harness.external import ExternalPort, ExternalPortError
 
         try:
-            return ExternalPort(spec.removeprefix("cmd:"))
+            return ExternalPort(spec.removeprefix("cmd:"), timeout_s)
         except (ExternalPortError, ValueError) as exc:
             raise PortLoadError(f"port {spec!r}: {exc}") from None
     if spec.startswith("mutant:"):

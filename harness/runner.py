@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from harness.compare import Divergence, first_layout_divergence
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
-from harness.port import Port, PortValueError, check_int, check_layout, check_tensor, port_levels
+from harness.port import (
+    DEFAULT_PORT_TIMEOUT_S,
+    Port,
+    PortValueError,
+    check_int,
+    check_layout,
+    check_tensor,
+    port_levels,
+)
 
 if TYPE_CHECKING:
     from harness.bits import TensorComparison
@@ -102,10 +110,6 @@ class PortTimeout(Exception):
     """A port call ran past the per-item time limit."""
 
 
-# Seconds a single port call may take; the CLI's --timeout sets it.
-PORT_TIMEOUT_S = 300.0
-
-
 @contextlib.contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
     """Raise :class:`PortTimeout` in the calling (main) thread after ``seconds``.
@@ -130,11 +134,11 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def limit_for(port: Port) -> float:
+def limit_for(port: Port, timeout_s: float) -> float:
     """The harness's limit for one call; a port that enforces the same limit
     itself (an external process) gets a grace second so its own, more precise
     error wins."""
-    return PORT_TIMEOUT_S + (1.0 if getattr(port, "enforces_timeout", False) else 0.0)
+    return timeout_s + (1.0 if getattr(port, "enforces_timeout", False) else 0.0)
 
 
 def reraise_interrupt(exc: BaseException) -> None:
@@ -167,7 +171,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def compare_case(oracle: Port, port: Port, case: Case) -> CaseResult:
+def compare_case(oracle: Port, port: Port, case: Case, timeout_s: float = DEFAULT_PORT_TIMEOUT_S) -> CaseResult:
     result = CaseResult(case.name, case.family, "layout", PARITY, row_budget=case.row_budget)
     try:
         result.oracle_layout = oracle.plan_layout(case)
@@ -176,7 +180,7 @@ def compare_case(oracle: Port, port: Port, case: Case) -> CaseResult:
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
-        with time_limit(limit_for(port)):
+        with time_limit(limit_for(port, timeout_s)):
             layout = port.plan_layout(case)
         result.port_layout = check_layout(layout)
     except BaseException as exc:
@@ -194,7 +198,9 @@ def compare_case(oracle: Port, port: Port, case: Case) -> CaseResult:
     return result
 
 
-def compare_workspace(oracle: Port, port: Port, config: WorkspaceConfig) -> CaseResult:
+def compare_workspace(
+    oracle: Port, port: Port, config: WorkspaceConfig, timeout_s: float = DEFAULT_PORT_TIMEOUT_S
+) -> CaseResult:
     result = CaseResult(config.name, "workspace-size", "workspace", PARITY)
     try:
         result.oracle_workspace = oracle.workspace_size(config)
@@ -203,7 +209,7 @@ def compare_workspace(oracle: Port, port: Port, config: WorkspaceConfig) -> Case
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
-        with time_limit(limit_for(port)):
+        with time_limit(limit_for(port, timeout_s)):
             value = port.workspace_size(config)
         result.port_workspace = check_int(value, "workspace_size returned")
     except BaseException as exc:
@@ -260,7 +266,9 @@ def _tensor_verdict(result: CaseResult, oracle_out: dict[str, Any], port_out: di
     return result
 
 
-def compare_merge(oracle: Port, port: Port, case: MergeCase, device: str = "cpu") -> CaseResult:
+def compare_merge(
+    oracle: Port, port: Port, case: MergeCase, device: str = "cpu", timeout_s: float = DEFAULT_PORT_TIMEOUT_S
+) -> CaseResult:
     """L2: both merges on identical, independently materialised partials."""
     from harness.numeric import materialise_merge
 
@@ -273,7 +281,7 @@ def compare_merge(oracle: Port, port: Port, case: MergeCase, device: str = "cpu"
         return result
     try:
         port_inputs = materialise_merge(case, device)
-        with time_limit(limit_for(port)):
+        with time_limit(limit_for(port, timeout_s)):
             returned = port.merge_states(port_inputs)  # type: ignore[attr-defined]
         if type(returned) is not tuple or len(returned) != 2:
             raise PortValueError(f"merge_states returned {type(returned).__name__}, not a tuple (output, lse)")
@@ -285,7 +293,14 @@ def compare_merge(oracle: Port, port: Port, case: MergeCase, device: str = "cpu"
     return _tensor_verdict(result, {"output": out, "lse": lse}, {"output": port_out, "lse": port_lse})
 
 
-def compare_prefill(oracle: Port, port: Port, case: Case, kernels: SharedKernels, device: str = "cpu") -> CaseResult:
+def compare_prefill(
+    oracle: Port,
+    port: Port,
+    case: Case,
+    kernels: SharedKernels,
+    device: str = "cpu",
+    timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
+) -> CaseResult:
     """L3: both context loops and final merges on identical materialised tensors."""
     from harness.kernels import kernels_for_case
     from harness.numeric import materialise_prefill
@@ -307,7 +322,7 @@ def compare_prefill(oracle: Port, port: Port, case: Case, kernels: SharedKernels
         return result
     try:
         port_inputs = inputs()
-        with time_limit(limit_for(port)):
+        with time_limit(limit_for(port, timeout_s)):
             port_out = port.prefill(case, port_inputs, kernels)  # type: ignore[attr-defined]
         if not isinstance(port_out, dict):
             raise TypeError(f"prefill returned {type(port_out).__name__}, not a dict of tensors")
@@ -366,18 +381,26 @@ def not_run(port: Port, kind: str, item: Any) -> CaseResult:
     return CaseResult(item.name, family, kind, NOT_RUN, error=error)
 
 
-def run_item(oracle: Port, port: Port, kind: str, item: Any, kernels: SharedKernels, device: str = "cpu") -> CaseResult:
+def run_item(
+    oracle: Port,
+    port: Port,
+    kind: str,
+    item: Any,
+    kernels: SharedKernels,
+    device: str = "cpu",
+    timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
+) -> CaseResult:
     """One item; the numeric levels run on ``device`` (layouts are host work).
     An item at a level the port does not implement is ``not-run``."""
     if ("layout" if kind == "workspace" else kind) not in port_levels(port):
         return not_run(port, kind, item)
     if kind == "layout":
-        return compare_case(oracle, port, item)
+        return compare_case(oracle, port, item, timeout_s)
     if kind == "workspace":
-        return compare_workspace(oracle, port, item)
+        return compare_workspace(oracle, port, item, timeout_s)
     if kind == "merge":
-        return compare_merge(oracle, port, item, device)
-    return compare_prefill(oracle, port, item, kernels, device)
+        return compare_merge(oracle, port, item, device, timeout_s)
+    return compare_prefill(oracle, port, item, kernels, device, timeout_s)
 
 
 def run_items(
@@ -389,10 +412,12 @@ def run_items(
     kernels: SharedKernels | None = None,
     skip: frozenset[str] = frozenset(),
     device: str = "cpu",
+    timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> Iterator[CaseResult]:
     """Run the items of ``suite`` this shard owns, skipping the item ids in
     ``skip`` (those a resumed results file holds); the numeric levels on
-    ``device`` with its shared kernels unless ``kernels``."""
+    ``device`` with its shared kernels unless ``kernels``; each port call
+    limited to ``timeout_s`` seconds."""
     if kernels is None:
         from harness.kernels import kernels_for
 
@@ -400,7 +425,7 @@ def run_items(
     for index, (kind, item) in enumerate(plan_items(suite, levels)):
         if (shard is not None and not shard.owns(index)) or item_id(kind, item.name) in skip:
             continue
-        result = run_item(oracle, port, kind, item, kernels, device)
+        result = run_item(oracle, port, kind, item, kernels, device, timeout_s)
         result.index = index
         yield result
 

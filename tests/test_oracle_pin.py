@@ -12,7 +12,8 @@ from types import ModuleType
 import pytest
 
 import oracle.pin
-from harness.cli import UsageError, main, open_oracle
+from harness.cli import main
+from harness.commands.common import UsageError, open_oracle
 from oracle.environment import OracleUnavailable, import_vllm_module
 from oracle.pin import RELEASE, SYMBOLS, check_fingerprints, check_release, load_pin, record_fingerprints
 

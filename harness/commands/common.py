@@ -1,0 +1,331 @@
+"""What several commands share: the oracle behind its fingerprint check, case
+selection, the run loop with its results file, and the exit codes.
+
+Exit codes everywhere: 0 every item at parity, 1 some item diverges or errors
+(for ``coverage``: some target is missed), 2 bad input or usage (one line on
+stderr naming the file, field and reason), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.cases import load_cases
+from harness.kernels import SharedKernels
+from harness.model import Case, MergeCase
+from harness.port import Port, load_port
+from harness.runner import LEVELS, RunResult, Shard, reraise_interrupt, run_items
+from harness.suites import Suite, load_suite
+
+EXIT_PARITY, EXIT_DIVERGENT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """Bad input or usage; the message is the one line printed."""
+
+
+# -- the oracle, behind its fingerprint check ---------------------------------------------
+
+
+def open_oracle(allow_drift: bool) -> tuple[Port, dict[str, Any]]:
+    """The oracle side and the provenance every output carries.
+
+    Refuses (UsageError, one line naming the symbol) when an installed oracle
+    symbol's fingerprint differs from the pin, unless ``allow_drift``.
+    """
+    from oracle.environment import OracleUnavailable
+    from oracle.pin import check_fingerprints, installed_version, load_pin
+
+    try:
+        from oracle.side import OracleSide
+
+        version, commit = installed_version()
+        statuses = check_fingerprints()
+        side = OracleSide()
+    except OracleUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    pin = load_pin()
+    bad = [s for s in statuses if s.status != "ok"]
+    if bad and not allow_drift:
+        s = bad[0]
+        raise UsageError(
+            f"oracle fingerprint {s.status}: {s.symbol} (pinned {s.expected}, installed {s.found or 'absent'}); "
+            "pass --allow-oracle-drift to run anyway"
+        )
+    provenance = {
+        "upstream_commit": pin["upstream_commit"],
+        "upstream_pr": pin["upstream_pr"],
+        "release": pin["release"],
+        "installed_vllm": version,
+        "installed_commit_id": commit,
+        "fingerprints": {s.symbol: s.status for s in statuses},
+        "oracle_drift_overridden": bool(bad),
+    }
+    return side, provenance
+
+
+def drift_banner(provenance: dict[str, Any]) -> str | None:
+    """The warning every output of a run with overridden fingerprints carries."""
+    if not provenance.get("oracle_drift_overridden"):
+        return None
+    drifted = [k for k, v in provenance["fingerprints"].items() if v != "ok"]
+    return f"WARNING: oracle fingerprints overridden ({len(drifted)} drifted: {', '.join(drifted)})"
+
+
+def select_device(device: str) -> SharedKernels:
+    """Prepare the oracle's recipe for ``device`` and return that device's shared
+    kernels. Call before the oracle is opened (vLLM reads the recipe on import)."""
+    from harness.kernels import kernels_for
+    from oracle.environment import OracleUnavailable, use_device
+
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine")
+    try:
+        use_device(device)
+    except OracleUnavailable as exc:
+        raise UsageError(f"--device {device}: {exc}") from None
+    return kernels_for(device)
+
+
+# -- case selection ------------------------------------------------------------------------
+
+
+def select_suite(args: argparse.Namespace) -> Suite:
+    if args.cases:
+        return Suite("cases", tuple(load_cases([Path(p) for p in args.cases])), ())
+    return load_suite(args.suite, size=args.size)
+
+
+def selected_levels(level: str) -> tuple[str, ...]:
+    return LEVELS if level == "all" else (level,)
+
+
+def find_case(spec: str, suite: str | None) -> Case | MergeCase:
+    path = Path(spec)
+    if path.suffix == ".json" or path.exists():
+        cases = load_cases([path])
+        if len(cases) != 1:
+            raise UsageError(
+                f"{spec}: holds {len(cases)} cases; diff takes one (name it: parity diff NAME --suite ...)"
+            )
+        return cases[0]
+    name = spec.split("/", 1)[1] if "/" in spec else spec
+    for suite_name in [suite] if suite else ["smoke", "ci"]:
+        loaded = load_suite(suite_name)
+        items: tuple[Case | MergeCase, ...] = (*loaded.cases, *loaded.merge_cases)
+        for item in items:
+            if item.name == name:
+                return item
+    where = suite or "smoke or ci"
+    raise UsageError(f"{spec}: no such case file, and no case of that name in suite {where}")
+
+
+def parse_shard(text: str | None) -> Shard | None:
+    if text is None:
+        return None
+    try:
+        return Shard.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"--shard: {exc}") from None
+
+
+def refuse_empty(selected: int, what: str) -> None:
+    """Zero selected items compare nothing: that is usage, never a pass."""
+    if selected == 0:
+        raise UsageError(f"{what} selects no items: nothing would be compared (choose another --level or --shard)")
+
+
+def describe_selection(suite: Suite, levels: tuple[str, ...], shard: Shard | None) -> str:
+    where = f" shard {shard}" if shard else ""
+    return f"suite {suite.name} at level {', '.join(levels)}{where}"
+
+
+def note_unimplemented(port: Port, levels: tuple[str, ...]) -> None:
+    from harness.port import port_levels
+
+    missing = [lv for lv in levels if lv not in port_levels(port)]
+    if missing:
+        print(
+            f"note: port {port.name} implements {', '.join(port_levels(port))}; its items at "
+            f"{', '.join(missing)} are not-run and the verdict is at best INCOMPLETE "
+            f"(narrow the run with --level)"
+        )
+
+
+# -- running a suite -----------------------------------------------------------------------
+
+
+def progress_bar(total: int) -> tuple[Any, Any]:
+    if not sys.stderr.isatty():
+        return None, None
+    from rich.progress import Progress
+
+    bar = Progress(transient=True)
+    task = bar.add_task("comparing", total=total)
+    bar.start()
+    return bar, lambda _result: bar.advance(task)
+
+
+@dataclass
+class Execution:
+    """What run and gate share: the table of every item (resumed ones included),
+    the new results in full, and where they came from."""
+
+    table: Any
+    result: RunResult
+    port: Port
+    oracle: Port
+    suite: Suite
+    provenance: dict[str, Any]
+
+
+def harness_identity() -> dict[str, Any]:
+    """The harness's version and commit, for results-file headers."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from harness.provenance import repository_state, source_digest
+
+    try:
+        harness_version = version("mla-parity")
+    except PackageNotFoundError:
+        harness_version = None
+    return {
+        "harness_version": harness_version,
+        "harness_commit": repository_state().get("commit"),
+        "harness_sources": source_digest(),
+    }
+
+
+def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] | None = None) -> Execution:
+    """Load, check the oracle, run with progress; rows go to --results as they finish.
+
+    ``before_run`` checks the loaded port and suite before any work (the gate's
+    baseline against what the suite holds)."""
+    import pandas as pd
+
+    from harness.results_file import ResultsWriter, items_digest
+    from harness.runner import selected_item_ids
+    from harness.summary import COLUMNS, result_row
+
+    if args.resume and not args.results:
+        raise UsageError("--resume needs --results FILE (the file to resume)")
+    port = load_port(args.port, args.timeout)
+    suite = select_suite(args)
+    levels = selected_levels(args.level)
+    shard = parse_shard(args.shard)
+    item_ids = selected_item_ids(suite, levels, shard)
+    try:
+        refuse_empty(len(item_ids), describe_selection(suite, levels, shard))
+        if before_run is not None:
+            before_run(port, suite)
+    except Exception:
+        close_port(port)
+        raise
+    note_unimplemented(port, levels)
+    kernels = select_device(args.device)
+    oracle, provenance = open_oracle(args.allow_oracle_drift)
+    banner = drift_banner(provenance)
+    if banner:
+        print(banner, file=sys.stderr)
+    writer = None
+    if args.results:
+        header = {
+            "items_digest": items_digest(item_ids),
+            "items": len(item_ids),
+            "suite": suite.name,
+            "levels": list(levels),
+            "size": args.size,
+            "shard": args.shard,
+            "port_spec": args.port,
+            "port": port.name,
+            "device": args.device,
+            "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
+            "oracle_drift_overridden": provenance["oracle_drift_overridden"],
+            **harness_identity(),
+        }
+        writer = ResultsWriter(Path(args.results), header, args.resume, item_ids)
+    skip = writer.done_ids if writer else frozenset()
+    bar, advance = progress_bar(len(item_ids) - len(skip))
+    result = RunResult(suite=suite.name, port=port.name, levels=levels)
+    started = time.perf_counter()
+    try:
+        for item in run_items(oracle, port, suite, levels, shard, kernels, skip, args.device, args.timeout):
+            result.results.append(item)
+            if writer is not None:
+                writer.write(result_row(item))
+            if advance is not None:
+                advance(item)
+    finally:
+        if bar is not None:
+            bar.stop()
+        if writer is not None:
+            writer.close()
+    result.seconds = time.perf_counter() - started
+    result.provenance = provenance
+    rows = (writer.done if writer else []) + [result_row(r) for r in result.results]
+    table = pd.DataFrame(rows, columns=list(COLUMNS)).sort_values("index", kind="stable").reset_index(drop=True)
+    return Execution(table, result, port, oracle, suite, provenance)
+
+
+def close_port(port: Port) -> None:
+    """An external port's processes end with the command that used it. What
+    ``close`` raises (``sys.exit`` included) is reported, never the exit code."""
+    from harness.runner import printable
+
+    close = getattr(port, "close", None)
+    if callable(close):
+        try:
+            close()
+        except BaseException as exc:
+            reraise_interrupt(exc)
+            print(f"parity: warning: port {port.name}: close() raised {printable(repr(exc))}", file=sys.stderr)
+
+
+def verdict_code(verdict: str) -> int:
+    """0 only for a pass; a failing or INCOMPLETE run exits 1."""
+    return EXIT_PARITY if verdict == "pass" else EXIT_DIVERGENT
+
+
+def write_output(write: Any, where: str) -> bool:
+    """Write a report; a failure is one line on stderr, never a traceback that
+    replaces the verdict's exit code (the results file already holds every row)."""
+    try:
+        write()
+    except Exception as exc:
+        print(f"parity: error: {where}: cannot write the report ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return False
+    return True
+
+
+# -- shrinking a kill ----------------------------------------------------------------------
+
+
+def guarded_shrink(oracle: Port, port: Port, case: Case, out: Path, level: str = "layout", kernels: Any = None) -> str:
+    """Shrinking for the gate and the kill matrix: a failure there is reported in
+    the shrunk column, never raised, so the outputs and the exit code stand."""
+    try:
+        return shrink_to_file(oracle, port, case, level, kernels, out)
+    except BaseException as exc:
+        reraise_interrupt(exc)
+        return f"not shrunk ({type(exc).__name__}: {' '.join(str(exc).split())})"
+
+
+def shrink_to_file(oracle: Port, port: Port, case: Case, level: str, kernels: Any, out: Path) -> str:
+    """Shrink a kill and write it; the kill matrix and gate summary show the result."""
+    from harness.cases import write_case_file
+    from harness.shrink import checker, describe_case, shrink
+
+    budget = 60 if level == "prefill" else 600
+    outcome = shrink(case, checker(oracle, port, level, kernels), budget=budget)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_case_file(outcome.case, out, f"shrunk from {case.name} for {port.name}: {outcome.result.detail()}")
+    return f"{describe_case(outcome.case)} ({out})"

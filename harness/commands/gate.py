@@ -1,0 +1,124 @@
+"""``parity gate`` (a suite judged against a baseline, written for CI) and
+``parity merge`` (sharded gates combined into one verdict)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from harness.commands.common import (
+    EXIT_DIVERGENT,
+    EXIT_PARITY,
+    EXIT_USAGE,
+    Execution,
+    close_port,
+    execute,
+    guarded_shrink,
+    harness_identity,
+    write_output,
+)
+from harness.commands.options import device_option, port_options, selection_options
+
+
+def register(sub: Any) -> None:
+    p_gate = sub.add_parser("gate", help="the CI gate: summary.md, junit.xml, results.parquet; baseline-aware")
+    port_options(p_gate)
+    selection_options(p_gate)
+    device_option(p_gate)
+    p_gate.add_argument("--baseline", metavar="FILE", help="expected divergences (JSON, see harness/baseline.py)")
+    p_gate.add_argument("--out", metavar="DIR", help="output folder (default reports/out/gate-<port>)")
+    p_gate.set_defaults(func=cmd_gate)
+
+    p_merge = sub.add_parser("merge", help="combine sharded gate outputs into one summary and report")
+    p_merge.add_argument("shards", nargs="+", metavar="DIR", help="the shard gates' output folders")
+    p_merge.add_argument("--baseline", metavar="FILE", help="the baseline the shards ran with")
+    p_merge.add_argument("--out", metavar="DIR", required=True, help="output folder")
+    p_merge.set_defaults(func=cmd_merge)
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from harness.gate import check_gate_baseline
+
+    entries = _baseline_entries(args.baseline)
+    done = execute(args, before_run=lambda port, suite: check_gate_baseline(entries, suite, port.name, args.port))
+    try:
+        return _judge_gate(args, done, entries)
+    finally:
+        close_port(done.port)
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from harness.gate import judge, merge_shards
+
+    entries = _baseline_entries(args.baseline)
+    table, meta = merge_shards([Path(d) for d in args.shards])
+    return _finish_gate(judge(table, meta, entries, check_stale=True), Path(args.out))
+
+
+def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -> int:
+    from harness.gate import judge
+
+    port, oracle, suite = done.port, done.oracle, done.suite
+    meta = _gate_meta(args, done)
+    outcome = judge(done.table, meta, entries, check_stale=args.shard is None)
+    out_dir = Path(args.out or f"reports/out/gate-{port.name}")
+    # The first new layout divergences come with a shrunk case that reproduces them.
+    cases = {c.name: c for c in suite.cases}
+    new_layout = outcome.verdict.new
+    new_layout = new_layout[(new_layout["kind"] == "layout") & (new_layout["status"] == "divergent")].head(3)
+    outcome.meta["shrunk"] = {
+        row.id: guarded_shrink(oracle, port, cases[row.name], out_dir / "shrunk" / f"{row.name}.json")
+        for row in new_layout.itertuples(index=False)
+        if row.name in cases
+    }
+    return _finish_gate(outcome, out_dir)
+
+
+def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
+    from harness.provenance import collect
+    from harness.results_file import items_digest
+    from harness.runner import selected_item_ids
+
+    result, provenance = done.result, done.provenance
+    every_item = selected_item_ids(done.suite, result.levels)
+    return {
+        # The whole run's items (every shard's), so merging can prove its shards add up to it.
+        "items_digest": items_digest(every_item),
+        "items": len(every_item),
+        **harness_identity(),
+        "suite": result.suite,
+        "port": result.port,
+        "levels": list(result.levels),
+        "size": args.size,
+        "shard": args.shard,
+        "device": args.device,
+        "port_spec": args.port,
+        "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
+        "oracle_drift_overridden": provenance["oracle_drift_overridden"],
+        "provenance": collect(provenance),
+    }
+
+
+def _finish_gate(outcome: Any, out_dir: Path) -> int:
+    from harness.gate import JUNIT, SUMMARY, write_tables
+    from reports.gate_summary import render_gate_summary, write_gate_summary
+    from reports.junit import write_junit
+
+    def write_outputs() -> None:
+        write_tables(outcome, out_dir)
+        write_gate_summary(outcome, out_dir / SUMMARY)
+        write_junit(outcome, out_dir / JUNIT)
+
+    code = EXIT_PARITY if outcome.passed else EXIT_DIVERGENT
+    print(render_gate_summary(outcome), end="")
+    if not write_output(write_outputs, str(out_dir)):
+        return code or EXIT_USAGE
+    print(f"\nwrote {out_dir}/summary.md, junit.xml, results.parquet")
+    return code
+
+
+def _baseline_entries(path: str | None) -> list[Any]:
+    from harness.baseline import load_baseline
+
+    return load_baseline(Path(path)) if path else []

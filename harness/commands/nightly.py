@@ -1,0 +1,119 @@
+"""``parity nightly``: every port over the nightly suite; the dated report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from harness.commands.common import (
+    EXIT_DIVERGENT,
+    EXIT_PARITY,
+    close_port,
+    describe_selection,
+    note_unimplemented,
+    open_oracle,
+    parse_shard,
+    progress_bar,
+    refuse_empty,
+    selected_levels,
+)
+from harness.commands.options import non_negative_seconds
+from harness.port import load_port
+from harness.runner import LEVELS, count_items
+from harness.suites import load_suite
+
+
+def register(sub: Any) -> None:
+    p_nightly = sub.add_parser("nightly", help="every port over the nightly suite; HTML and Markdown report")
+    p_nightly.add_argument("--size", type=int, help="generated layout cases (default: the suite's 50,000)")
+    p_nightly.add_argument("--numeric-size", type=int, help="merge and prefill cases (default: the suite's)")
+    p_nightly.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
+    p_nightly.add_argument("--ports", help="comma-separated ports (default: every registered port)")
+    p_nightly.add_argument("--shard", metavar="K/N", help="run only shard K of N")
+    p_nightly.add_argument("--from-shards", nargs="+", metavar="DIR", help="merge shard outputs into one report")
+    p_nightly.add_argument("--out", default="reports", help="report root; the report goes to <out>/<date>/")
+    p_nightly.add_argument("--history", help="history store (default <out>/history.jsonl)")
+    p_nightly.add_argument("--date", help="report date (default today)")
+    p_nightly.add_argument(
+        "--gpu-reports", default="reports/gpu", help="the latest <date>.json here is the report's GPU section"
+    )
+    p_nightly.add_argument("--skip-mutants", action="store_true", help="leave the mutant kill matrix out")
+    p_nightly.add_argument(
+        "--explore-budget-s",
+        type=non_negative_seconds,
+        default=60.0,
+        help="seconds of parity explore per port after the suite (default 60; 0 leaves it out); "
+        "its database lives in <out>/explore/<port>, so each night replays earlier finds",
+    )
+    p_nightly.add_argument(
+        "--allow-oracle-drift", action="store_true", help="run even if an oracle fingerprint differs"
+    )
+    p_nightly.set_defaults(func=cmd_nightly)
+
+
+def cmd_nightly(args: argparse.Namespace) -> int:
+    """Every registered port over the nightly suite, into <out>/<date>/."""
+    import datetime
+
+    from harness.nightly import NightlyPlan, merge_nightly_shards, run_nightly
+    from harness.port import BUILTIN_PORTS
+    from reports.nightly import explore_verdict
+
+    date = args.date or datetime.date.today().isoformat()
+    out_dir = Path(args.out) / date
+    history = Path(args.history) if args.history else Path(args.out) / "history.jsonl"
+    gpu_reports = Path(args.gpu_reports)
+    if args.from_shards:
+        night = merge_nightly_shards([Path(d) for d in args.from_shards], out_dir, history, gpu_reports)
+    else:
+        port_names = args.ports.split(",") if args.ports else list(BUILTIN_PORTS)
+        ports = [load_port(name) for name in port_names]
+        suite = load_suite("nightly", size=args.size, numeric_size=args.numeric_size)
+        shard = parse_shard(args.shard)
+        levels = selected_levels(args.level)
+        for port in ports:
+            refuse_empty(
+                count_items(suite, levels, shard), f"port {port.name}: {describe_selection(suite, levels, shard)}"
+            )
+            note_unimplemented(port, levels)
+        oracle, provenance = open_oracle(args.allow_oracle_drift)
+        plan = NightlyPlan(
+            date,
+            suite,
+            selected_levels(args.level),
+            shard,
+            out_dir,
+            history,
+            not args.skip_mutants,
+            gpu_reports,
+            explore_budget_s=args.explore_budget_s,
+            port_specs=tuple(port_names),
+        )
+        try:
+            night = run_nightly(plan, oracle, ports, provenance, progress=progress_bar)
+        finally:
+            for port in ports:
+                close_port(port)
+    for p in night.ports:
+        verdict = p.summary["verdict"].upper()
+        print(f"{p.port:<14} {verdict}  {len(p.table)} items in {p.seconds:.1f}s")
+    state = "" if night.complete else "  (INCOMPLETE: interrupted)"
+    print(f"wrote {out_dir / 'index.html'} and {out_dir / 'report.md'}{state}")
+    if not night.complete:
+        return 130
+    for result in night.explore:
+        print(f"explore {result['port_spec']:<14} {result['verdict'].upper()}  {result['examples']} examples")
+    gated = nightly_gated_ports(args.ports, [p.port for p in night.ports])
+    gating = [p for p in night.ports if p.port in gated]
+    # A gated port's search must come back clean too: a find is a divergence, a
+    # search that compared nothing is not a pass.
+    clean = night.explore_budget_s <= 0 or all(explore_verdict(night, port) == "clean" for port in gated)
+    return EXIT_PARITY if gating and clean and all(p.summary["verdict"] == "pass" for p in gating) else EXIT_DIVERGENT
+
+
+def nightly_gated_ports(requested: str | None, ran: list[str]) -> list[str]:
+    """The ports whose verdict is the night's exit code: every port named with
+    ``--ports``; by default (every registered port) per_request alone, since the
+    legacy equal_share is in the night as a reference that is known to diverge."""
+    return ran if requested else [name for name in ran if name == "per_request"]

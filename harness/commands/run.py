@@ -1,0 +1,46 @@
+"""``parity run``: a port against the oracle over a suite or case files; the summary on stdout."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from harness.commands.common import EXIT_USAGE, close_port, drift_banner, execute, verdict_code, write_output
+from harness.commands.options import device_option, port_options, selection_options
+from harness.summary import format_summary
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="compare a port with the oracle over a suite or case files")
+    port_options(p)
+    selection_options(p)
+    device_option(p)
+    p.add_argument("--json", metavar="OUT", help="write the full results as JSON")
+    p.add_argument("--show", type=int, default=10, help="divergences listed in the summary (default 10)")
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.summary import summarise_table
+
+    done = execute(args)
+    close_port(done.port)
+    banner = drift_banner(done.provenance)
+    failing = done.table[done.table["status"] != "parity"].head(args.show)
+    failures = [(row.status, row.id, row.detail) for row in failing.itertuples(index=False)]
+    if banner:
+        print(banner)
+    summary = summarise_table(done.table, done.result.suite, done.result.port, done.result.levels)
+    summary["seconds"] = round(done.result.seconds, 3)
+    if args.device != "cpu":
+        summary["device"] = args.device
+    print(format_summary(summary, failures))
+    code = verdict_code(summary["verdict"])
+    if args.json:
+        from reports.json_report import write_json_report
+
+        if not write_output(lambda: write_json_report(done.result, Path(args.json), done.table), args.json):
+            return code or EXIT_USAGE
+        print(f"\nwrote {args.json}")
+    return code

@@ -1,0 +1,52 @@
+"""``parity shrink``: a divergent case reduced to a minimal one that diverges the same way."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, UsageError, find_case, open_oracle
+from harness.commands.options import port_options
+from harness.model import MergeCase
+from harness.port import load_port
+
+
+def register(sub: Any) -> None:
+    p_shrink = sub.add_parser("shrink", help="reduce a divergent case to a minimal one; write it as a case file")
+    port_options(p_shrink)
+    p_shrink.add_argument("case", metavar="CASE", help="a case file, or a case name in a suite")
+    p_shrink.add_argument("--suite", help="suite to look the case name up in (default: smoke, then ci)")
+    p_shrink.add_argument("--level", choices=("layout", "prefill"), default="layout", help="level to keep diverging")
+    p_shrink.add_argument("--budget", type=int, default=2000, help="most evaluations (default 2000)")
+    p_shrink.add_argument("--out", metavar="FILE", help="where to write the shrunk case")
+    p_shrink.set_defaults(func=cmd_shrink)
+
+
+def cmd_shrink(args: argparse.Namespace) -> int:
+    """Reduce a divergent case to a minimal one that diverges the same way."""
+    from harness.cases import write_case_file
+    from harness.kernels import CpuKernels
+    from harness.shrink import checker, describe_case, shrink
+
+    port = load_port(args.port)
+    case = find_case(args.case, args.suite)
+    if isinstance(case, MergeCase):
+        raise UsageError(f"{args.case}: merge cases are already minimal partials; shrink takes a layout case")
+    level = "prefill" if args.level == "prefill" else "layout"
+    if level == "prefill" and case.numeric is None:
+        raise UsageError(f"{args.case}: --level prefill needs a case with a numeric section")
+    oracle, _ = open_oracle(args.allow_oracle_drift)
+    try:
+        outcome = shrink(case, checker(oracle, port, level, CpuKernels()), budget=args.budget)
+    except ValueError as exc:
+        print(str(exc))
+        return EXIT_PARITY
+    out = Path(args.out or f"reports/out/shrunk/{outcome.case.name}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_case_file(outcome.case, out, f"shrunk from {case.name} for port {port.name}: {outcome.result.detail()}")
+    print(f"original: {describe_case(case)}")
+    print(f"shrunk:   {describe_case(outcome.case)}  ({outcome.steps} steps, {outcome.evaluations} evaluations)")
+    print(f"still {outcome.result.status}: {outcome.result.detail()}")
+    print(f"wrote {out}  (parity diff {out} --port {args.port})")
+    return EXIT_DIVERGENT
