@@ -4,33 +4,93 @@ This module builds the parser from the command modules in
 :mod:`harness.commands` (one per command) and maps their outcome to the exit
 code: 0 every item at parity, 1 some item diverges or errors (for
 ``coverage``: some target is missed), 2 bad input or usage (one line on stderr
-naming the file, field and reason), 130 interrupted (Ctrl-C).
+naming the file, field and reason), 130 interrupted (Ctrl-C; what finished is
+summarised and written first).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
+from typing import Any, TextIO
 
 from harness.cases import CaseError
-from harness.commands import coverage, diff, gate, mutants, nightly, oracle, run, shrink
-from harness.commands.common import EXIT_USAGE, UsageError
+from harness.commands import coverage, diff, gate, listing, mutants, nightly, oracle, run, shrink
+from harness.commands.common import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from harness.commands.options import Parser
 from harness.port import PortLoadError
 
 COMMANDS = (run, gate, diff, nightly, mutants, shrink, coverage)
 
 
+def version_line() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from oracle.pin import load_pin
+
+    try:
+        harness_version = version("mla-parity")
+    except PackageNotFoundError:
+        harness_version = "(not installed)"
+    pin = load_pin()
+    return f"parity {harness_version} (oracle pin: {pin['release']} @ {pin['upstream_commit']})"
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the harness version and the oracle pin, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(version_line())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="parity", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="parity", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_VersionAction)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.register(sub)
     from harness.explore import add_parser as add_explore_parser
 
     add_explore_parser(sub)
+    listing.register(sub)
     oracle.register(sub)
     return parser
+
+
+class _PipeSafe:
+    """``sys.stdout`` for a reader that may go away (``parity run | head``):
+    once the pipe is closed, output goes nowhere and the command carries on, so
+    its reports are written and its exit code is the verdict's."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+
+    def _closed(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._inner.fileno())
+        finally:
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._inner.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            self._closed()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,12 +98,28 @@ def main(argv: list[str] | None = None) -> int:
     # the -inf it wants; the warning is noise in every numeric run.
     warnings.filterwarnings("ignore", "invalid value encountered", RuntimeWarning)
     args = build_parser().parse_args(argv)
+    stdout = sys.stdout
+    if not isinstance(stdout, _PipeSafe) and hasattr(stdout, "fileno"):
+        try:
+            stdout.fileno()
+            sys.stdout = _PipeSafe(stdout)
+        except (OSError, ValueError):
+            pass  # not a real file (a test's capture): nothing to guard
     try:
         code: int = args.func(args)
         return code
     except (CaseError, PortLoadError, UsageError) as exc:
         print(f"parity: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("\nparity: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        sys.stdout = stdout
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _PipeSafe(stdout).flush()
 
 
 if __name__ == "__main__":

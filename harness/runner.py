@@ -430,6 +430,22 @@ def run_items(
         yield result
 
 
+def unfinished_items(
+    suite: Suite, levels: tuple[str, ...], shard: Shard | None, finished: set[str] | frozenset[str]
+) -> list[CaseResult]:
+    """A ``not-run`` row for every selected item whose id is not in ``finished``:
+    what an interrupted run did not compare, so its table can never pass."""
+    rows = []
+    for index, (kind, item) in enumerate(plan_items(suite, levels)):
+        if (shard is not None and not shard.owns(index)) or item_id(kind, item.name) in finished:
+            continue
+        family = getattr(item, "family", "workspace-size")
+        row = CaseResult(item.name, family, kind, NOT_RUN, error="not compared: the run was interrupted")
+        row.index = index
+        rows.append(row)
+    return rows
+
+
 def selected_item_ids(suite: Suite, levels: tuple[str, ...], shard: Shard | None = None) -> list[str]:
     """The ids of the items a run of ``suite`` at ``levels`` on ``shard`` compares, in order."""
     return [

@@ -129,6 +129,11 @@ def suite_names() -> list[str]:
     return sorted(_definitions())
 
 
+def suite_description(name: str) -> str:
+    """The suite's one-line description from cases/suites.json."""
+    return str(_definitions()[name].get("description", ""))
+
+
 def _definitions() -> dict[str, Any]:
     data: dict[str, Any] = json.loads(SUITES_FILE.read_text(encoding="utf-8"))
     return data

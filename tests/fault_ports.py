@@ -84,3 +84,13 @@ class NoNumericPort:
 
     def workspace_size(self, config: Any) -> int:
         return self._inner.workspace_size(config)
+
+
+class SlowPort(PerRequestPort):
+    """Exact, but a fifth of a second per layout: a run long enough to interrupt."""
+
+    name = "slow"
+
+    def plan_layout(self, case: Case) -> Layout:
+        time.sleep(0.2)
+        return super().plan_layout(case)

@@ -20,7 +20,7 @@ from harness.cases import load_cases
 from harness.kernels import SharedKernels
 from harness.model import Case, MergeCase
 from harness.port import Port, load_port
-from harness.runner import LEVELS, RunResult, Shard, reraise_interrupt, run_items
+from harness.runner import LEVELS, RunResult, Shard, reraise_interrupt, run_items, unfinished_items
 from harness.suites import Suite, load_suite
 
 EXIT_PARITY, EXIT_DIVERGENT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -164,9 +164,50 @@ def note_unimplemented(port: Port, levels: tuple[str, ...]) -> None:
 # -- running a suite -----------------------------------------------------------------------
 
 
+PROGRESS_EVERY_S = 60.0  # the longest a log without a terminal waits for a progress line
+PROGRESS_QUIET_S = 5.0  # the shortest gap between two lines: a short run prints none
+
+
+class ProgressLines:
+    """Progress for logs without a terminal (CI): one line on stderr when a
+    tenth of the items more is done, at most one per :data:`PROGRESS_QUIET_S`
+    seconds and at least one per :data:`PROGRESS_EVERY_S`, so a long run shows
+    it is alive without flooding the log and a short one stays quiet."""
+
+    def __init__(self, total: int, what: str = "items") -> None:
+        self.total, self.what = total, what
+        self.done = self.not_parity = 0
+        self.started = self.last = time.monotonic()
+        self.next_tenth = 1
+
+    def advance(self, result: Any) -> None:
+        self.done += 1
+        if getattr(result, "status", "parity") != "parity":
+            self.not_parity += 1
+        now = time.monotonic()
+        tenth = self.done * 10 // max(self.total, 1)
+        quiet_for = now - self.last
+        if (tenth >= self.next_tenth and quiet_for >= PROGRESS_QUIET_S) or quiet_for >= PROGRESS_EVERY_S:
+            self.next_tenth = tenth + 1
+            self.last = now
+            percent = 100 * self.done // max(self.total, 1)
+            print(
+                f"parity: {self.done}/{self.total} {self.what} ({percent}%), {now - self.started:.0f} s, "
+                f"{self.not_parity} not at parity",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def stop(self) -> None:
+        pass
+
+
 def progress_bar(total: int) -> tuple[Any, Any]:
+    """A progress display for ``total`` items and the callback that advances it:
+    a transient bar on a terminal, :class:`ProgressLines` in a log."""
     if not sys.stderr.isatty():
-        return None, None
+        lines = ProgressLines(total)
+        return lines, lines.advance
     from rich.progress import Progress
 
     bar = Progress(transient=True)
@@ -186,6 +227,9 @@ class Execution:
     oracle: Port
     suite: Suite
     provenance: dict[str, Any]
+    # Ctrl-C stopped the run: the table holds what finished, and every item that
+    # did not is a ``not-run`` row, so the verdict can be no better than INCOMPLETE.
+    interrupted: bool = False
 
 
 def harness_identity() -> dict[str, Any]:
@@ -257,6 +301,7 @@ def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] 
     bar, advance = progress_bar(len(item_ids) - len(skip))
     result = RunResult(suite=suite.name, port=port.name, levels=levels)
     started = time.perf_counter()
+    interrupted = False
     try:
         for item in run_items(oracle, port, suite, levels, shard, kernels, skip, args.device, args.timeout):
             result.results.append(item)
@@ -264,6 +309,10 @@ def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] 
                 writer.write(result_row(item))
             if advance is not None:
                 advance(item)
+    except KeyboardInterrupt:
+        interrupted = True
+        todo = len(item_ids) - len(skip)
+        print(f"\nparity: interrupted after {len(result.results)} of {todo} items", file=sys.stderr)
     finally:
         if bar is not None:
             bar.stop()
@@ -272,8 +321,11 @@ def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] 
     result.seconds = time.perf_counter() - started
     result.provenance = provenance
     rows = (writer.done if writer else []) + [result_row(r) for r in result.results]
+    if interrupted:
+        finished = skip | {r.id for r in result.results}
+        rows += [result_row(r) for r in unfinished_items(suite, levels, shard, finished)]
     table = pd.DataFrame(rows, columns=list(COLUMNS)).sort_values("index", kind="stable").reset_index(drop=True)
-    return Execution(table, result, port, oracle, suite, provenance)
+    return Execution(table, result, port, oracle, suite, provenance, interrupted)
 
 
 def close_port(port: Port) -> None:

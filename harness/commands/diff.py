@@ -1,78 +1,181 @@
-"""``parity diff``: one case, the oracle's and the port's results side by side."""
+"""``parity diff``: one item, the oracle's and the port's results side by side.
+
+The item is named as any output prints it (:func:`harness.reproduce.resolve_item`:
+``ci/skew-0031[prefill]``, ``skew-0031[prefill]``, a workspace item, a case
+name or file stem, a case, shrunk or find file); its ``[KIND]`` selects the
+level unless ``--level`` does. ``--json OUT`` writes the record of
+:func:`reports.diff_text.diff_record`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
 from harness.commands.common import (
     EXIT_DIVERGENT,
     EXIT_PARITY,
+    EXIT_USAGE,
     UsageError,
+    close_port,
     drift_banner,
-    find_case,
     open_oracle,
     select_device,
     selected_levels,
+    write_output,
 )
 from harness.commands.options import device_option, port_options
-from harness.model import Case, MergeCase
-from harness.port import load_port
-from harness.runner import LEVELS, run_item
-from reports.diff_text import format_diff, format_tensor_verdict
+from harness.kernels import SharedKernels
+from harness.model import Case, MergeCase, WorkspaceConfig
+from harness.port import Port, load_port, port_levels
+from harness.reproduce import ResolvedItem, level_of, resolve_item
+from harness.runner import LEVELS, CaseResult, run_item
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("diff", help="side-by-side chunks of the oracle and a port for one case")
+    p = sub.add_parser("diff", help="one item of the oracle and a port side by side (chunks, sizes, ULPs)")
     port_options(p)
     device_option(p)
-    p.add_argument("case", metavar="CASE", help="a case file, or a case name in a suite")
-    p.add_argument("--suite", help="suite to look the case name up in (default: smoke, then ci)")
-    p.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
+    p.add_argument(
+        "case",
+        metavar="ITEM",
+        help="an item id as printed (ci/skew-0031[prefill], skew-0031[prefill], "
+        "workspace/len2048-seqs1-blk16-dcp4x64[workspace]), a case name or case file stem, "
+        "or a case, shrunk-case or explore find file",
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--suite", help="suite to look a name up in (default: the id's, else smoke, then ci)")
+    where.add_argument("--cases", nargs="+", metavar="FILE_OR_DIR", help="look the name up in these case files")
+    p.add_argument("--size", type=int, help="the suite's generated layout case count, as the run that printed it had")
+    p.add_argument(
+        "--level",
+        choices=(*LEVELS, "all"),
+        help="parity level(s) to compare (default: the id's [kind], else every level the item has)",
+    )
+    p.add_argument("--json", metavar="OUT", help="also write the diff as a JSON record")
     p.set_defaults(func=cmd_diff)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    if args.size is not None and args.size < 0:
+        raise UsageError(f"--size: must be >= 0, got {args.size}")
+    resolved = resolve_item(args.case, args.suite, args.size, args.cases)
+    kinds = diff_kinds(resolved, args.case, args.level)  # refuse an empty selection before any work
+    json_path = Path(args.json) if args.json else None
+    if json_path is not None and not json_path.parent.is_dir():
+        raise UsageError(f"--json {json_path}: folder {json_path.parent} does not exist")
     port = load_port(args.port)
-    case = find_case(args.case, args.suite)
-    diff_items(case, args.case, args.level)  # refuse an empty selection before any work
-    kernels = select_device(args.device)
-    oracle, provenance = open_oracle(args.allow_oracle_drift)
-    banner = drift_banner(provenance)
-    if banner:
-        print(banner)
-    print(
-        f"oracle {provenance['release']} (upstream {provenance['upstream_commit']})  vs  port {port.name}"
-        f"  on {args.device}"
+    try:
+        chosen = args.level is not None or resolved.wanted is not None
+        missing = [k for k in kinds if level_of(k) not in port_levels(port)]
+        if chosen and missing:
+            raise UsageError(
+                f"{args.case}: port {port.name} does not implement level {level_of(missing[0])} "
+                f"(it implements {', '.join(port_levels(port))})"
+            )
+        kernels = select_device(args.device)
+        oracle, provenance = open_oracle(args.allow_oracle_drift)
+        banner = drift_banner(provenance)
+        if banner:
+            print(banner)
+        print(
+            f"oracle {provenance['release']} (upstream {provenance['upstream_commit']})  vs  port {port.name}"
+            f"  on {args.device}  ({resolved.item.name}, from {resolved.source})"
+        )
+        results = compare_and_print(oracle, port, resolved.item, kinds, kernels, args.device)
+    finally:
+        close_port(port)
+    code = EXIT_PARITY if all(r.ok for r in results) else EXIT_DIVERGENT
+    if json_path is not None:
+        from reports.diff_text import diff_record
+
+        context = {
+            "item_spec": args.case,
+            "source": resolved.source,
+            "suite": resolved.suite,
+            "port": port.name,
+            "port_spec": args.port,
+            "device": args.device,
+            "provenance": provenance,
+            "exit_code": code,
+        }
+        record = diff_record(resolved.item, results, context)
+
+        def write() -> None:
+            json_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+        if not write_output(write, str(json_path)):
+            return code or EXIT_USAGE
+    return code
+
+
+def item_kinds(item: Case | MergeCase | WorkspaceConfig) -> list[str]:
+    """The kinds of item a thing has: a case its layout and, with a numeric
+    section, its prefill; a merge case its merge; a configuration its size."""
+    if isinstance(item, MergeCase):
+        return ["merge"]
+    if isinstance(item, WorkspaceConfig):
+        return ["workspace"]
+    return ["layout"] + (["prefill"] if item.numeric is not None else [])
+
+
+def diff_kinds(resolved: ResolvedItem, spec: str, level: str | None) -> list[str]:
+    """The items ``parity diff`` compares: those of ``level`` (``--level``),
+    else of the id's ``[KIND]``, else all the item has. None is usage."""
+    has = item_kinds(resolved.item)
+    what = {"merge": "a merge case", "workspace": "a workspace configuration"}.get(
+        resolved.kind, "a case with a numeric section" if "prefill" in has else "a layout-only case"
     )
-    if isinstance(case, MergeCase):
-        print(f"merge case {case.name}: {case.to_json()}")
-        result = run_item(oracle, port, "merge", case, kernels, args.device)
-        print(format_tensor_verdict("L2 merge", result))
-        return EXIT_PARITY if result.ok else EXIT_DIVERGENT
-    results = []
-    for kind, _ in diff_items(case, args.case, args.level):
-        results.append(run_item(oracle, port, kind, case, kernels, args.device))
-        if kind == "layout":
-            print(format_diff(case, results[-1]))
-        else:
-            print(format_tensor_verdict("L3 prefill", results[-1]))
-    if case.numeric is None and args.level == "all":
-        print("L3 prefill: no item (the case has no numeric section)")
-    return EXIT_PARITY if all(r.ok for r in results) else EXIT_DIVERGENT
-
-
-def diff_items(case: Case | MergeCase, spec: str, level: str) -> list[tuple[str, Case | MergeCase]]:
-    """The items ``parity diff`` compares for ``case`` at ``level``; none is usage."""
-    levels = selected_levels(level)
-    if isinstance(case, MergeCase):
-        items: list[tuple[str, Case | MergeCase]] = [("merge", case)] if "merge" in levels else []
+    if resolved.wanted is not None and resolved.wanted not in has:
+        raise UsageError(f"{spec}: {resolved.item.name} is {what}: it has no {resolved.wanted} item")
+    if level is not None:
+        levels = selected_levels(level)
+        kinds = [k for k in has if level_of(k) in levels]
+    elif resolved.wanted is not None:
+        kinds = [resolved.wanted]
     else:
-        items = [("layout", case)] if "layout" in levels else []
-        if "prefill" in levels and case.numeric is not None:
-            items.append(("prefill", case))
-    if not items:
-        kind = "a merge case" if isinstance(case, MergeCase) else "a layout-only case"
-        has = "merge" if isinstance(case, MergeCase) else ("layout, prefill" if case.numeric else "layout")
-        raise UsageError(f"{spec}: --level {level} selects no items of {kind} (it has {has}); nothing to compare")
-    return items
+        kinds = has
+    if not kinds:
+        raise UsageError(
+            f"{spec}: --level {level} selects no items of {what} (it has {', '.join(has)}); nothing to compare"
+        )
+    return kinds
+
+
+def compare_and_print(
+    oracle: Port,
+    port: Port,
+    item: Case | MergeCase | WorkspaceConfig,
+    kinds: list[str],
+    kernels: SharedKernels,
+    device: str,
+) -> list[CaseResult]:
+    """Compare ``item`` at each of ``kinds`` and print what ``parity diff``
+    prints (also ``parity explore --replay``'s output); return the results."""
+    from reports.diff_text import (
+        case_lines,
+        format_diff,
+        format_tensor_verdict,
+        format_workspace_diff,
+        merge_case_lines,
+        verdict_line,
+    )
+
+    results = []
+    if isinstance(item, MergeCase):
+        print("\n".join(merge_case_lines(item)))
+    elif isinstance(item, Case) and "layout" not in kinds:
+        print("\n".join(case_lines(item)))
+    for kind in kinds:
+        result = run_item(oracle, port, kind, item, kernels, device)
+        results.append(result)
+        if isinstance(item, Case) and kind == "layout":
+            print(format_diff(item, result))
+        elif isinstance(item, WorkspaceConfig):
+            print(format_workspace_diff(item, result))
+        else:
+            print(format_tensor_verdict("L2 merge" if kind == "merge" else "L3 prefill", result))
+    print(verdict_line(results))
+    return results

@@ -9,6 +9,7 @@ from typing import Any
 
 from harness.commands.common import (
     EXIT_DIVERGENT,
+    EXIT_INTERRUPTED,
     EXIT_PARITY,
     EXIT_USAGE,
     Execution,
@@ -63,6 +64,11 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
     meta = _gate_meta(args, done)
     outcome = judge(done.table, meta, entries, check_stale=args.shard is None)
     out_dir = Path(args.out or f"reports/out/gate-{port.name}")
+    if done.interrupted:
+        # What finished is written (the unfinished items are not-run rows); no shrinking.
+        outcome.meta["interrupted"] = True
+        code = _finish_gate(outcome, out_dir)
+        return EXIT_INTERRUPTED if code != EXIT_USAGE else code
     # The first new layout divergences come with a shrunk case that reproduces them.
     cases = {c.name: c for c in suite.cases}
     new_layout = outcome.verdict.new

@@ -14,6 +14,7 @@ from harness.commands.common import (
     open_oracle,
     selected_levels,
 )
+from harness.commands.options import non_negative_int
 from harness.runner import LEVELS, CaseResult
 from harness.suites import load_suite
 
@@ -21,7 +22,7 @@ from harness.suites import load_suite
 def register(sub: Any) -> None:
     p_mutants = sub.add_parser("mutants", help="run the seeded mutant ports; write the kill matrix")
     p_mutants.add_argument("--suite", default="ci", help="suite to kill them with (default ci)")
-    p_mutants.add_argument("--size", type=int, help="generated layout cases (overrides the suite's count)")
+    p_mutants.add_argument("--size", type=non_negative_int, help="generated layout cases (overrides the suite's count)")
     p_mutants.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s)")
     p_mutants.add_argument("--only", help="comma-separated mutant names")
     p_mutants.add_argument("--out", metavar="DIR", help="output folder (default reports/out/mutants-<suite>)")

@@ -18,7 +18,7 @@ from harness.commands.common import (
     refuse_empty,
     selected_levels,
 )
-from harness.commands.options import non_negative_seconds
+from harness.commands.options import non_negative_int, non_negative_seconds
 from harness.port import load_port
 from harness.runner import LEVELS, count_items
 from harness.suites import load_suite
@@ -26,10 +26,15 @@ from harness.suites import load_suite
 
 def register(sub: Any) -> None:
     p_nightly = sub.add_parser("nightly", help="every port over the nightly suite; HTML and Markdown report")
-    p_nightly.add_argument("--size", type=int, help="generated layout cases (default: the suite's 50,000)")
-    p_nightly.add_argument("--numeric-size", type=int, help="merge and prefill cases (default: the suite's)")
+    p_nightly.add_argument("--size", type=non_negative_int, help="generated layout cases (default: the suite's 50,000)")
+    p_nightly.add_argument(
+        "--numeric-size", type=non_negative_int, help="merge and prefill cases (default: the suite's)"
+    )
     p_nightly.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
-    p_nightly.add_argument("--ports", help="comma-separated ports (default: every registered port)")
+    p_nightly.add_argument(
+        "--ports",
+        help="comma-separated ports, each in a form --port takes (parity list ports); default: every built-in port",
+    )
     p_nightly.add_argument("--shard", metavar="K/N", help="run only shard K of N")
     p_nightly.add_argument("--from-shards", nargs="+", metavar="DIR", help="merge shard outputs into one report")
     p_nightly.add_argument("--out", default="reports", help="report root; the report goes to <out>/<date>/")

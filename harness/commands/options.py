@@ -1,15 +1,50 @@
-"""Option groups several commands share, so every command spells them alike."""
+"""Option groups and value types several commands share, so every command
+spells them alike and refuses the same bad values (argparse: exit 2, one line)."""
 
 from __future__ import annotations
 
 import argparse
+import math
+from typing import Any
 
 from harness.runner import LEVELS
 from harness.suites import suite_names
 
+# Every form ``--port`` accepts, as ``parity list ports`` and each command's help name them.
+PORT_FORMS = (
+    ("per_request", "built in: ports/per_request, the port of b38e111d3e (the default)"),
+    ("equal_share", "built in: ports/equal_share, the legacy equal-share grid"),
+    ("mutant:NAME", "per_request with one seeded bug (parity list mutants)"),
+    ("cmd:COMMAND", "an external process speaking docs/external-port-protocol.md"),
+    ("package.module:attr", "a Python port object importable from the working directory"),
+)
+PORT_HELP = "the port under test: " + "; ".join(f"{form} ({meaning})" for form, meaning in PORT_FORMS)
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Help that names every default: an option whose help does not already say
+    its default gets ``(default: X)``, unless it has none (None, False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default is None or default is False or default is argparse.SUPPRESS:
+            return text
+        if not action.option_strings:
+            return text
+        return f"{text} (default: {default})"
+
+
+class Parser(argparse.ArgumentParser):
+    """Every ``parity`` parser: help with defaults."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
 
 def port_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", default="per_request", help="per_request, equal_share, or package.module:attr")
+    p.add_argument("--port", default="per_request", help=PORT_HELP)
     p.add_argument(
         "--allow-oracle-drift",
         action="store_true",
@@ -30,12 +65,14 @@ def selection_options(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--suite", default="ci", help=f"one of {', '.join(suite_names())} (default ci)")
     group.add_argument("--cases", nargs="+", metavar="FILE_OR_DIR", help="case files or folders instead of a suite")
-    p.add_argument("--size", type=int, help="number of generated layout cases (overrides the suite's count)")
+    p.add_argument(
+        "--size", type=non_negative_int, help="number of generated layout cases (overrides the suite's count)"
+    )
     p.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
     p.add_argument("--shard", metavar="K/N", help="run only shard K of N (deterministic, interleaved)")
     p.add_argument("--results", metavar="FILE", help="write each item's row as it finishes (JSON lines)")
     p.add_argument("--resume", action="store_true", help="finish the run recorded in --results FILE")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds a port call may take (default 300)")
+    p.add_argument("--timeout", type=positive_seconds, default=300.0, help="seconds a port call may take (default 300)")
 
 
 def non_negative_seconds(text: str) -> float:
@@ -46,3 +83,33 @@ def non_negative_seconds(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
     return value
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds > 0: a limit of 0 would mean none for a Python
+    port and an instant failure for an external one, so neither is accepted."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
+def _int_at_least(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be >= {least}, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    return _int_at_least(text, 0)

@@ -6,8 +6,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness.commands.common import EXIT_USAGE, close_port, drift_banner, execute, verdict_code, write_output
-from harness.commands.options import device_option, port_options, selection_options
+from harness.commands.common import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    close_port,
+    drift_banner,
+    execute,
+    verdict_code,
+    write_output,
+)
+from harness.commands.options import device_option, non_negative_int, port_options, selection_options
 from harness.summary import format_summary
 
 
@@ -17,7 +25,7 @@ def register(sub: Any) -> None:
     selection_options(p)
     device_option(p)
     p.add_argument("--json", metavar="OUT", help="write the full results as JSON")
-    p.add_argument("--show", type=int, default=10, help="divergences listed in the summary (default 10)")
+    p.add_argument("--show", type=non_negative_int, default=10, help="divergences listed in the summary (default 10)")
     p.set_defaults(func=cmd_run)
 
 
@@ -27,7 +35,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     done = execute(args)
     close_port(done.port)
     banner = drift_banner(done.provenance)
-    failing = done.table[done.table["status"] != "parity"].head(args.show)
+    # An interrupted run's not-run rows are what it did not reach, not findings.
+    shown = ("parity", "not-run") if done.interrupted else ("parity",)
+    failing = done.table[~done.table["status"].isin(shown)].head(args.show)
     failures = [(row.status, row.id, row.detail) for row in failing.itertuples(index=False)]
     if banner:
         print(banner)
@@ -36,7 +46,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.device != "cpu":
         summary["device"] = args.device
     print(format_summary(summary, failures))
-    code = verdict_code(summary["verdict"])
+    code = EXIT_INTERRUPTED if done.interrupted else verdict_code(summary["verdict"])
+    if done.interrupted:
+        print(f"\ninterrupted: {int((done.table['status'] != 'not-run').sum())} of {len(done.table)} items compared")
     if args.json:
         from reports.json_report import write_json_report
 

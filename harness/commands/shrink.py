@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, UsageError, find_case, open_oracle
-from harness.commands.options import port_options
+from harness.commands.options import port_options, positive_int
 from harness.model import MergeCase
 from harness.port import load_port
 
@@ -18,7 +18,7 @@ def register(sub: Any) -> None:
     p_shrink.add_argument("case", metavar="CASE", help="a case file, or a case name in a suite")
     p_shrink.add_argument("--suite", help="suite to look the case name up in (default: smoke, then ci)")
     p_shrink.add_argument("--level", choices=("layout", "prefill"), default="layout", help="level to keep diverging")
-    p_shrink.add_argument("--budget", type=int, default=2000, help="most evaluations (default 2000)")
+    p_shrink.add_argument("--budget", type=positive_int, default=2000, help="most evaluations (default 2000)")
     p_shrink.add_argument("--out", metavar="FILE", help="where to write the shrunk case")
     p_shrink.set_defaults(func=cmd_shrink)
 

@@ -1,0 +1,157 @@
+"""The command line as a CI user and a terminal user meet it: Ctrl-C, pipes,
+bad limits, progress in logs, ``--version``, ``parity list`` and the help."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import build_parser, main
+from harness.commands import common
+from harness.commands.options import PORT_FORMS
+from harness.runner import CaseResult
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parity_process(*argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_ctrl_c_ends_a_run_with_130_its_partial_summary_and_json(tmp_path: Path) -> None:
+    results, report = tmp_path / "rows.jsonl", tmp_path / "run.json"
+    proc = parity_process(
+        "run", "--suite", "smoke", "--level", "layout", "--port", "tests.fault_ports:SlowPort",
+        "--results", str(results), "--json", str(report),
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    # Interrupt once a few items are in the results file (header line + rows).
+    while time.monotonic() < deadline and proc.poll() is None:
+        if results.exists() and len(results.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert "Traceback" not in out + err
+    assert "verdict INCOMPLETE" in out and "interrupted:" in out
+    document = json.loads(report.read_text())
+    counts = document["summary"]["counts"]
+    assert document["summary"]["verdict"] == "incomplete"
+    assert counts["parity"] >= 3 and counts["not-run"] > 0
+    assert counts["parity"] + counts["not-run"] == document["summary"]["items"]
+
+
+def test_a_closed_pipe_keeps_the_verdict_and_the_reports(tmp_path: Path) -> None:
+    report = tmp_path / "run.json"
+    proc = parity_process("run", "--suite", "smoke", "--level", "layout", "--json", str(report))
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # what `| head -1` reads before it goes away
+    proc.stdout.close()
+    proc.wait(timeout=300)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    assert "verdict PASS" in first
+    assert proc.returncode == 0, err
+    assert "BrokenPipe" not in err and "Traceback" not in err
+    assert json.loads(report.read_text())["summary"]["verdict"] == "pass"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["run", "--timeout", "0"], "argument --timeout: must be a finite number of seconds > 0, got '0'"),
+        (["gate", "--timeout", "-5"], "argument --timeout: must be a finite number of seconds > 0, got '-5'"),
+        (["run", "--timeout", "inf"], "argument --timeout: must be a finite number of seconds > 0, got 'inf'"),
+        (["run", "--size", "-1"], "argument --size: must be >= 0, got '-1'"),
+        (["nightly", "--numeric-size", "-3"], "argument --numeric-size: must be >= 0, got '-3'"),
+        (["run", "--show", "-1"], "argument --show: must be >= 0, got '-1'"),
+        (["shrink", "x", "--budget", "0"], "argument --budget: must be >= 1, got '0'"),
+    ],
+)
+def test_bad_limits_are_usage(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+
+
+def test_progress_lines_in_a_log_without_a_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [0.0]
+    monkeypatch.setattr(common.time, "monotonic", lambda: clock[0])
+    lines = common.ProgressLines(100)
+    ok, bad = CaseResult("a", "f", "layout", "parity"), CaseResult("b", "f", "layout", "divergent")
+    for _ in range(10):  # a tenth done, but within the quiet gap: nothing yet
+        lines.advance(ok)
+    assert capsys.readouterr().err == ""
+    clock[0] = common.PROGRESS_QUIET_S
+    lines.advance(bad)  # past a tenth and quiet long enough: one line
+    for _ in range(8):
+        lines.advance(bad)  # the same tenth: nothing more
+    assert capsys.readouterr().err == "parity: 11/100 items (11%), 5 s, 1 not at parity\n"
+    clock[0] += common.PROGRESS_EVERY_S  # no new tenth, but a minute of silence
+    lines.advance(ok)
+    assert capsys.readouterr().err == "parity: 20/100 items (20%), 65 s, 9 not at parity\n"
+
+
+def test_version_names_the_harness_and_the_pin(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    pin = json.loads((ROOT / "oracle" / "pin.json").read_text())
+    assert out.startswith("parity ") and pin["upstream_commit"] in out and pin["release"] in out
+
+
+def test_list_names_what_the_harness_knows(capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.suites import load_suite, suite_names
+    from ports.mutants import MUTANTS
+
+    assert main(["list", "suites"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == suite_names()
+    assert main(["list", "mutants"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == [f"mutant:{m}" for m in MUTANTS]
+    assert main(["list", "ports"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == [f for f, _ in PORT_FORMS]
+    assert main(["list", "cases", "--suite", "smoke"]) == 0
+    ids = capsys.readouterr().out.splitlines()
+    smoke = load_suite("smoke")
+    assert len(ids) == len(smoke.cases) + len(smoke.workspace_configs) + len(smoke.merge_cases) + sum(
+        1 for c in smoke.cases if c.numeric is not None
+    )
+    assert "smoke/smoke-long-10x[layout]" in ids and all(i.startswith("smoke/") for i in ids)
+    assert main(["list", "cases", "--suite", "nosuch"]) == 2
+
+
+def test_port_help_names_every_form_and_every_default() -> None:
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in subparsers.choices.items():
+        text = " ".join(sub.format_help().split())
+        port = [a for a in sub._actions if "--port" in a.option_strings]
+        if port:
+            port_help = " ".join((port[0].help or "").split())
+            for form, _ in PORT_FORMS:
+                assert form in port_help, f"{name}: --port help lacks {form}"
+        for action in sub._actions:
+            if action.option_strings and action.default not in (None, False, "==SUPPRESS=="):
+                help_text = " ".join((action.help or "").split())
+                shown = "default" in help_text or f"(default: {action.default})" in text
+                assert shown, f"parity {name} {action.option_strings[0]}: default {action.default!r} not in its help"
