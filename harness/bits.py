@@ -4,9 +4,21 @@ Two tensors agree when their bit patterns are identical: there is no tolerance.
 When they differ the report gives what ``torch.testing`` would and more: the
 mismatch count, the largest distance in ULPs (through the order-preserving map
 from float bits to integers, so adjacent floats are 1 apart and -0.0 sits on
-+0.0), a histogram of ULP distances, the first mismatching index with both
-values, and the worst rows. -inf equals -inf because the bits do; NaNs compare
-by bits and are always flagged, even when both sides have the same NaN.
++0.0), a histogram of ULP distances in numeric order, the first mismatching
+index with both values, and the worst rows. -inf equals -inf because the bits
+do; NaNs compare by bits and are always flagged, even when both sides have the
+same NaN.
+
+A difference involving a NaN or an infinity has no distance: it is recorded as
+:data:`NAN_ULP` or :data:`INF_ULP`, beyond every finite distance (so a baseline
+cap never admits one), counted in the ``NaN`` and ``inf`` histogram buckets and
+printed as ``NaN`` and ``inf`` (:func:`ulp_text`), never as the sentinel.
+
+The raw distance counts every representable value in between, so across zero
+it counts every denormal: bf16 ``2**-14`` against ``-2**-20`` is 28160 ULP
+apart. Beside it, ``max_ulp_of_larger`` is ``|a - b| / ulp(max(|a|, |b|))`` in
+the tensor's dtype (130 there): the error in units of the larger value's last
+place. It is descriptive only; bit patterns alone decide parity.
 """
 
 from __future__ import annotations
@@ -18,12 +30,20 @@ import torch
 
 _INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 _SIGN_MASK = {torch.int32: 0x7FFFFFFF, torch.int16: 0x7FFF}
+# (stored mantissa bits, smallest normal exponent) of each compared dtype.
+_FORMATS = {torch.float32: (23, -126), torch.float16: (10, -14), torch.bfloat16: (7, -126)}
 
-# Histogram buckets of ULP distance: 0 (bits differ, values equal: only ±0),
-# 1, 2, 3-4, 5-8, ..., then everything from 2**20 on, including inf and NaN.
+# Histogram buckets of finite ULP distance: 0 (bits differ, values equal: only
+# ±0), 1, 2, 3-4, 5-8, ..., then everything from 2**20 on; then the non-finite
+# buckets (HISTOGRAM_LABELS lists them all, in order).
 HISTOGRAM_EDGES: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 64, 256, 1024, 1 << 20)
-# The distance recorded when a NaN or an infinity differs: beyond any finite one.
-NON_FINITE_ULP = 1 << 62
+# The distances recorded when an infinity (and no NaN), or a NaN, differs: beyond
+# any finite one (a finite fp32 distance is below 2**32), NaN the furthest of all.
+INF_ULP = 1 << 62
+NAN_ULP = (1 << 63) - 1
+# Every distance from here on is one of the two above.
+NON_FINITE_ULP = INF_ULP
+INF_BUCKET, NAN_BUCKET = "inf", "NaN"
 
 
 def ordered(t: torch.Tensor) -> torch.Tensor:
@@ -36,6 +56,7 @@ def ordered(t: torch.Tensor) -> torch.Tensor:
 
 
 def bucket_label(index: int) -> str:
+    """The label of finite bucket ``index`` (``0`` .. ``len(HISTOGRAM_EDGES)``)."""
     if index == 0:
         return "0"
     if index == len(HISTOGRAM_EDGES):
@@ -44,12 +65,70 @@ def bucket_label(index: int) -> str:
     return str(hi) if lo == hi else f"{lo}-{hi}"
 
 
+# Every histogram label, in the order of the distances they hold.
+HISTOGRAM_LABELS: tuple[str, ...] = (
+    *(bucket_label(i) for i in range(len(HISTOGRAM_EDGES) + 1)),
+    INF_BUCKET,
+    NAN_BUCKET,
+)
+_LABEL_RANK = {label: rank for rank, label in enumerate(HISTOGRAM_LABELS)}
+
+
+def sorted_histogram(histogram: dict[str, int]) -> dict[str, int]:
+    """``histogram`` with its buckets in numeric order (never string order);
+    a label this version does not know goes last, so an odd file still reads."""
+    return dict(sorted(histogram.items(), key=lambda item: (_LABEL_RANK.get(item[0], len(_LABEL_RANK)), item[0])))
+
+
+def histogram_text(histogram: dict[str, int]) -> str:
+    """``1: 3, 3-4: 1, NaN: 2``: the non-empty buckets in numeric order."""
+    return ", ".join(f"{label}: {count}" for label, count in sorted_histogram(histogram).items() if count)
+
+
+def ulp_text(distance: int) -> str:
+    """A recorded distance as printed: ``NaN``, ``inf`` or the integer."""
+    if distance >= NAN_ULP:
+        return NAN_BUCKET
+    if distance >= INF_ULP:
+        return INF_BUCKET
+    return str(distance)
+
+
+def ulp_of_larger_text(error: float) -> str:
+    """An error in ULPs of the larger value as printed: four significant
+    digits (``0.5``, ``130``, ``1.004``), whole numbers from 10000 on."""
+    return f"{error:.0f}" if error >= 10_000 else f"{error:.4g}"
+
+
+def _powers_of_two(exponents: torch.Tensor) -> torch.Tensor:
+    """``2.0**exponents`` in float64, built from the bits (exact; the int64
+    ``exponents`` must lie in float64's normal range, as every one here does)."""
+    return ((exponents + 1023) << 52).view(torch.float64)
+
+
+def ulp_of(magnitude: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of ``dtype`` at each finite float64 ``magnitude`` (>= 0):
+    ``2**(e - mantissa bits)`` for ``2**e <= magnitude < 2**(e + 1)``, and the
+    smallest subnormal below the normal range, zero included. Exact: a power of
+    two built from its bits."""
+    mantissa_bits, min_exponent = _FORMATS[dtype]
+    _, exponent = torch.frexp(magnitude)  # magnitude = m * 2**exponent, 0.5 <= m < 1
+    binade = torch.where(magnitude > 0, exponent.to(torch.int64) - 1, min_exponent)
+    return _powers_of_two(torch.clamp(binade, min=min_exponent) - mantissa_bits)
+
+
 @dataclass
 class TensorComparison:
     """The bitwise verdict on one named tensor pair.
 
     ``index_names`` name the axes of ``first_mismatch`` (for example
     ``("token", "head", "dim")`` for outputs, ``("head", "token")`` for LSEs).
+    ``max_ulp`` is the largest raw distance (:data:`NAN_ULP` or :data:`INF_ULP`
+    when a non-finite value differs); ``max_ulp_of_larger`` the largest error in
+    ULPs of the larger value over the finite differing pairs (0.0 when none),
+    never above the raw distance: every spacing below the larger value is at
+    most its ULP.
+    ``histogram`` holds the non-empty buckets in numeric order.
     """
 
     name: str
@@ -58,6 +137,7 @@ class TensorComparison:
     index_names: tuple[str, ...]
     mismatches: int = 0
     max_ulp: int = 0
+    max_ulp_of_larger: float = 0.0
     histogram: dict[str, int] = field(default_factory=dict)
     first_mismatch: dict[str, Any] | None = None
     nan_oracle: int = 0
@@ -76,6 +156,16 @@ class TensorComparison:
         return size
 
     @property
+    def nan_mismatches(self) -> int:
+        """Differing elements where either side is a NaN."""
+        return self.histogram.get(NAN_BUCKET, 0)
+
+    @property
+    def inf_mismatches(self) -> int:
+        """Differing elements where either side is an infinity and neither a NaN."""
+        return self.histogram.get(INF_BUCKET, 0)
+
+    @property
     def exact(self) -> bool:
         return self.error is None and self.mismatches == 0 and self.nan_oracle == 0 and self.nan_port == 0
 
@@ -91,10 +181,22 @@ class TensorComparison:
             return f"{head}: bit-exact{nan}"
         first = self.first_mismatch or {}
         at = ", ".join(f"{k} {v}" for k, v in first.get("index", {}).items())
-        worst = "inf (a non-finite value differs)" if self.max_ulp >= NON_FINITE_ULP else str(self.max_ulp)
+        non_finite = [
+            f"{n} by {what}" for n, what in ((self.nan_mismatches, "a NaN"), (self.inf_mismatches, "an infinity")) if n
+        ]
+        how = f" ({', '.join(non_finite)})" if non_finite else ""
+        finite = self.mismatches - self.nan_mismatches - self.inf_mismatches
+        # Beside the raw distance, which counts every denormal across zero; never
+        # above it, so said only where it differs.
+        larger = (
+            f"; {'finite ones ' if non_finite else ''}at most "
+            f"{ulp_of_larger_text(self.max_ulp_of_larger)} ULP of the larger value"
+            if finite and self.max_ulp_of_larger != self.max_ulp
+            else ""
+        )
         return (
-            f"{head}: {self.mismatches}/{size} elements differ, max {worst} ULP; first at ({at}): "
-            f"oracle {first.get('oracle')} port {first.get('port')}{nan}"
+            f"{head}: {self.mismatches}/{size} elements differ{how}, max {ulp_text(self.max_ulp)} ULP; "
+            f"first at ({at}): oracle {first.get('oracle')} port {first.get('port')}{larger}{nan}"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -105,6 +207,9 @@ class TensorComparison:
             "exact": self.exact,
             "mismatches": self.mismatches,
             "max_ulp": self.max_ulp,
+            "max_ulp_of_larger": self.max_ulp_of_larger,
+            "nan_mismatches": self.nan_mismatches,
+            "inf_mismatches": self.inf_mismatches,
             "histogram": self.histogram,
             "first_mismatch": self.first_mismatch,
             "nan_oracle": self.nan_oracle,
@@ -152,15 +257,26 @@ def compare_bits(
     if result.mismatches == 0:
         return result
     distance = (a - b).abs()
-    # A NaN or an infinity is as far as it gets, whatever its bits say.
-    special = oracle.isnan() | port.isnan() | oracle.isinf() | port.isinf()
-    distance = torch.where(differ & special, torch.full_like(distance, NON_FINITE_ULP), distance)
+    nan = oracle.isnan() | port.isnan()
+    inf = (oracle.isinf() | port.isinf()) & ~nan
+    # A NaN or an infinity has no distance, whatever its bits say: record how far it gets.
+    distance = torch.where(differ & inf, torch.full_like(distance, INF_ULP), distance)
+    distance = torch.where(differ & nan, torch.full_like(distance, NAN_ULP), distance)
     distance = torch.where(differ, distance, torch.full_like(distance, -1))
     result.max_ulp = int(distance.max())
+    finite_differ = differ & ~nan & ~inf
+    of_larger = torch.zeros(oracle.shape, dtype=torch.float64)
+    if bool(finite_differ.any()):
+        # float64 holds every bf16 and fp16 difference exactly, and an fp32 one
+        # correctly rounded; dividing by a power of two adds no error.
+        x, y = oracle[finite_differ].to(torch.float64), port[finite_differ].to(torch.float64)
+        of_larger[finite_differ] = (x - y).abs() / ulp_of(torch.maximum(x.abs(), y.abs()), oracle.dtype)
+        result.max_ulp_of_larger = float(of_larger.max())
     edges = torch.tensor(HISTOGRAM_EDGES, dtype=torch.int64)
-    buckets = torch.bucketize(distance[differ], edges)
-    counts = torch.bincount(buckets, minlength=len(HISTOGRAM_EDGES) + 1)
-    result.histogram = {bucket_label(i): int(c) for i, c in enumerate(counts.tolist()) if c}
+    finite_buckets = torch.bucketize(distance[finite_differ], edges)
+    counts = torch.bincount(finite_buckets, minlength=len(HISTOGRAM_EDGES) + 1).tolist()
+    counts += [int((differ & inf).sum()), int((differ & nan).sum())]
+    result.histogram = {label: int(c) for label, c in zip(HISTOGRAM_LABELS, counts, strict=True) if c}
     flat = int(differ.flatten().nonzero()[0])
     index = list(torch.unravel_index(torch.tensor(flat), oracle.shape))
     result.first_mismatch = {
@@ -168,13 +284,20 @@ def compare_bits(
         "oracle": float(oracle.flatten()[flat]),
         "port": float(port.flatten()[flat]),
         "ulp": int(distance.flatten()[flat]),
+        "ulp_of_larger": float(of_larger.flatten()[flat]),
     }
     per_row = _by_row(torch.where(differ, distance, torch.zeros_like(distance))).max(dim=1).values
+    of_larger_per_row = _by_row(of_larger).max(dim=1).values
     mismatches_per_row = _by_row(differ).sum(dim=1)
     for row in per_row.argsort(descending=True, stable=True)[:worst].tolist():
         if mismatches_per_row[row] == 0:
             break
         result.worst_rows.append(
-            {index_names[0]: row, "mismatches": int(mismatches_per_row[row]), "max_ulp": int(per_row[row])}
+            {
+                index_names[0]: row,
+                "mismatches": int(mismatches_per_row[row]),
+                "max_ulp": int(per_row[row]),
+                "max_ulp_of_larger": float(of_larger_per_row[row]),
+            }
         )
     return result

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.bits import histogram_text, sorted_histogram, ulp_of_larger_text, ulp_text
 from harness.model import Layout
 from harness.runner import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult
 
@@ -35,6 +36,7 @@ COLUMNS = (
     "oracle_capacity",
     "port_capacity",
     "max_ulp",
+    "max_ulp_of_larger",
     "mismatches",
     "elements",
     "nan",
@@ -70,15 +72,28 @@ def result_row(r: CaseResult) -> dict[str, Any]:
         "oracle_capacity": oracle_capacity,
         "port_capacity": port_capacity,
         "max_ulp": max((t.max_ulp for t in r.tensors), default=0),
+        "max_ulp_of_larger": max((t.max_ulp_of_larger for t in r.tensors), default=0.0),
         "mismatches": sum(t.mismatches for t in r.tensors),
         "elements": sum(t.elements for t in r.tensors),
         "nan": sum(t.nan_oracle + t.nan_port for t in r.tensors),
-        "histogram": json.dumps(dict(sorted(histogram.items()))),
+        "histogram": json.dumps(sorted_histogram(dict(histogram))),
     }
 
 
 def results_table(results: list[CaseResult]) -> pd.DataFrame:
     return pd.DataFrame([result_row(r) for r in results], columns=list(COLUMNS))
+
+
+# Columns a results table written before they existed lacks, and what stands in
+# for them: NaN, "not measured", which the summaries print as such.
+_LATER_COLUMNS = {"max_ulp_of_larger": float("nan")}
+
+
+def with_later_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every column added since the first results format,
+    unmeasured where an older run lacks it, so its table still summarises."""
+    missing = {c: v for c, v in _LATER_COLUMNS.items() if c not in frame.columns}
+    return frame.assign(**missing) if missing else frame
 
 
 def _counts(frame: pd.DataFrame) -> dict[str, int]:
@@ -98,16 +113,41 @@ def _side(frame: pd.DataFrame, side: str) -> dict[str, Any]:
 
 
 def _numeric(frame: pd.DataFrame) -> dict[str, Any]:
+    """A level's figures. ``max_ulp`` is the raw distance (``bits.NAN_ULP`` or
+    ``bits.INF_ULP`` when a non-finite value differs); ``max_ulp_of_larger`` the
+    largest error in ULPs of the larger value (None where no row measured it);
+    ``histogram`` is in numeric bucket order."""
     histogram: Counter[str] = Counter()
     for text in frame["histogram"]:
         histogram.update(json.loads(text))
+    of_larger = frame["max_ulp_of_larger"].dropna()
     return {
         "items": len(frame),
         "bit_exact": int((frame["status"] == PARITY).sum()),
         "max_ulp": int(frame["max_ulp"].max()) if len(frame) else 0,
-        "histogram": dict(histogram),
+        "max_ulp_of_larger": float(of_larger.max()) if len(of_larger) else None,
+        "histogram": sorted_histogram(dict(histogram)),
         "nan": int((frame["nan"] > 0).sum()),
     }
+
+
+def numeric_text(numeric: dict[str, Any]) -> str:
+    """One level's ULP figures as the summaries print them: ``bit-exact 42/42``
+    alone when every item is; otherwise the raw maximum (``NaN``/``inf`` when a
+    non-finite value differs), the largest error in ULPs of the larger value
+    beside it where it differs (it is never larger), items holding a NaN, and
+    the histogram in numeric order."""
+    text = f"bit-exact {numeric['bit_exact']}/{numeric['items']}"
+    if numeric["bit_exact"] == numeric["items"]:
+        return text
+    text += f", max {ulp_text(numeric['max_ulp'])} ULP"
+    of_larger = numeric.get("max_ulp_of_larger")
+    if of_larger and of_larger != numeric["max_ulp"]:
+        text += f" (at most {ulp_of_larger_text(of_larger)} ULP of the larger value)"
+    if numeric["nan"]:
+        text += f", items with NaN {numeric['nan']}"
+    histogram = histogram_text(numeric["histogram"])
+    return text + (f", ULP histogram {{{histogram}}}" if histogram else "")
 
 
 def table_verdict(frame: pd.DataFrame) -> str:
@@ -122,7 +162,7 @@ def table_verdict(frame: pd.DataFrame) -> str:
 
 def summarise_table(frame: pd.DataFrame, suite: str, port: str, levels: tuple[str, ...]) -> dict[str, Any]:
     """Everything the summaries print, from the table alone (order-independent)."""
-    frame = frame.sort_values("index")
+    frame = with_later_columns(frame).sort_values("index")
     by_family = {
         f"{level}/{family}": _counts(group) for (level, family), group in frame.groupby(["level", "family"], sort=True)
     }
@@ -159,26 +199,27 @@ def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str,
     ]
     if counts[NOT_RUN]:
         lines.append(f"not run {counts[NOT_RUN]} (levels the port does not implement; narrow them with --level)")
+    # A selected level without items (merge, for layout-only case files) has nothing to say.
     for level, c in summary["levels"].items():
+        if not sum(c.values()):
+            continue
         errors = c[ORACLE_ERROR] + c[PORT_ERROR]
         not_run = f"  not run {c[NOT_RUN]:>5}" if c[NOT_RUN] else ""
         lines.append(f"  {level:<8} parity {c[PARITY]:>5}  divergent {c[DIVERGENT]:>5}  errors {errors:>4}{not_run}")
     for level, n in summary["numeric"].items():
-        histogram = ", ".join(f"{k}: {v}" for k, v in n["histogram"].items()) or "-"
-        lines.append(
-            f"  {level:<8} bit-exact {n['bit_exact']}/{n['items']}, max {n['max_ulp']} ULP, "
-            f"items with NaN {n['nan']}, ULP histogram {{{histogram}}}"
-        )
+        if n["items"]:
+            lines.append(f"  {level:<8} {numeric_text(n)}")
     lines += ["", f"{'level/family':<30}{'items':>7}{'parity':>8}{'divergent':>11}{'errors':>8}"]
     for family, c in summary["families"].items():
         total = sum(c.values())
         errors = c[ORACLE_ERROR] + c[PORT_ERROR]
         lines.append(f"{family:<30}{total:>7}{c[PARITY]:>8}{c[DIVERGENT]:>11}{errors:>8}")
-    lines.append("")
-    lines.append(f"{'side':<10}{'chunks':>10}{'rows used':>14}{'rows available':>16}{'utilisation':>13}")
-    for side, s in summary["sides"].items():
-        util = f"{100 * s['utilisation']:.1f}%" if s["utilisation"] is not None else "-"
-        lines.append(f"{side:<10}{s['chunks']:>10}{s['rows_used']:>14}{s['rows_available']:>16}{util:>13}")
+    if summary["layout_cases"]:
+        lines.append("")
+        lines.append(f"{'side':<10}{'chunks':>10}{'rows used':>14}{'rows available':>16}{'utilisation':>13}")
+        for side, s in summary["sides"].items():
+            util = f"{100 * s['utilisation']:.1f}%" if s["utilisation"] is not None else "-"
+            lines.append(f"{side:<10}{s['chunks']:>10}{s['rows_used']:>14}{s['rows_available']:>16}{util:>13}")
     if first_failures:
         lines.append("")
         lines.append("first divergences:")

@@ -1,10 +1,12 @@
 """``summary.md``: the gate's verdict, small enough for a PR comment.
 
 It holds the verdict (PASS, FAIL, or INCOMPLETE when items the port does not
-implement stand in the way), counts per level and per level/family, the
-baseline's effect (expected, new, stale), and the first new divergences, each
-with the ``parity diff`` command that reproduces it and why the baseline does
-not expect it (``beyond baseline: 30298 ULP > cap 8 (...)``).
+implement stand in the way), counts per level and per level/family (levels
+without items left out), each numeric level's ULP figures as ``parity run``
+prints them (:func:`harness.summary.numeric_text`), the baseline's effect
+(expected, new, stale), and the first new divergences, each with the
+``parity diff`` command that reproduces it and why the baseline does not
+expect it (``beyond baseline: 30298 ULP > cap 8 (...)``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR
+from harness.summary import numeric_text
 
 if TYPE_CHECKING:
     from harness.gate import GateOutcome
@@ -56,12 +59,14 @@ def render_gate_summary(outcome: GateOutcome) -> str:
         "| level | items | parity | divergent | port errors | oracle errors |",
         "|---|---:|---:|---:|---:|---:|",
     ]
+    # A selected level without items (a layout-only suite at --level all) gets no empty row.
     for level, c in summary["levels"].items():
         total = sum(c.values())
-        lines.append(f"| {level} | {total} | {c[PARITY]} | {c[DIVERGENT]} | {c[PORT_ERROR]} | {c[ORACLE_ERROR]} |")
+        if total:
+            lines.append(f"| {level} | {total} | {c[PARITY]} | {c[DIVERGENT]} | {c[PORT_ERROR]} | {c[ORACLE_ERROR]} |")
     for level, n in summary["numeric"].items():
-        lines.append("")
-        lines.append(f"{level}: bit-exact {n['bit_exact']}/{n['items']}, max {n['max_ulp']} ULP")
+        if n["items"]:
+            lines += ["", f"{level}: {numeric_text(n)}"]
     new = verdict.new
     if not new.empty:
         lines += ["", f"### New divergences (first {min(SHOWN, len(new))} of {len(new)})", ""]

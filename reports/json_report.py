@@ -3,7 +3,10 @@
 Layout: ``{"summary": ..., "provenance": ..., "cases": [per-item result, ...]}``
 where each item holds name, family, kind, status, both sides' chunk counts and
 per-chunk layouts (``token_to_seq`` fields run-length encoded), tensor
-verdicts, and the first divergence (chunk, field, oracle value, port value) or
+verdicts (``max_ulp``: the raw distance, ``2**62`` when an infinity differs and
+``2**63 - 1`` when a NaN does; ``max_ulp_of_larger``: the error in ULPs of the
+larger value; ``nan_mismatches`` and ``inf_mismatches``; the histogram in
+numeric bucket order), and the first divergence (chunk, field, oracle value, port value) or
 the error line. The document holds no timings, so the same run gives the same
 bytes. Items resumed from a results file (``--resume``) are counted in the
 summary but their layouts are not re-derived: ``cases`` lists what this
