@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.bits import histogram_text, sorted_histogram, ulp_of_larger_text, ulp_text
+from harness.bits import sorted_histogram
 from harness.model import Layout
 from harness.runner import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult
 
@@ -131,25 +131,6 @@ def _numeric(frame: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def numeric_text(numeric: dict[str, Any]) -> str:
-    """One level's ULP figures as the summaries print them: ``bit-exact 42/42``
-    alone when every item is; otherwise the raw maximum (``NaN``/``inf`` when a
-    non-finite value differs), the largest error in ULPs of the larger value
-    beside it where it differs (it is never larger), items holding a NaN, and
-    the histogram in numeric order."""
-    text = f"bit-exact {numeric['bit_exact']}/{numeric['items']}"
-    if numeric["bit_exact"] == numeric["items"]:
-        return text
-    text += f", max {ulp_text(numeric['max_ulp'])} ULP"
-    of_larger = numeric.get("max_ulp_of_larger")
-    if of_larger and of_larger != numeric["max_ulp"]:
-        text += f" (at most {ulp_of_larger_text(of_larger)} ULP of the larger value)"
-    if numeric["nan"]:
-        text += f", items with NaN {numeric['nan']}"
-    histogram = histogram_text(numeric["histogram"])
-    return text + (f", ULP histogram {{{histogram}}}" if histogram else "")
-
-
 def table_verdict(frame: pd.DataFrame) -> str:
     """``pass`` only when there are items and every one is at parity; ``fail``
     when one diverges or errs; otherwise (some item ``not-run``) ``incomplete``.
@@ -181,48 +162,3 @@ def summarise_table(frame: pd.DataFrame, suite: str, port: str, levels: tuple[st
         "numeric": {lv: _numeric(frame[frame["level"] == lv]) for lv in ("merge", "prefill") if lv in levels},
         "sides": {side: _side(frame, side) for side in ("oracle", "port")},
     }
-
-
-def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str, str]]) -> str:
-    """The printed summary; ``first_failures`` are (status, item id, detail)."""
-    counts = summary["counts"]
-    seconds = f" in {summary['seconds']:.1f}s" if "seconds" in summary else ""
-    device = f"  device {summary['device']}" if "device" in summary else ""
-    lines = [
-        f"suite {summary['suite']}  port {summary['port']}{device}  verdict {summary['verdict'].upper()}",
-        f"items {summary['items']} ({summary['layout_cases']} layout cases, "
-        f"{summary['workspace_configs']} workspace configs, {summary['merge_cases']} merge cases, "
-        f"{summary['prefill_cases']} prefill cases){seconds}",
-        f"parity {counts[PARITY]}  divergent {counts[DIVERGENT]}  "
-        f"errors {counts[ORACLE_ERROR] + counts[PORT_ERROR]} "
-        f"(oracle {counts[ORACLE_ERROR]}, port {counts[PORT_ERROR]})",
-    ]
-    if counts[NOT_RUN]:
-        lines.append(f"not run {counts[NOT_RUN]} (levels the port does not implement; narrow them with --level)")
-    # A selected level without items (merge, for layout-only case files) has nothing to say.
-    for level, c in summary["levels"].items():
-        if not sum(c.values()):
-            continue
-        errors = c[ORACLE_ERROR] + c[PORT_ERROR]
-        not_run = f"  not run {c[NOT_RUN]:>5}" if c[NOT_RUN] else ""
-        lines.append(f"  {level:<8} parity {c[PARITY]:>5}  divergent {c[DIVERGENT]:>5}  errors {errors:>4}{not_run}")
-    for level, n in summary["numeric"].items():
-        if n["items"]:
-            lines.append(f"  {level:<8} {numeric_text(n)}")
-    lines += ["", f"{'level/family':<30}{'items':>7}{'parity':>8}{'divergent':>11}{'errors':>8}"]
-    for family, c in summary["families"].items():
-        total = sum(c.values())
-        errors = c[ORACLE_ERROR] + c[PORT_ERROR]
-        lines.append(f"{family:<30}{total:>7}{c[PARITY]:>8}{c[DIVERGENT]:>11}{errors:>8}")
-    if summary["layout_cases"]:
-        lines.append("")
-        lines.append(f"{'side':<10}{'chunks':>10}{'rows used':>14}{'rows available':>16}{'utilisation':>13}")
-        for side, s in summary["sides"].items():
-            util = f"{100 * s['utilisation']:.1f}%" if s["utilisation"] is not None else "-"
-            lines.append(f"{side:<10}{s['chunks']:>10}{s['rows_used']:>14}{s['rows_available']:>16}{util:>13}")
-    if first_failures:
-        lines.append("")
-        lines.append("first divergences:")
-        for status, item, detail in first_failures:
-            lines.append(f"  {status:<10} {item}: {detail}")
-    return "\n".join(lines)

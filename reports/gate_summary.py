@@ -3,7 +3,7 @@
 It holds the verdict (PASS, FAIL, or INCOMPLETE when items the port does not
 implement stand in the way), counts per level and per level/family (levels
 without items left out), each numeric level's ULP figures as ``parity run``
-prints them (:func:`harness.summary.numeric_text`), the baseline's effect
+prints them (:func:`reports.run_summary.numeric_text`), the baseline's effect
 (expected, new, stale), and the first new divergences, each with the
 ``parity diff`` command that reproduces it and why the baseline does not
 expect it (``beyond baseline: 30298 ULP > cap 8 (...)``).
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR
-from harness.summary import numeric_text
+from reports.run_summary import numeric_text
 
 if TYPE_CHECKING:
     from harness.gate import GateOutcome

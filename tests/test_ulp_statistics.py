@@ -32,8 +32,9 @@ from harness.bits import (
 )
 from harness.gate import judge
 from harness.runner import DIVERGENT, PARITY, CaseResult
-from harness.summary import COLUMNS, format_summary, numeric_text, results_table, summarise_table
+from harness.summary import COLUMNS, results_table, summarise_table
 from reports.gate_summary import render_gate_summary
+from reports.run_summary import format_summary, numeric_text
 
 LEVELS = ("layout", "merge", "prefill")
 SENTINELS = (str(INF_ULP), str(NAN_ULP))

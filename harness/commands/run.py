@@ -16,7 +16,7 @@ from harness.commands.common import (
     write_output,
 )
 from harness.commands.options import device_option, non_negative_int, port_options, selection_options
-from harness.summary import format_summary
+from reports.run_summary import format_summary
 
 
 def register(sub: Any) -> None:
