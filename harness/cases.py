@@ -26,15 +26,33 @@ DCP cases stay layout-only (their numeric path needs real ranks).
 Anything wrong is a :class:`CaseError` whose message is one line naming the
 file, the field and the reason. Sizes are bounded (:data:`LIMITS`) so that an
 absurd case is refused before anything is allocated for it.
+
+An *item file* (:func:`load_item_file`, what ``parity diff FILE`` reads) is a
+case file, a merge case as :meth:`~harness.model.MergeCase.to_json` writes it,
+or a workspace configuration ``{"kind": "workspace", "max_model_len": ...}``;
+``parity explore`` writes its finds in these three forms.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
-from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES, PRESETS, Case, NumericSpec, alignment_unit
+from harness.model import (
+    KEYLESS_ROWS,
+    MERGE_LSE_VIEWS,
+    MERGE_PATTERNS,
+    MERGE_VALUE_VIEWS,
+    NUMERIC_DTYPES,
+    PRESETS,
+    Case,
+    MergeCase,
+    NumericSpec,
+    WorkspaceConfig,
+    alignment_unit,
+)
 
 LIMITS = {
     "requests": 1 << 17,
@@ -230,3 +248,90 @@ def write_case_file(case: Case, path: Path, description: str = "") -> None:
     if description:
         data["description"] = description
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+# -- item files: a case, a merge case or a workspace configuration ------------------------
+
+# The values each string field of a merge case may take.
+MERGE_CHOICES: dict[str, tuple[str, ...]] = {
+    "dtype": NUMERIC_DTYPES,
+    "pattern": MERGE_PATTERNS,
+    "lse_view": MERGE_LSE_VIEWS,
+    "value_view": MERGE_VALUE_VIEWS,
+}
+
+
+def _typed(data: dict[str, Any], name: str, kind: type, source: str) -> Any:
+    value = data[name]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise CaseError(source, name, f"must be an integer, got {json.dumps(value)}")
+    if kind is str and not isinstance(value, str):
+        raise CaseError(source, name, f"must be a string, got {json.dumps(value)}")
+    return value
+
+
+def workspace_config_from_json(data: dict[str, Any], source: str) -> WorkspaceConfig:
+    names = [f.name for f in dataclasses.fields(WorkspaceConfig)]
+    unknown = sorted(set(data) - {*names, "kind", "name", "description"})
+    if unknown:
+        raise CaseError(source, unknown[0], "is not a workspace-config field")
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(WorkspaceConfig):
+        if f.name in data:
+            values[f.name] = _typed(data, f.name, int, source)
+            if values[f.name] < 1:
+                raise CaseError(source, f.name, f"must be >= 1, got {values[f.name]}")
+        elif f.default is dataclasses.MISSING:
+            raise CaseError(source, f.name, "is missing")
+    return WorkspaceConfig(**values)
+
+
+def merge_case_from_json(data: dict[str, Any], source: str) -> MergeCase:
+    """A merge case as :meth:`MergeCase.to_json` writes it, checked by type."""
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(MergeCase)} - {"description"})
+    if unknown:
+        raise CaseError(source, unknown[0], "is not a merge-case field")
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(MergeCase):
+        if f.name not in data:
+            if f.default is dataclasses.MISSING:
+                raise CaseError(source, f.name, "is missing")
+            continue
+        value = data[f.name]
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if isinstance(default, str) or f.name in ("name", "dtype", "pattern"):
+            value = _typed(data, f.name, str, source)
+        elif value is not None or default is not None:
+            value = _typed(data, f.name, int, source)
+        values[f.name] = value
+    for name, choices in MERGE_CHOICES.items():
+        if name in values and values[name] not in choices:
+            raise CaseError(source, name, f"must be one of {', '.join(choices)}, got {json.dumps(values[name])}")
+    for name in ("num_tokens", "num_heads", "head_size"):
+        if not 1 <= values[name] <= 4096:
+            raise CaseError(source, name, f"must be in 1..4096, got {values[name]}")
+    return MergeCase(**values)
+
+
+def load_item_file(path: Path) -> tuple[str, list[Case] | MergeCase | WorkspaceConfig]:
+    """An item file: ``("layout", cases)`` for a case file (one case or
+    ``{"cases": [...]}``), ``("merge", merge_case)`` or ``("workspace", config)``.
+    Anything else is a :class:`CaseError` naming the file."""
+    source = str(path)
+    if path.is_dir():
+        raise CaseError(source, None, "is a folder, not a case or find file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CaseError(source, None, f"cannot read ({exc.strerror or exc})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CaseError(source, None, f"is not a JSON case or find file ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise CaseError(source, None, "must hold a JSON object (a case, a merge case or a workspace config)")
+    if data.get("kind") == "workspace":
+        return "workspace", workspace_config_from_json(data, source)
+    if "context_lens" in data or "cases" in data:
+        return "layout", load_case_file(path)
+    if "pattern" in data and "num_tokens" in data:
+        return "merge", merge_case_from_json(data, source)
+    raise CaseError(source, None, "is neither a case, a merge case nor a workspace config")

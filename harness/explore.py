@@ -45,9 +45,10 @@ Invariants:
 * Minimal finds. Hypothesis shrinks the choices an input was drawn from; a layout
   find is then finished by the harness's own shrinker (:func:`polish`).
 
-Every find is written under ``out_dir/finds/`` as a file the CLI replays: a layout
-or prefill find as a case file for ``parity diff``; a workspace or merge find,
-which ``parity diff`` cannot read, for ``parity explore --replay``.
+Every find is written under ``out_dir/finds/`` as an item file
+(:func:`harness.cases.load_item_file`) that ``parity diff FILE`` reads: a layout
+or prefill find as a case file, a workspace or merge find in its own form (its
+printed command is ``parity explore --replay``, which compares it as diff does).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Unsatisfiable
 
-from harness.cases import LIMITS, CaseError, case_from_json, load_case_file
+from harness.cases import LIMITS, CaseError, case_from_json, load_item_file
 from harness.model import (
     KEYLESS_ROWS,
     MERGE_LSE_VIEWS,
@@ -423,13 +424,6 @@ MERGE_FIELDS: dict[str, Callable[[dict[str, Any]], SearchStrategy[Any]]] = {
     ),
     "lse_view": lambda _: st.sampled_from(MERGE_LSE_VIEWS),
     "value_view": lambda _: st.sampled_from(MERGE_VALUE_VIEWS),
-}
-# The values each string field of a merge case may take (checked when a find is read back).
-MERGE_CHOICES: dict[str, tuple[str, ...]] = {
-    "dtype": NUMERIC_DTYPES,
-    "pattern": MERGE_PATTERNS,
-    "lse_view": MERGE_LSE_VIEWS,
-    "value_view": MERGE_VALUE_VIEWS,
 }
 _MERGE_NAMING = ("name", "family")
 
@@ -1055,76 +1049,15 @@ def explore(
 # -- replaying a find --------------------------------------------------------------------
 
 
-def _typed(data: dict[str, Any], name: str, kind: type, source: str) -> Any:
-    value = data[name]
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise CaseError(source, name, f"must be an integer, got {json.dumps(value)}")
-    if kind is str and not isinstance(value, str):
-        raise CaseError(source, name, f"must be a string, got {json.dumps(value)}")
-    return value
-
-
-def workspace_config_from_json(data: dict[str, Any], source: str) -> WorkspaceConfig:
-    names = [f.name for f in dataclasses.fields(WorkspaceConfig)]
-    unknown = sorted(set(data) - {*names, "kind", "name", "description"})
-    if unknown:
-        raise CaseError(source, unknown[0], "is not a workspace-config field")
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(WorkspaceConfig):
-        if f.name in data:
-            values[f.name] = _typed(data, f.name, int, source)
-            if values[f.name] < 1:
-                raise CaseError(source, f.name, f"must be >= 1, got {values[f.name]}")
-        elif f.default is dataclasses.MISSING:
-            raise CaseError(source, f.name, "is missing")
-    return WorkspaceConfig(**values)
-
-
-def merge_case_from_json(data: dict[str, Any], source: str) -> MergeCase:
-    """A merge case as :meth:`MergeCase.to_json` writes it, checked by type."""
-    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(MergeCase)} - {"description"})
-    if unknown:
-        raise CaseError(source, unknown[0], "is not a merge-case field")
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(MergeCase):
-        if f.name not in data:
-            if f.default is dataclasses.MISSING:
-                raise CaseError(source, f.name, "is missing")
-            continue
-        value = data[f.name]
-        default = f.default if f.default is not dataclasses.MISSING else None
-        if isinstance(default, str) or f.name in ("name", "dtype", "pattern"):
-            value = _typed(data, f.name, str, source)
-        elif value is not None or default is not None:
-            value = _typed(data, f.name, int, source)
-        values[f.name] = value
-    for name, choices in MERGE_CHOICES.items():
-        if name in values and values[name] not in choices:
-            raise CaseError(source, name, f"must be one of {', '.join(choices)}, got {json.dumps(values[name])}")
-    for name in ("num_tokens", "num_heads", "head_size"):
-        if not 1 <= values[name] <= 4096:
-            raise CaseError(source, name, f"must be in 1..4096, got {values[name]}")
-    return MergeCase(**values)
-
-
 def load_find(path: Path) -> tuple[str, Any]:
-    """A find file: ``(kind, item)``, kind layout (a case file), workspace or merge."""
-    source = str(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CaseError(source, None, f"cannot read ({exc.strerror or exc})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CaseError(source, None, f"is not a JSON find file ({type(exc).__name__})") from None
-    if not isinstance(data, dict):
-        raise CaseError(source, None, "a find must be a JSON object")
-    if data.get("kind") == "workspace":
-        return "workspace", workspace_config_from_json(data, source)
-    if "context_lens" in data:
-        return "layout", load_case_file(path)[0]
-    if "pattern" in data and "num_tokens" in data:
-        return "merge", merge_case_from_json(data, source)
-    raise CaseError(source, None, "is neither a case, a merge case nor a workspace config")
+    """A find file: ``(kind, item)``, kind layout (a case file of one case),
+    workspace or merge (:func:`harness.cases.load_item_file`)."""
+    kind, loaded = load_item_file(path)
+    if isinstance(loaded, list):
+        if len(loaded) != 1:
+            raise CaseError(str(path), None, f"holds {len(loaded)} cases; a find holds one")
+        return kind, loaded[0]
+    return kind, loaded
 
 
 def replay_kinds(kind: str, item: Any) -> list[str]:
@@ -1133,20 +1066,11 @@ def replay_kinds(kind: str, item: Any) -> list[str]:
 
 
 def replay(oracle: Port, port: Port, kind: str, item: Any, kernels: SharedKernels, device: str) -> int:
-    """Compare the item of one find file (:func:`load_find`); print the verdict. 0 parity, 1 not."""
-    from reports.diff_text import format_diff, format_tensor_verdict
+    """Compare the item of one find file (:func:`load_find`) as ``parity diff``
+    does, printing what it prints. 0 parity, 1 not."""
+    from harness.commands.diff import compare_and_print
 
-    kinds = replay_kinds(kind, item)
-    results = [run_item(oracle, port, k, item, kernels, device) for k in kinds]
-    for k, result in zip(kinds, results, strict=True):
-        if k == "layout":
-            print(format_diff(item, result))
-        elif k == "workspace":
-            print(f"{item.name}: oracle {result.oracle_workspace}, port {result.port_workspace}: {result.status}")
-            if result.error:
-                print(f"{result.status}: {result.error}")
-        else:
-            print(format_tensor_verdict(f"{k} {item.name}", result))
+    results = compare_and_print(oracle, port, item, replay_kinds(kind, item), kernels, device)
     return EXIT_CLEAN if all(r.ok for r in results) else EXIT_FOUND
 
 
@@ -1155,10 +1079,12 @@ def replay(oracle: Port, port: Port, kind: str, item: Any, kernels: SharedKernel
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``explore`` on ``parity``'s subcommands."""
+    from harness.commands.options import PORT_HELP
+
     p = subparsers.add_parser(
         "explore", help="property-based search (hypothesis) for inputs where a port and the oracle differ"
     )
-    p.add_argument("--port", default="per_request", help="per_request, equal_share, or package.module:attr")
+    p.add_argument("--port", default="per_request", help=PORT_HELP)
     p.add_argument(
         "--level",
         choices=(*LEVELS, "all"),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
+import sys
 from typing import Any, Protocol, runtime_checkable
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig
@@ -220,6 +222,10 @@ def load_port(spec: str, timeout_s: float = DEFAULT_PORT_TIMEOUT_S) -> Port:
 
 def _load_python_port(spec: str, target: str) -> Port:
     module_name, _, attr = target.partition(":")
+    # As `python -m` does: a port module in the working directory imports from the
+    # `parity` console script too, so a printed `parity ...` line runs as printed.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.reproduce import reproduce_command
 from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR
 from reports.run_summary import numeric_text
 
@@ -21,11 +22,6 @@ if TYPE_CHECKING:
     from harness.gate import GateOutcome
 
 SHOWN = 10
-
-
-def reproduce_command(name: str, level: str, suite: str, port: str) -> str:
-    level_arg = "layout" if level == "workspace" else level
-    return f"parity diff {name} --suite {suite} --port {port} --level {level_arg}"
 
 
 def _cell(text: str, limit: int = 160) -> str:
@@ -73,7 +69,17 @@ def render_gate_summary(outcome: GateOutcome) -> str:
         for row in new.head(SHOWN).itertuples(index=False):
             lines.append(f"- `{row.id}` {row.status}: {_cell(row.detail)}")
             lines.append(f"  baseline: {_cell(row.reason)}")
-            lines.append(f"  reproduce: `{reproduce_command(row.name, row.level, meta['suite'], meta['port'])}`")
+            command = reproduce_command(
+                row.name,
+                row.kind,
+                meta["suite"],
+                meta.get("port_spec") or meta["port"],
+                meta.get("device", "cpu"),
+                size=meta.get("size"),
+                case_paths=meta.get("cases"),
+                allow_oracle_drift=bool(meta.get("oracle_drift_overridden")),
+            )
+            lines.append(f"  reproduce: `{command}`")
             if row.id in meta.get("shrunk", {}):
                 lines.append(f"  shrunk: {meta['shrunk'][row.id]}")
     if verdict.stale:

@@ -100,6 +100,8 @@ def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
         "shard": args.shard,
         "device": args.device,
         "port_spec": args.port,
+        # Case files a --cases run read, so its reproduce lines can name them.
+        "cases": args.cases,
         "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
         "oracle_drift_overridden": provenance["oracle_drift_overridden"],
         "provenance": collect(provenance),

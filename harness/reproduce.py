@@ -1,0 +1,303 @@
+"""Item ids as every output prints them, and the ``parity diff`` command that
+reproduces one item.
+
+What :func:`resolve_item` accepts (``parity diff``'s CASE):
+
+- an item id of a results table, the gate's summary or JUnit: ``NAME[KIND]``
+  (``skew-0031[prefill]``, ``workspace/len2048-seqs1-blk16-dcp4x64[workspace]``);
+- a pytest id of the plugin: ``SUITE/NAME[KIND]``, where a workspace item's name
+  drops its ``workspace/`` prefix (``smoke/len2048-seqs1-blk16-dcp4x64[workspace]``);
+- a bare name (``smoke-upstream-worst-case``, ``merge-random-0000``, a workspace
+  name), or the stem of a case file under ``cases/`` (``upstream-worst-case``);
+- a path to an item file (:func:`harness.cases.load_item_file`): a case file, a
+  shrunk case, or a layout, prefill, merge or workspace find of ``parity explore``.
+
+``KIND`` (layout, workspace, merge, prefill) selects the level when ``--level``
+does not. A workspace item's name is its whole configuration, so it resolves
+without loading any suite. A name is looked up in the suite the id or
+``--suite`` names, else in smoke, then the case file stems, then ci.
+
+:func:`reproduce_command` is the inverse: the command, runnable as printed,
+that compares one item of a run again, with the ``--port`` spelling the run was
+given (a built-in name, ``mutant:NAME``, ``cmd:COMMAND``, ``package.module:attr``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.cases import CaseError, load_case_file, load_cases, load_item_file
+from harness.model import Case, MergeCase, WorkspaceConfig
+
+ITEM_KINDS = ("layout", "workspace", "merge", "prefill")
+# The suite name of a run over ``--cases`` files (harness.commands.common.select_suite).
+CASES_SUITE = "cases"
+# Where a bare name is looked up when neither the id nor --suite names a suite.
+DEFAULT_SUITES = ("smoke", "ci")
+# The console script pyproject.toml's [project.scripts] declares for harness.cli:main.
+CONSOLE_SCRIPT = "parity"
+CLI_ENTRY_POINT = "harness.cli:main"
+
+_KIND_SUFFIX = re.compile(r"^(?P<name>.+)\[(?P<kind>[^\[\]]*)\]$")
+_WORKSPACE_NAME = re.compile(
+    r"^(?:workspace/)?len(?P<len>\d+)-seqs(?P<seqs>\d+)-blk(?P<blk>\d+)-dcp(?P<dcp>\d+)x(?P<il>\d+)$"
+)
+
+Item = Case | MergeCase | WorkspaceConfig
+
+
+def level_of(kind: str) -> str:
+    """The parity level an item kind belongs to (workspace items are layout's)."""
+    return "layout" if kind == "workspace" else kind
+
+
+@dataclass(frozen=True)
+class ResolvedItem:
+    """What an id names. ``kind`` is the item's own (a case is ``layout``, its
+    prefill item included when it has a numeric section); ``wanted`` is the
+    ``[KIND]`` the id carried, None when it carried none."""
+
+    kind: str
+    item: Item
+    source: str
+    wanted: str | None = None
+    suite: str | None = None
+
+
+def split_kind(text: str) -> tuple[str, str | None]:
+    """``NAME[KIND]`` into ``(NAME, KIND)``; text without a suffix is ``(text, None)``."""
+    match = _KIND_SUFFIX.match(text)
+    if match is None:
+        return text, None
+    kind = match["kind"]
+    if kind not in ITEM_KINDS:
+        raise CaseError(text, None, f"unknown item kind [{kind}] (known: {', '.join(ITEM_KINDS)})")
+    return match["name"], kind
+
+
+def workspace_config_named(name: str) -> WorkspaceConfig | None:
+    """The configuration a workspace item's name spells
+    (``[workspace/]lenL-seqsS-blkB-dcpDxI``), or None if ``name`` is not one."""
+    match = _WORKSPACE_NAME.match(name)
+    if match is None:
+        return None
+    values = [int(match[g]) for g in ("len", "seqs", "blk", "dcp", "il")]
+    config = WorkspaceConfig(*values)
+    # Only the spelling the harness prints (no leading zeros) names a configuration.
+    if config.name != "workspace/" + name.removeprefix("workspace/"):
+        return None
+    if min(values) < 1:
+        raise CaseError(name, None, "every field of a workspace configuration must be >= 1")
+    return config
+
+
+def _known_suites() -> list[str]:
+    from harness.suites import suite_names
+
+    return suite_names()
+
+
+def resolve_item(
+    spec: str, suite: str | None = None, size: int | None = None, case_paths: Sequence[str] | None = None
+) -> ResolvedItem:
+    """The item ``spec`` names (see the module docstring). ``suite`` is
+    ``--suite``, ``size`` its ``--size``; ``case_paths`` (``--cases``) replace
+    the suites as where names are looked up. Raises :class:`CaseError` (one
+    line, exit 2) for anything it cannot name exactly one item of."""
+    path = Path(spec)
+    if path.is_file():
+        return _from_file(path, None)
+    name, wanted = split_kind(spec)
+    if wanted is not None and Path(name).is_file():
+        return _from_file(Path(name), wanted)
+    if name.endswith(".json"):
+        raise CaseError(name, None, "no such file")
+    id_suite, name = _split_suite(name, spec)
+    if id_suite and suite and id_suite != suite:
+        raise CaseError(spec, None, f"names suite {id_suite} but --suite is {suite}")
+    suite = suite or id_suite
+    if wanted in (None, "workspace"):
+        config = workspace_config_named(name)
+        if config is not None:
+            return ResolvedItem("workspace", config, "its name", wanted, suite)
+        if wanted == "workspace":
+            raise CaseError(spec, None, "is not a workspace item name (workspace/lenL-seqsS-blkB-dcpDxI)")
+    for where, lookup in _lookups(suite, size, case_paths):
+        found = lookup(name, wanted)
+        if found is not None:
+            kind, item = found
+            found_in = where.removeprefix("suite ") if where.startswith("suite ") else None
+            return ResolvedItem(kind, item, where, wanted, found_in)
+    places = (
+        f"--cases {' '.join(case_paths)}"
+        if case_paths
+        else f"suite {suite}"
+        if suite
+        else f"suite {' or '.join(DEFAULT_SUITES)}"
+    )
+    raise CaseError(name, None, f"no such case file, and no item or case file stem of that name in {places}")
+
+
+def _split_suite(name: str, spec: str) -> tuple[str | None, str]:
+    head, sep, rest = name.partition("/")
+    if sep and head in _known_suites():
+        if not rest:
+            raise CaseError(spec, None, f"names suite {head} but no item in it")
+        return head, rest
+    return None, name
+
+
+def _from_file(path: Path, wanted: str | None) -> ResolvedItem:
+    kind, loaded = load_item_file(path)
+    if isinstance(loaded, list):
+        if len(loaded) != 1:
+            raise CaseError(
+                str(path),
+                None,
+                f"holds {len(loaded)} cases; diff takes one (name it: parity diff NAME --cases {path})",
+            )
+        return ResolvedItem(kind, loaded[0], str(path), wanted)
+    return ResolvedItem(kind, loaded, str(path), wanted)
+
+
+Lookup = Callable[[str, str | None], tuple[str, Item] | None]
+
+
+def _lookups(suite: str | None, size: int | None, case_paths: Sequence[str] | None) -> Iterator[tuple[str, Lookup]]:
+    """Where a name is looked up, in order; each place is loaded only when reached."""
+    if case_paths:
+        yield f"--cases {' '.join(case_paths)}", _in_cases(load_cases([Path(p) for p in case_paths]), [])
+        return
+    suites = [suite] if suite else list(DEFAULT_SUITES)
+    yield f"suite {suites[0]}", _in_suite(suites[0], size)
+    yield "the case files under cases/", _by_stem
+    for other in suites[1:]:
+        yield f"suite {other}", _in_suite(other, size)
+
+
+@functools.lru_cache(maxsize=4)
+def _suite_items(name: str, size: int | None) -> tuple[list[Case], list[MergeCase]]:
+    """A suite's cases and merge cases, loaded once per process (suites are
+    deterministic; resolving many ids must not regenerate one per id)."""
+    from harness.suites import load_suite
+
+    loaded = load_suite(name, size=size)
+    return list(loaded.cases), list(loaded.merge_cases)
+
+
+def _in_suite(name: str, size: int | None) -> Lookup:
+    def lookup(item_name: str, wanted: str | None) -> tuple[str, Item] | None:
+        return _in_cases(*_suite_items(name, size))(item_name, wanted)
+
+    return lookup
+
+
+def _in_cases(cases: list[Case], merge_cases: list[MergeCase]) -> Lookup:
+    def lookup(item_name: str, wanted: str | None) -> tuple[str, Item] | None:
+        # The kind the id asked for decides a tie; a mismatch is reported by the caller.
+        case = next((c for c in cases if c.name == item_name), None)
+        merge = next((m for m in merge_cases if m.name == item_name), None)
+        if merge is not None and (case is None or wanted == "merge"):
+            return "merge", merge
+        return ("layout", case) if case is not None else None
+
+    return lookup
+
+
+def _by_stem(stem: str, wanted: str | None) -> tuple[str, Item] | None:
+    """A case file under ``cases/`` whose stem is ``stem`` (a relative path
+    without ``.json``, such as ``smoke/upstream-worst-case``, works too)."""
+    from harness.suites import CASES_DIR
+
+    if not stem or stem.startswith(("/", ".")):
+        return None
+    matches = sorted(p for p in CASES_DIR.rglob(f"{Path(stem).name}.json") if p.as_posix().endswith(f"/{stem}.json"))
+    if not matches:
+        return None
+    if len(matches) > 1:
+        raise CaseError(stem, None, f"is the stem of {len(matches)} case files ({', '.join(map(str, matches))})")
+    cases = load_case_file(matches[0])
+    if len(cases) != 1:
+        raise CaseError(str(matches[0]), None, f"holds {len(cases)} cases; name one of them")
+    return "layout", cases[0]
+
+
+# -- the command that reproduces an item ---------------------------------------------------
+
+
+def program_words() -> list[str]:
+    """How to start the CLI as printed: the ``parity`` console script when an
+    installed distribution declares it for :data:`CLI_ENTRY_POINT`, else
+    ``python -m harness``."""
+    from importlib.metadata import entry_points
+
+    scripts = entry_points(group="console_scripts")
+    if any(e.name == CONSOLE_SCRIPT and e.value == CLI_ENTRY_POINT for e in scripts):
+        return [CONSOLE_SCRIPT]
+    return ["python", "-m", "harness"]
+
+
+def case_file_holding(name: str, case_paths: Sequence[str]) -> tuple[str, int] | None:
+    """The case file among ``case_paths`` (files and folders, as ``--cases``
+    takes them) that defines case ``name``, and how many cases it holds."""
+    for given in case_paths:
+        path = Path(given)
+        files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
+        for file in files:
+            try:
+                cases = load_case_file(file)
+            except CaseError:
+                continue
+            if any(c.name == name for c in cases):
+                return str(file), len(cases)
+    return None
+
+
+def reproduce_command(
+    name: str,
+    kind: str,
+    suite: str | None,
+    port_spec: str,
+    device: str = "cpu",
+    *,
+    size: int | None = None,
+    case_paths: Sequence[str] | None = None,
+    allow_oracle_drift: bool = False,
+    program: Sequence[str] | None = None,
+) -> str:
+    """The ``parity diff`` command, quoted for a POSIX shell, that compares
+    item ``name`` (a bare name or its id ``NAME[KIND]``) of kind ``kind`` again
+    as the run did: ``port_spec`` exactly as ``--port`` was given, ``suite`` the
+    run's suite (:data:`CASES_SUITE` for a ``--cases`` run, whose
+    ``case_paths`` locate the case's file), its ``--size``, ``device`` and
+    drift override. ``program`` defaults to :func:`program_words`."""
+    bare = name.removesuffix(f"[{kind}]")
+    argv = [*(program or program_words()), "diff"]
+    if suite == CASES_SUITE or (suite is None and case_paths):
+        holder = case_file_holding(bare, case_paths or ())
+        if holder is not None and holder[1] == 1:
+            argv.append(holder[0])
+        elif holder is not None:
+            argv += [bare, "--cases", holder[0]]
+        elif case_paths:
+            argv += [bare, "--cases", *case_paths]
+        else:
+            # The run's case files are not known: diff looks the name up in smoke, then ci.
+            argv.append(bare)
+    else:
+        argv.append(bare)
+        if suite:
+            argv += ["--suite", suite]
+        if size is not None:
+            argv += ["--size", str(size)]
+    argv += ["--port", port_spec, "--level", level_of(kind)]
+    if device != "cpu":
+        argv += ["--device", device]
+    if allow_oracle_drift:
+        argv.append("--allow-oracle-drift")
+    return shlex.join(argv)

@@ -1,0 +1,191 @@
+"""Reproduce lines: the ``parity diff`` command printed for a failing item runs
+as printed and reproduces it, for every item kind and every ``--port`` spelling
+(a built-in name, ``mutant:NAME``, ``cmd:COMMAND``, ``package.module:attr``)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from harness.cli import build_parser, main
+from harness.commands.diff import diff_kinds
+from harness.model import WorkspaceConfig
+from harness.reproduce import (
+    CASES_SUITE,
+    CLI_ENTRY_POINT,
+    CONSOLE_SCRIPT,
+    program_words,
+    reproduce_command,
+    resolve_item,
+)
+from harness.runner import LEVELS, plan_items
+from harness.suites import load_suite
+from ports.per_request import PerRequestPort
+from tests.conftest import make_case
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_PORT = ROOT / "tests" / "fake_external_port.py"
+
+
+class WorkspaceOverDcpPort(PerRequestPort):
+    """A user's port, loaded by import path (``tests.test_reproduce:WorkspaceOverDcpPort``):
+    per_request with one block too many in the workspace under DCP."""
+
+    name = "workspace-over-dcp"
+
+    def workspace_size(self, config: WorkspaceConfig) -> int:
+        size = super().workspace_size(config)
+        return size + config.block_size if config.dcp_world_size > 1 else size
+
+
+USER_PORT = "tests.test_reproduce:WorkspaceOverDcpPort"
+# Two of the smoke layout cases (the DCP world-3 ones) diverge under this mutant.
+MUTANT_PORT = "mutant:dcp-padded-by-shift"
+# The external port answers one smoke case with an error, the rest as per_request.
+CMD_PORT = f"cmd:{shlex.join([sys.executable, str(FAKE_PORT), '--fault', 'error', '--on', 'smoke-dcp3-padded'])}"
+PORTS = (USER_PORT, MUTANT_PORT, CMD_PORT)
+
+
+def parse(line: str) -> tuple[list[str], Any]:
+    argv = shlex.split(line)
+    assert argv[: len(program_words()) + 1] == [*program_words(), "diff"], line
+    rest = argv[len(program_words()) :]
+    return rest, build_parser().parse_args(rest)
+
+
+# -- the command's text --------------------------------------------------------------------
+
+
+def test_the_program_is_the_console_script_pyproject_declares(monkeypatch: pytest.MonkeyPatch) -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts[CONSOLE_SCRIPT] == CLI_ENTRY_POINT
+    assert program_words() == [CONSOLE_SCRIPT]
+    assert reproduce_command("x", "layout", "smoke", "per_request").startswith(f"{CONSOLE_SCRIPT} diff x ")
+    # Where no installed distribution declares it, the module runs the CLI.
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [])
+    assert reproduce_command("x", "layout", "smoke", "per_request").startswith("python -m harness diff x ")
+
+
+@pytest.mark.parametrize(
+    "port_spec",
+    [
+        "per_request",
+        "mutant:legacy-grid",
+        "cmd:python tests/fake_external_port.py --fault error --on 'a b' \"$HOME\"",
+        USER_PORT,
+    ],
+)
+def test_every_port_spelling_survives_the_shell(port_spec: str) -> None:
+    line = reproduce_command("smoke-tails-15", "layout", "smoke", port_spec, "cuda", allow_oracle_drift=True)
+    _, args = parse(line)
+    assert (args.port, args.case, args.suite, args.level) == (port_spec, "smoke-tails-15", "smoke", "layout")
+    assert args.device == "cuda" and args.allow_oracle_drift
+
+
+@pytest.mark.parametrize("size", [None, 7])
+def test_every_smoke_item_kind_reproduces_to_itself(size: int | None) -> None:
+    """Parsed as printed, each line names the item it was printed for and
+    selects exactly its kind; a run's --size is carried along."""
+    items = plan_items(load_suite("smoke", size=size), LEVELS)
+    assert {kind for kind, _ in items} == {"layout", "workspace", "merge", "prefill"}
+    for kind, item in items:
+        line = reproduce_command(f"{item.name}[{kind}]", kind, "smoke", MUTANT_PORT, size=size)
+        _, args = parse(line)
+        assert args.size == size
+        resolved = resolve_item(args.case, args.suite, args.size, args.cases)
+        assert resolved.item == item, line
+        assert diff_kinds(resolved, args.case, args.level) == [kind], line
+
+
+def test_a_cases_run_reproduces_through_its_case_file(tmp_path: Path) -> None:
+    single = tmp_path / "one.json"
+    single.write_text(json.dumps(make_case([100, 3], name="alone", workspace_size=64).to_json()))
+    folder = tmp_path / "more"
+    folder.mkdir()
+    pair = [make_case([5, n], name=f"pair-{n}").to_json() for n in (1, 2)]
+    (folder / "pair.json").write_text(json.dumps({"cases": pair}))
+    paths = [str(single), str(folder)]
+    lines = {name: reproduce_command(name, "layout", CASES_SUITE, "equal_share", case_paths=paths) for name in
+             ("alone", "pair-2")}  # fmt: skip
+    _, args = parse(lines["alone"])
+    assert args.case == str(single) and args.suite is None and args.cases is None
+    _, args = parse(lines["pair-2"])
+    assert args.case == "pair-2" and args.cases == [str(folder / "pair.json")]
+    for name, line in lines.items():
+        _, args = parse(line)
+        assert resolve_item(args.case, args.suite, args.size, args.cases).item.name == name
+
+
+# -- done when: every reproduce line of a gate runs as printed -------------------------------
+
+
+@pytest.fixture(scope="module")
+def gates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One smoke gate at level layout per port spelling: its output folder."""
+    outs = {}
+    for spec in PORTS:
+        out = tmp_path_factory.mktemp("gate")
+        code = main(["gate", "--suite", "smoke", "--level", "layout", "--port", spec, "--out", str(out)])
+        assert code == 1, spec
+        outs[spec] = out
+    return outs
+
+
+def failing_rows(out: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    table = pd.read_parquet(out / "results.parquet")
+    meta = json.loads((out / "gate.json").read_text())
+    return table[table["status"] != "parity"], meta
+
+
+def run_as_printed(line: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    argv = shlex.split(line)
+    assert argv[0] == CONSOLE_SCRIPT, line
+    code = main(argv[1:])
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("port_spec", PORTS)
+def test_every_failing_item_of_a_gate_reproduces_as_printed(
+    gates: dict[str, Path], port_spec: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows, meta = failing_rows(gates[port_spec])
+    assert meta["port_spec"] == port_spec
+    assert not rows.empty
+    # The gate's summary shows the first ten: each of those, and at least one per kind.
+    shown = pd.concat([rows.head(10), rows.drop_duplicates("kind")]).drop_duplicates("id")
+    for row in shown.itertuples(index=False):
+        line = reproduce_command(
+            row.name, row.kind, meta["suite"], meta["port_spec"], meta["device"], size=meta["size"]
+        )
+        code, out = run_as_printed(line, capsys)
+        assert code == 1, (line, out)
+        assert f"({row.name}, from " in out, line
+        assert f"verdict: {row.status.upper()} ({row.kind} {row.status})" in out, (line, out[-800:])
+
+
+def test_the_gates_cover_workspace_and_layout_items(gates: dict[str, Path]) -> None:
+    kinds = {spec: set(failing_rows(out)[0]["kind"]) for spec, out in gates.items()}
+    assert kinds[USER_PORT] == {"workspace"}
+    assert kinds[MUTANT_PORT] == {"layout"} and kinds[CMD_PORT] == {"layout"}
+
+
+def test_the_summary_reproduce_lines_run_as_printed(gates: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    for spec, out in gates.items():
+        rows, _ = failing_rows(out)
+        summary = (out / "summary.md").read_text()
+        lines = [
+            line.split("reproduce: `", 1)[1].rstrip("`") for line in summary.splitlines() if "reproduce: `" in line
+        ]
+        assert len(lines) == min(10, len(rows)), spec
+        for line, row in zip(lines, rows.head(10).itertuples(index=False), strict=True):
+            code, stdout = run_as_printed(line, capsys)
+            assert code == 1 and f"({row.name}, from " in stdout, line
