@@ -18,7 +18,7 @@ from typing import Any
 
 from harness.cases import load_cases
 from harness.kernels import SharedKernels
-from harness.model import Case, MergeCase
+from harness.model import Case
 from harness.port import Port, load_port
 from harness.runner import LEVELS, RunResult, Shard, reraise_interrupt, run_items, unfinished_items
 from harness.suites import Suite, load_suite
@@ -107,26 +107,6 @@ def select_suite(args: argparse.Namespace) -> Suite:
 
 def selected_levels(level: str) -> tuple[str, ...]:
     return LEVELS if level == "all" else (level,)
-
-
-def find_case(spec: str, suite: str | None) -> Case | MergeCase:
-    path = Path(spec)
-    if path.suffix == ".json" or path.exists():
-        cases = load_cases([path])
-        if len(cases) != 1:
-            raise UsageError(
-                f"{spec}: holds {len(cases)} cases; diff takes one (name it: parity diff NAME --suite ...)"
-            )
-        return cases[0]
-    name = spec.split("/", 1)[1] if "/" in spec else spec
-    for suite_name in [suite] if suite else ["smoke", "ci"]:
-        loaded = load_suite(suite_name)
-        items: tuple[Case | MergeCase, ...] = (*loaded.cases, *loaded.merge_cases)
-        for item in items:
-            if item.name == name:
-                return item
-    where = suite or "smoke or ci"
-    raise UsageError(f"{spec}: no such case file, and no case of that name in suite {where}")
 
 
 def parse_shard(text: str | None) -> Shard | None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Any
 
-from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, UsageError, find_case, open_oracle
+from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, UsageError, open_oracle
 from harness.commands.options import port_options, positive_int
-from harness.model import MergeCase
+from harness.model import Case
 from harness.port import load_port
 
 
@@ -27,12 +28,14 @@ def cmd_shrink(args: argparse.Namespace) -> int:
     """Reduce a divergent case to a minimal one that diverges the same way."""
     from harness.cases import write_case_file
     from harness.kernels import CpuKernels
+    from harness.reproduce import program_words, resolve_item
     from harness.shrink import checker, describe_case, shrink
 
+    resolved = resolve_item(args.case, args.suite)
+    case = resolved.item
+    if not isinstance(case, Case):
+        raise UsageError(f"{args.case}: a {resolved.kind} item; shrink takes a layout case (merge items are minimal)")
     port = load_port(args.port)
-    case = find_case(args.case, args.suite)
-    if isinstance(case, MergeCase):
-        raise UsageError(f"{args.case}: merge cases are already minimal partials; shrink takes a layout case")
     level = "prefill" if args.level == "prefill" else "layout"
     if level == "prefill" and case.numeric is None:
         raise UsageError(f"{args.case}: --level prefill needs a case with a numeric section")
@@ -48,5 +51,5 @@ def cmd_shrink(args: argparse.Namespace) -> int:
     print(f"original: {describe_case(case)}")
     print(f"shrunk:   {describe_case(outcome.case)}  ({outcome.steps} steps, {outcome.evaluations} evaluations)")
     print(f"still {outcome.result.status}: {outcome.result.detail()}")
-    print(f"wrote {out}  (parity diff {out} --port {args.port})")
+    print(f"wrote {out}  ({shlex.join([*program_words(), 'diff', str(out), '--port', args.port])})")
     return EXIT_DIVERGENT
