@@ -77,6 +77,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from harness.bits import ulp_text
 from harness.cases import CaseError
 from harness.runner import DIVERGENT, LEVELS, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR
 
@@ -320,7 +321,11 @@ def check_baseline_targets(entries: Iterable[BaselineEntry], targets: SuiteTarge
     """Refuse (:class:`CaseError`, exit 2) an entry that can never cover an item:
     a port that is neither the one under test (``ports``, see :func:`port_names`)
     nor a known spelling, or a case or family the suite has no item of at the
-    entry's level. Levels absent from ``targets`` are not checked."""
+    entry's level. Levels absent from ``targets`` are not checked.
+
+    Also refused: a non-empty baseline none of whose entries names the port
+    under test (:func:`check_baseline_port`)."""
+    entries = list(entries)
     known = known_port_spellings()
     for e in entries:
         if e.port not in ports and e.port not in known:
@@ -329,6 +334,9 @@ def check_baseline_targets(entries: Iterable[BaselineEntry], targets: SuiteTarge
                 f"names port {e.port!r}, which is neither the port under test ({_listing(ports)}) "
                 "nor a known port (a typo would make the entry cover nothing)",
             )  # fmt: skip
+    # Before the targets: a whole file for another port is one mistake, not one per entry.
+    check_baseline_port(entries, ports)
+    for e in entries:
         if e.level not in targets.families:
             continue
         if e.family is not None and e.family not in targets.families[e.level]:
@@ -341,6 +349,25 @@ def check_baseline_targets(entries: Iterable[BaselineEntry], targets: SuiteTarge
             raise CaseError(
                 e.source, f"{e.where}.case", f"suite {targets.suite} has no {e.level} item named {e.case!r}"
             )
+
+
+def check_baseline_port(entries: Collection[BaselineEntry], ports: Collection[str]) -> None:
+    """Refuse (:class:`CaseError`, field ``port``) a baseline with entries of
+    which none names the port under test (``ports``, see :func:`port_names`):
+    on this port it expects nothing and none of its entries can go stale, so the
+    run would be judged as if no baseline were given while the command line says
+    one was (``--port per_request --baseline equal_share.json``). A file that
+    also holds other ports' entries is fine: a shared baseline's entries for
+    other ports are ignored by design. An empty file expects nothing, explicitly."""
+    if not entries or any(e.port in ports for e in entries):
+        return
+    named = sorted({e.port for e in entries})
+    sources = sorted({e.source for e in entries})
+    raise CaseError(
+        ", ".join(sources), "port",
+        f"the baseline is for port {_listing(named)}, not the port under test ({_listing(ports)}): "
+        "none of its entries would apply (name the port under test, by its name or its --port spelling)",
+    )  # fmt: skip
 
 
 # -- judging items -------------------------------------------------------------------------
@@ -394,7 +421,7 @@ def _beyond_caps(entry: BaselineEntry, row: Mapping[str, Any]) -> str | None:
         # Without the counts the caps cannot be checked: never expected on trust.
         return "no element counts in the results to check the caps against"
     if max_ulp > entry.max_ulp:
-        return f"{max_ulp} ULP > cap {entry.max_ulp}"
+        return f"{ulp_text(max_ulp)} ULP > cap {entry.max_ulp}"
     fraction = mismatches / elements
     if fraction > entry.max_mismatch_fraction:
         return f"mismatch fraction {fraction:.6g} ({mismatches}/{elements}) > cap {entry.max_mismatch_fraction:.6g}"

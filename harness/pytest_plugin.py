@@ -7,6 +7,10 @@ item's message is the first-divergence text ``parity diff`` prints.
 
 Rules (the same as ``parity gate``'s, by construction):
 
+- Every option is checked in ``pytest_configure``, before anything is collected
+  (under pytest-xdist the controller never collects): an unknown suite or level,
+  a port that does not load, a bad size, timeout, shard or device stops the
+  session with one line, ``ERROR: --parity-OPTION: why``, and exit code 4.
 - A selection of zero items (a level the suite lacks, an empty shard) is a usage
   error, one line: nothing compared is never a pass.
 - An item at a level the port does not implement (a port's ``levels``, e.g. an
@@ -14,7 +18,8 @@ Rules (the same as ``parity gate``'s, by construction):
   unless ``--parity-level`` leaves that level out.
 - With ``--parity-baseline FILE`` the file is checked before any item runs (bad
   input, or an entry naming a case, family or port the run cannot have, is a
-  usage error), and each failing item is judged *after* it ran, by
+  usage error, and so is a baseline none of whose entries names the port under
+  test), and each failing item is judged *after* it ran, by
   :func:`harness.baseline.judge_item`, the gate's own rule, matching entries by
   the loaded port's ``name`` (or the ``--parity-port`` spelling): an expected
   item is ``xfail`` with the entry's reason; one beyond its entry fails and
@@ -26,29 +31,48 @@ package is installed; without ``--parity-suite`` it does nothing.
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
+from harness.port import DEFAULT_PORT_TIMEOUT_S
 from harness.runner import LEVELS, CaseResult, Shard, plan_items, run_item
 
 if TYPE_CHECKING:
     from harness.baseline import BaselineEntry
+    from harness.port import Port
     from harness.suites import Suite
+
+_T = TypeVar("_T")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    # Values are checked in pytest_configure, not by argparse (type=, choices=):
+    # argparse's refusal is four lines of usage, the plugin's is one.
     group = parser.getgroup("parity", "MLA chunked-context parity against the pinned oracle")
-    group.addoption("--parity-suite", help="collect parity items from this suite (smoke, ci, nightly)")
-    group.addoption("--parity-port", default="per_request", help="port under test (name or package.module:attr)")
-    group.addoption("--parity-level", default="all", choices=(*LEVELS, "all"), help="parity level(s)")
-    group.addoption("--parity-size", type=int, help="generated layout cases (overrides the suite's count)")
+    group.addoption("--parity-suite", help="collect parity items from this suite (smoke, ci, nightly, gpu)")
+    group.addoption(
+        "--parity-port",
+        default="per_request",
+        help="port under test: per_request, equal_share, mutant:NAME, cmd:COMMAND or package.module:attr "
+        "(default per_request)",
+    )
+    group.addoption("--parity-level", default="all", help=f"parity level: {', '.join(LEVELS)} or all (default all)")
+    group.addoption("--parity-size", metavar="N", help="generated layout cases, >= 1 (overrides the suite's count)")
+    group.addoption(
+        "--parity-timeout",
+        metavar="SECONDS",
+        default=str(DEFAULT_PORT_TIMEOUT_S),
+        help=f"seconds a port call may take, > 0 (default {DEFAULT_PORT_TIMEOUT_S:g})",
+    )
     group.addoption("--parity-shard", metavar="K/N", help="collect only shard K of N")
     group.addoption("--parity-baseline", metavar="FILE", help="expected divergences: xfail the items they expect")
     group.addoption("--parity-allow-oracle-drift", action="store_true", help="run despite fingerprint drift")
-    group.addoption("--parity-device", default="cpu", choices=("cpu", "cuda"), help="where L2 and L3 run")
+    group.addoption("--parity-device", default="cpu", help="where L2 and L3 run: cpu or cuda (default cpu)")
 
 
 def _active(config: pytest.Config) -> bool:
@@ -58,65 +82,105 @@ def _active(config: pytest.Config) -> bool:
 @dataclass(frozen=True)
 class _Plan:
     """What this run collects, decided once per process before collection:
-    ``items`` are (suite index, kind, payload) for the shard's items, never empty."""
+    ``items`` are (suite index, kind, payload) for the shard's items, never empty;
+    ``port`` is the port under test, loaded (so known to load) before any item."""
 
     suite: Suite
     items: tuple[tuple[int, str, Any], ...]
     entries: tuple[BaselineEntry, ...]
     port_spec: str
+    port: Port
+    timeout_s: float
+
+
+class _BadOption(Exception):
+    """One option's bad value; the message names the option and why."""
+
+    def __init__(self, option: str, why: object) -> None:
+        super().__init__(f"{option}: {why}")
+
+
+def _option_value(config: pytest.Config, option: str, parse: Callable[[str], _T]) -> _T:
+    try:
+        return parse(config.getoption(option))
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        raise _BadOption(option, exc) from None
+
+
+def _one_of(allowed: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"{text!r} is not one of {', '.join(allowed)}")
+        return text
+
+    return parse
+
+
+def _check_device(device: str) -> None:
+    """A CUDA run on a machine without CUDA would fail every item; refuse it here."""
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise _BadOption("--parity-device", f"cuda: torch {torch.__version__} sees no CUDA device on this machine")
 
 
 def _make_plan(config: pytest.Config) -> _Plan:
-    """Every check that can refuse the run, as one usage line (pytest exits 4)."""
+    """Every check that can refuse the run, as one usage line (pytest exits 4).
+    Cheap option values first, then the suite, the selection, the port, and the
+    baseline against both."""
     from harness.baseline import load_baseline
     from harness.cases import CaseError
-    from harness.cli import UsageError, describe_selection, refuse_empty, selected_levels
+    from harness.commands.common import UsageError, describe_selection, refuse_empty, selected_levels
+    from harness.commands.options import non_negative_int, positive_seconds
+    from harness.port import PortLoadError, load_port
     from harness.suites import load_suite
 
     try:
-        suite = load_suite(config.getoption("--parity-suite"), size=config.getoption("--parity-size"))
-        levels = selected_levels(config.getoption("--parity-level"))
+        level = _option_value(config, "--parity-level", _one_of((*LEVELS, "all")))
+        device = _option_value(config, "--parity-device", _one_of(("cpu", "cuda")))
+        size_text = config.getoption("--parity-size")
+        size = None if size_text is None else _option_value(config, "--parity-size", non_negative_int)
+        timeout_s = _option_value(config, "--parity-timeout", positive_seconds)
         shard_text = config.getoption("--parity-shard")
+        shard = None if shard_text is None else _option_value(config, "--parity-shard", Shard.parse)
+        _check_device(device)
         try:
-            shard = Shard.parse(shard_text) if shard_text else None
-        except ValueError as exc:
-            raise UsageError(f"--parity-shard: {exc}") from None
+            suite = load_suite(config.getoption("--parity-suite"), size=size)
+        except CaseError as exc:
+            raise _BadOption("--parity-suite", exc) from None
+        levels = selected_levels(level)
         items = tuple(
             (index, kind, payload)
             for index, (kind, payload) in enumerate(plan_items(suite, levels))
             if shard is None or shard.owns(index)
         )
         refuse_empty(len(items), describe_selection(suite, levels, shard))
-        baseline_path = config.getoption("--parity-baseline")
-        entries = tuple(load_baseline(Path(baseline_path))) if baseline_path else ()
         port_spec: str = config.getoption("--parity-port")
-        if entries:
-            _check_baseline(entries, suite, port_spec)
-    except (CaseError, UsageError) as exc:
+        try:
+            port = load_port(port_spec, timeout_s)
+        except PortLoadError as exc:
+            raise _BadOption("--parity-port", exc) from None
+        baseline_path = config.getoption("--parity-baseline")
+        try:
+            entries = tuple(load_baseline(Path(baseline_path))) if baseline_path else ()
+            if entries:
+                from harness.gate import check_gate_baseline
+
+                check_gate_baseline(list(entries), suite, port.name, port_spec)
+        except CaseError as exc:
+            _close(port)
+            raise _BadOption("--parity-baseline", exc) from None
+    except (_BadOption, UsageError) as exc:
         raise pytest.UsageError(str(exc)) from None
-    return _Plan(suite, items, entries, port_spec)
+    return _Plan(suite, items, entries, port_spec, port, timeout_s)
 
 
-def _check_baseline(entries: tuple[BaselineEntry, ...], suite: Suite, port_spec: str) -> None:
-    """The gate's check (:func:`harness.gate.check_gate_baseline`). The port's
-    ``name`` is needed only when an entry names neither a known port nor the
-    ``--parity-port`` spelling, so only then is the port loaded here."""
-    from harness.baseline import known_port_spellings
-    from harness.cli import UsageError, close_port
-    from harness.gate import check_gate_baseline
-    from harness.port import PortLoadError, load_port
+def _close(port: Port) -> None:
+    """An external port's processes end with the session that started them."""
+    from harness.commands.common import close_port
 
-    if all(e.port == port_spec or e.port in known_port_spellings() for e in entries):
-        check_gate_baseline(list(entries), suite, port_spec, port_spec)
-        return
-    try:
-        port = load_port(port_spec)
-    except PortLoadError as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        check_gate_baseline(list(entries), suite, port.name, port_spec)
-    finally:
-        close_port(port)
+    close_port(port)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -124,6 +188,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # controller never collects, so only this hook reports one line and exit 4.
     if _active(config):
         config._parity_plan = _make_plan(config)  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    plan: _Plan | None = getattr(config, "_parity_plan", None)
+    if plan is not None:
+        _close(plan.port)
 
 
 def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool | None:
@@ -138,19 +208,19 @@ class ParityFailure(Exception):
 
 
 class _Session:
-    """Per-process state: the oracle (checked once) and the port."""
+    """Per-process state: the oracle (checked once) and the plan's port."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from harness.cli import UsageError, open_oracle, select_device
-        from harness.port import load_port
+        from harness.commands.common import UsageError, open_oracle, select_device
 
+        plan: _Plan = config._parity_plan  # type: ignore[attr-defined]
         self.device: str = config.getoption("--parity-device")
         try:
             self.kernels = select_device(self.device)
             self.oracle, self.provenance = open_oracle(config.getoption("--parity-allow-oracle-drift"))
         except UsageError as exc:
             raise pytest.UsageError(str(exc)) from None
-        self.port = load_port(config.getoption("--parity-port"))
+        self.port, self.timeout_s = plan.port, plan.timeout_s
 
 
 class ParityItem(pytest.Item):
@@ -172,7 +242,9 @@ class ParityItem(pytest.Item):
         state = self._state()
         plan: _Plan = self.config._parity_plan  # type: ignore[attr-defined]
         # run_item makes an item at a level the port does not implement not-run.
-        result = run_item(state.oracle, state.port, self.kind, self.payload, state.kernels, state.device)
+        result = run_item(
+            state.oracle, state.port, self.kind, self.payload, state.kernels, state.device, state.timeout_s
+        )
         result.index = self.index
         self.user_properties.append(("status", result.status))
         if result.ok:

@@ -157,6 +157,66 @@ def test_families_are_checked_per_level(tmp_path: Path, smoke_targets: SuiteTarg
         check_baseline_targets(entries_of(tmp_path, {**PREFILL, "family": merge_family}), smoke_targets, PORTS)
 
 
+def test_a_baseline_for_another_port_is_refused(tmp_path: Path, smoke_targets: SuiteTargets) -> None:
+    """``--port per_request --baseline equal_share.json``: no entry could ever apply."""
+    skew = {"family": "skew", "level": "layout", "status": "divergent"}
+    entries = entries_of(tmp_path, skew)
+    under_test = port_names("per_request", "per_request")
+    with pytest.raises(CaseError) as info:
+        check_baseline_targets(entries, smoke_targets, under_test)
+    message = str(info.value)
+    assert info.value.field == "port" and "\n" not in message
+    assert message.startswith(f"{tmp_path / 'baseline.json'}: field 'port': the baseline is for port equal_share, ")
+    assert "not the port under test (per_request, ports.per_request:PORT)" in message
+    # A file that names the port under test too is a shared baseline: accepted.
+    shared = entries_of(tmp_path, skew, {"port": "per_request", **skew})
+    check_baseline_targets(shared, smoke_targets, under_test)
+    # An empty baseline says "nothing is expected", whatever port it was written for.
+    check_baseline_targets(entries_of(tmp_path), smoke_targets, under_test)
+
+
+def test_the_port_is_refused_before_any_of_its_targets(tmp_path: Path, smoke_targets: SuiteTargets) -> None:
+    # The family is not in smoke, but the mistake to report is the port.
+    entries = entries_of(tmp_path, {"family": "not-a-family", "level": "layout", "status": "divergent"})
+    with pytest.raises(CaseError) as info:
+        check_baseline_targets(entries, smoke_targets, port_names("per_request", "per_request"))
+    assert info.value.field == "port"
+
+
+@pytest.mark.parametrize("spec", ["mutant:legacy-grid", "tests.value_ports:FloatFieldPort"])
+def test_entries_match_the_port_by_its_name_and_by_its_port_spelling(
+    tmp_path: Path, smoke_targets: SuiteTargets, spec: str
+) -> None:
+    from harness.port import load_port
+
+    name = load_port(spec).name
+    assert name != spec  # the two spellings differ, so both must be accepted
+    under_test = port_names(name, spec)
+    item = row(max_ulp=1, mismatches=1)
+    for spelling in (name, spec):
+        entries = load_baseline(write(tmp_path, [PREFILL], port=spelling))
+        check_baseline_targets(entries, smoke_targets, under_test)
+        assert judge_item(entries, under_test, item).label == EXPECTED, spelling
+        assert judge_item(entries, port_names("equal_share", "equal_share"), item).label == NEW, spelling
+
+
+def test_the_gate_refuses_another_port_baseline_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    baseline = root / "cases" / "baselines" / "equal_share.json"
+    argv = ["gate", "--suite", "smoke", "--port", "per_request", "--baseline", str(baseline), "--out", str(tmp_path)]
+    done = subprocess.run([sys.executable, "-m", "harness", *argv], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.splitlines() == [
+        f"parity: error: {baseline}: field 'port': the baseline is for port equal_share, not the port under test "
+        "(per_request, ports.per_request:PORT): none of its entries would apply "
+        "(name the port under test, by its name or its --port spelling)"
+    ]
+    assert not (tmp_path / "summary.md").exists()  # refused before anything ran
+
+
 # -- judging items -------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -17,18 +18,31 @@ from harness.runner import plan_items
 from harness.suites import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
+EQUAL_SHARE_BASELINE = ROOT / "cases" / "baselines" / "equal_share.json"
 
 
-def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:
+def run_pytest(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", *args],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        cwd=ROOT, capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
+
+
+SPY = "PARITY_TEST_COLLECTION_SPY"
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    """A hook only where this module is loaded as a plugin (``-p tests.test_plugin``,
+    in every xdist worker too): records in the file ``$PARITY_TEST_COLLECTION_SPY``
+    that collection began."""
+    if SPY in os.environ:
+        with open(os.environ[SPY], "a") as spy:
+            spy.write(f"collection started at {collector.nodeid!r}\n")
 
 
 def test_junit_has_one_item_per_case_and_level(tmp_path: Path) -> None:
     junit = tmp_path / "out.xml"
-    proc = pytest_run("--parity-suite", "smoke", "--parity-port", "per_request", "--parity-level", "layout",
+    proc = run_pytest("--parity-suite", "smoke", "--parity-port", "per_request", "--parity-level", "layout",
                       "-n", "2", "--junitxml", str(junit))  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:]
     cases = ET.parse(junit).getroot().findall(".//testcase")
@@ -41,7 +55,7 @@ def test_junit_has_one_item_per_case_and_level(tmp_path: Path) -> None:
 
 
 def test_failure_message_is_the_first_divergence_and_k_selects() -> None:
-    proc = pytest_run("--parity-suite", "smoke", "--parity-port", "equal_share", "-k", "upstream and layout", "-rf")
+    proc = run_pytest("--parity-suite", "smoke", "--parity-port", "equal_share", "-k", "upstream and layout", "-rf")
     assert proc.returncode == 1
     assert "1 failed" in proc.stdout and "deselected" in proc.stdout
     assert "FAILED smoke/smoke-upstream-worst-case[layout] - divergent" in proc.stdout
@@ -65,7 +79,7 @@ def smoke_baseline(tmp_path: Path) -> Path:
 
 
 def test_baseline_marks_expected_divergences_xfail(tmp_path: Path) -> None:
-    proc = pytest_run("--parity-suite", "smoke", "--parity-port", "equal_share", "--parity-level", "layout",
+    proc = run_pytest("--parity-suite", "smoke", "--parity-port", "equal_share", "--parity-level", "layout",
                       "--parity-baseline", str(smoke_baseline(tmp_path)), "-k", "skew")  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "xfailed" in proc.stdout and "failed" not in proc.stdout.replace("xfailed", "")
@@ -74,7 +88,7 @@ def test_baseline_marks_expected_divergences_xfail(tmp_path: Path) -> None:
 def test_entries_match_the_loaded_port_name_whatever_the_spelling(tmp_path: Path) -> None:
     entry = {"family": "skew", "level": "layout", "status": "divergent"}
     baseline = write_baseline(tmp_path, entry)  # names the port "equal_share"
-    proc = pytest_run("--parity-suite", "smoke", "--parity-port", "ports.equal_share:PORT", "--parity-level",
+    proc = run_pytest("--parity-suite", "smoke", "--parity-port", "ports.equal_share:PORT", "--parity-level",
                       "layout", "--parity-baseline", str(baseline), "-k", "upstream", "-rx")  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "1 xfailed" in proc.stdout and "baseline: measured" in proc.stdout
@@ -88,7 +102,7 @@ def test_an_item_beyond_its_entry_fails_and_says_why(tmp_path: Path) -> None:
          "max_mismatch_fraction": 1.0},
     )  # fmt: skip
     selected = "upstream-worst-case and layout or smoke-numeric-single-chunk and prefill"
-    proc = pytest_run("--parity-suite", "smoke", "--parity-port", "equal_share", "--parity-baseline", str(baseline),
+    proc = run_pytest("--parity-suite", "smoke", "--parity-port", "equal_share", "--parity-baseline", str(baseline),
                       "-k", selected, "-rf")  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert "2 failed" in proc.stdout
@@ -107,14 +121,50 @@ def test_an_item_beyond_its_entry_fails_and_says_why(tmp_path: Path) -> None:
     ],
 )
 def test_selecting_no_items_is_a_usage_error(argv: tuple[str, ...], says: str) -> None:
-    proc = pytest_run("--parity-suite", "smoke", *argv)
+    proc = run_pytest("--parity-suite", "smoke", *argv)
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr
     assert says in proc.stderr and "Traceback" not in proc.stderr + proc.stdout
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (("--parity-port", "nosuch", "-n", "2"),
+         "ERROR: --parity-port: unknown port 'nosuch': use one of equal_share, per_request"),
+        (("--parity-suite", "nosuite"), "ERROR: --parity-suite: "),
+        (("--parity-level", "bogus"), "ERROR: --parity-level: 'bogus' is not one of layout, merge, prefill, all"),
+        (("--parity-size", "-1"), "ERROR: --parity-size: must be >= 0, got '-1'"),
+        (("--parity-timeout", "0"), "ERROR: --parity-timeout: must be a finite number of seconds > 0, got '0'"),
+        (("--parity-device", "tpu"), "ERROR: --parity-device: 'tpu' is not one of cpu, cuda"),
+        (("--parity-baseline", str(EQUAL_SHARE_BASELINE)),  # a baseline for another port
+         f"ERROR: --parity-baseline: {EQUAL_SHARE_BASELINE}: field 'port': the baseline is for port equal_share,"),
+    ],
+)  # fmt: skip
+def test_a_bad_option_stops_the_session_before_collection_in_one_line(
+    tmp_path: Path, argv: tuple[str, ...], says: str
+) -> None:
+    spy = tmp_path / "collected"
+    options = ("--parity-suite", "smoke", *argv) if "--parity-suite" not in argv else argv
+    proc = run_pytest("-p", "tests.test_plugin", *options, env={**os.environ, SPY: str(spy)})
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(says), proc.stderr[-2000:]
+    assert proc.stdout == ""  # no session header, no item, no summary
+    assert not spy.exists(), spy.read_text()  # nothing was collected, in the controller or a worker
+
+
+def test_the_collection_spy_sees_collection(tmp_path: Path) -> None:
+    """The control for the test above: with good options the spy records collection."""
+    spy = tmp_path / "collected"
+    proc = run_pytest("-p", "tests.test_plugin", "--parity-suite", "smoke", "--parity-level", "layout",
+                      "--collect-only", env={**os.environ, SPY: str(spy)})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert spy.read_text().strip()
+
+
 def test_a_baseline_naming_an_unknown_family_is_a_usage_error(tmp_path: Path) -> None:
-    baseline = write_baseline(tmp_path, {"family": "skw", "level": "layout", "status": "divergent"})
-    proc = pytest_run("--parity-suite", "smoke", "--parity-baseline", str(baseline), "-n", "2")
+    baseline = write_baseline(tmp_path, {"family": "skw", "level": "layout", "status": "divergent"}, port="per_request")
+    proc = run_pytest("--parity-suite", "smoke", "--parity-baseline", str(baseline), "-n", "2")
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr
     assert f"{baseline}: field 'entries[0].family': suite smoke has no layout item of family 'skw'" in proc.stderr
 
@@ -139,11 +189,11 @@ class LayoutOnlyPort:
 
 def test_an_item_at_a_level_the_port_lacks_fails_as_not_run() -> None:
     common = ("--parity-suite", "smoke", "--parity-port", "tests.test_plugin:LayoutOnlyPort", "-rf")
-    proc = pytest_run(*common, "-k", "smoke-numeric-single-chunk")
+    proc = run_pytest(*common, "-k", "smoke-numeric-single-chunk")
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert "1 failed, 1 passed" in proc.stdout
     assert "not-run: smoke-numeric-single-chunk[prefill]: port layout-only does not implement level prefill" in (
         proc.stdout
     )
-    narrowed = pytest_run(*common, "-k", "smoke-numeric-single-chunk", "--parity-level", "layout")
+    narrowed = run_pytest(*common, "-k", "smoke-numeric-single-chunk", "--parity-level", "layout")
     assert narrowed.returncode == 0 and "1 passed" in narrowed.stdout, narrowed.stdout[-2000:]

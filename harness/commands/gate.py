@@ -104,7 +104,7 @@ def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
         "cases": args.cases,
         "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
         "oracle_drift_overridden": provenance["oracle_drift_overridden"],
-        "provenance": collect(provenance),
+        "provenance": collect(provenance, args.port, done.port),
     }
 
 
