@@ -17,7 +17,7 @@ import warnings
 from typing import Any, TextIO
 
 from harness.cases import CaseError
-from harness.commands import coverage, diff, gate, listing, mutants, nightly, oracle, run, shrink
+from harness.commands import coverage, diff, explore, gate, listing, mutants, nightly, oracle, run, shrink
 from harness.commands.common import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from harness.commands.options import Parser
 from harness.port import PortLoadError
@@ -53,9 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.register(sub)
-    from harness.explore import add_parser as add_explore_parser
-
-    add_explore_parser(sub)
+    explore.register(sub)
     listing.register(sub)
     oracle.register(sub)
     return parser

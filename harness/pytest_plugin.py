@@ -131,9 +131,10 @@ def _make_plan(config: pytest.Config) -> _Plan:
     baseline against both."""
     from harness.baseline import load_baseline
     from harness.cases import CaseError
-    from harness.commands.common import UsageError, describe_selection, refuse_empty, selected_levels
+    from harness.commands.common import UsageError, describe_selection, refuse_empty
     from harness.commands.options import non_negative_int, positive_seconds
     from harness.port import PortLoadError, load_port
+    from harness.runner import selected_levels
     from harness.suites import load_suite
 
     try:

@@ -101,6 +101,11 @@ class CaseResult:
         return out
 
 
+def selected_levels(level: str) -> tuple[str, ...]:
+    """The levels ``--level`` names: one of :data:`LEVELS`, or ``all`` of them."""
+    return LEVELS if level == "all" else (level,)
+
+
 def item_id(kind: str, name: str) -> str:
     """An item's id, unique in a suite: ``skew-0031[prefill]``, ``workspace/...[workspace]``."""
     return f"{name}[{kind}]"

@@ -4,11 +4,9 @@ compared nothing as clean."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,11 +17,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import find as hypothesis_find
 from hypothesis import seed as hypothesis_seed
 
-from harness.cases import CaseError, case_from_json, load_case_file
-from harness.explore import CLEAN, FOUND, INCOMPLETE, add_parser, explore, layout_cases
+from harness.cases import case_from_json, load_case_file
+from harness.explore import CLEAN, FOUND, INCOMPLETE, explore, layout_cases
 from harness.kernels import CpuKernels
 from harness.model import Case
-from harness.port import Port, PortLoadError, load_port
+from harness.port import Port, load_port
 from harness.runner import PARITY, compare_case
 from tests.explore_ports import RANKS_PER_NODE
 
@@ -35,22 +33,10 @@ SEED = "3"
 
 
 def run_explore(*argv: str) -> int:
-    """``parity explore ARGV`` as the CLI runs it: through ``parity``'s own parser
-    once explore is registered there, else through explore's, with the CLI's
-    handling of bad input (one line, exit 2)."""
+    """``parity explore ARGV`` as the CLI runs it (bad input: one line, exit 2)."""
     from harness import cli
 
-    if "explore" in cli.build_parser().format_help():
-        return cli.main(["explore", *argv])
-    parser = argparse.ArgumentParser(prog="parity")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["explore", *argv])
-    try:
-        code: int = args.func(args)
-        return code
-    except (CaseError, PortLoadError, cli.UsageError) as exc:
-        print(f"parity: error: {exc}", file=sys.stderr)
-        return 2
+    return cli.main(["explore", *argv])
 
 
 def report(out: Path) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from harness.cases import load_cases
 from harness.kernels import SharedKernels
 from harness.model import Case
 from harness.port import Port, load_port
-from harness.runner import LEVELS, RunResult, Shard, reraise_interrupt, run_items, unfinished_items
+from harness.runner import RunResult, Shard, reraise_interrupt, run_items, selected_levels, unfinished_items
 from harness.suites import Suite, load_suite
 
 EXIT_PARITY, EXIT_DIVERGENT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -103,10 +103,6 @@ def select_suite(args: argparse.Namespace) -> Suite:
     if args.cases:
         return Suite("cases", tuple(load_cases([Path(p) for p in args.cases])), ())
     return load_suite(args.suite, size=args.size)
-
-
-def selected_levels(level: str) -> tuple[str, ...]:
-    return LEVELS if level == "all" else (level,)
 
 
 def parse_shard(text: str | None) -> Shard | None:

@@ -23,7 +23,6 @@ from harness.commands.common import (
     drift_banner,
     open_oracle,
     select_device,
-    selected_levels,
     write_output,
 )
 from harness.commands.options import device_option, port_options
@@ -31,7 +30,7 @@ from harness.kernels import SharedKernels
 from harness.model import Case, MergeCase, WorkspaceConfig
 from harness.port import Port, load_port, port_levels
 from harness.reproduce import ResolvedItem, level_of, resolve_item
-from harness.runner import LEVELS, CaseResult, run_item
+from harness.runner import LEVELS, CaseResult, run_item, selected_levels
 
 
 def register(sub: Any) -> None:

@@ -12,10 +12,9 @@ from harness.commands.common import (
     UsageError,
     guarded_shrink,
     open_oracle,
-    selected_levels,
 )
 from harness.commands.options import non_negative_int
-from harness.runner import LEVELS, CaseResult
+from harness.runner import LEVELS, CaseResult, selected_levels
 from harness.suites import load_suite
 
 

@@ -16,11 +16,10 @@ from harness.commands.common import (
     parse_shard,
     progress_bar,
     refuse_empty,
-    selected_levels,
 )
 from harness.commands.options import non_negative_int, non_negative_seconds
 from harness.port import load_port
-from harness.runner import LEVELS, count_items
+from harness.runner import LEVELS, count_items, selected_levels
 from harness.suites import load_suite
 
 
