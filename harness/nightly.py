@@ -1,35 +1,499 @@
-"""Running the nightly sweep: every port, incremental writes, interruption.
+"""Running the nightly sweep: the night's data, every port, incremental writes,
+interruption, baselines, the history store and the night's exit code.
 
-The report is rewritten after every port, and first of all before any work, so
+The report is rewritten after every step, and first of all before any work, so
 a run killed at any point leaves a readable report; only a run that finishes
-marks it complete and appends to the history store. SIGINT and SIGTERM stop
-the run gracefully: what finished is kept and the report says INCOMPLETE.
+marks it complete and appends to the history store. Until then the night lists
+the steps still pending (a port, the mutant kill matrix, a search), so a page
+written mid-run says what is still running rather than that the run stopped.
+SIGINT and SIGTERM stop the run gracefully: what finished is kept and the night
+says where it stopped.
+
+Every port is judged against its baseline (harness/baseline.py): by default
+``cases/baselines/<port>.json`` for a built-in port that has one, else what
+``NightlyPlan.baselines`` gives. A divergence the baseline expects is not a
+failure; a new one fails the night (:func:`night_exit_code`).
+
+This module renders nothing: the report is written by the ``write_report``
+callback the command passes in (reports/nightly.py's ``write_report``), so the
+harness never imports ``reports/``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import fcntl
 import json
+import math
+import os
+import re
 import signal
+import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pandas as pd
 
+from harness.baseline import EXPECTED, NEW, BaselineEntry, apply_baseline, check_baseline_port, load_baseline
+from harness.baseline import port_names as baseline_port_names
 from harness.cases import CaseError
 from harness.coverage import JudgedCoverage, nightly_coverage
-from harness.port import Port
-from harness.provenance import collect
+from harness.port import BUILTIN_PORTS, Port
+from harness.provenance import collect, port_repository
 from harness.results_file import items_digest
-from harness.runner import CaseResult, Shard, count_items, run_items, selected_item_ids
-from harness.suites import Suite
+from harness.runner import NOT_RUN, PARITY, CaseResult, Shard, count_items, run_items, selected_item_ids
+from harness.suites import CASES_DIR, Suite
 from harness.summary import results_table, summarise_table
-from reports.gpu import GPU_REPORTS, latest_gpu_report
-from reports.nightly import Night, PortNight, write_night
 
 NIGHT_META = "night.json"
+LOCK_FILE = ".nightly.lock"
+BASELINES_DIR = CASES_DIR / "baselines"
+# The GPU reports benchmarks/gpu_report.py writes; the latest becomes the night's GPU section.
+GPU_REPORTS = Path("reports/gpu")
+_DATED_JSON = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}\.json$")
+_ISO_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+# ``--baseline PORT=none``: judge that port against no baseline, not its default one.
+NO_BASELINE = "none"
+
+# A port's verdict against its baseline (:attr:`Tally.verdict`).
+PASS, EXPECTED_ONLY, FAIL, INCOMPLETE, NO_ITEMS = "pass", "expected", "fail", "incomplete", "-"
+# The exit codes every command uses (harness/commands/common.py).
+EXIT_PASS, EXIT_DIVERGENT, EXIT_INTERRUPTED = 0, 1, 130
+
+HISTORY_COLUMNS = (
+    "date", "port", "suite", "items", "pass_rate", "oracle_chunks", "port_chunks", "complete",
+    "parity", "expected", "new", "verdict", "baseline",
+)  # fmt: skip
+# History fields that must be numbers (or absent: lines written before they existed).
+_HISTORY_NUMBERS = ("items", "pass_rate", "oracle_chunks", "port_chunks", "parity", "expected", "new")
+
+
+# -- the night's data ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PortBaseline:
+    """The baseline a port is judged against: where it came from, its entries,
+    and the names its entries may give the port (its name and ``--ports`` spelling,
+    see harness.baseline.port_names)."""
+
+    source: str
+    entries: tuple[BaselineEntry, ...]
+    names: frozenset[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "names": sorted(self.names), "entries": [e.to_json() for e in self.entries]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PortBaseline:
+        source = str(data["source"])
+        entries = tuple(BaselineEntry(**e, source=source, position=i) for i, e in enumerate(data["entries"]))
+        return cls(source, entries, frozenset(data["names"]))
+
+
+@dataclass(frozen=True)
+class Tally:
+    """A port's (or a level's) items by how the baseline judged them. ``expected``
+    and ``new`` partition the failing items (divergent, errors); ``not_run`` are
+    items of a level the port does not implement."""
+
+    items: int
+    parity: int
+    expected: int
+    new: int
+    not_run: int
+
+    @property
+    def verdict(self) -> str:
+        """``fail`` when anything is new; ``incomplete`` when items did not run;
+        ``expected`` when every failing item is in the baseline (a pass that is
+        not bit-for-bit clean); ``pass`` when everything is at parity; ``-`` for none."""
+        if not self.items:
+            return NO_ITEMS
+        if self.new:
+            return FAIL
+        if self.not_run:
+            return INCOMPLETE
+        return EXPECTED_ONLY if self.expected else PASS
+
+
+def tally(table: pd.DataFrame) -> Tally:
+    """Count ``table``'s items. Without a ``baseline`` column (a table nothing
+    judged) every failing item is new."""
+    status = table["status"]
+    failing = ~status.isin([PARITY, NOT_RUN])
+    if "baseline" in table.columns:
+        expected = int((failing & (table["baseline"] == EXPECTED)).sum())
+        new = int((failing & (table["baseline"] == NEW)).sum())
+    else:
+        expected, new = 0, int(failing.sum())
+    return Tally(len(table), int((status == PARITY).sum()), expected, new, int((status == NOT_RUN).sum()))
+
+
+@dataclass
+class PortNight:
+    """One port's share of a night: its results table (with the baseline's
+    ``baseline``/``reason``/``baseline_entry`` columns when judged) and summary."""
+
+    port: str
+    table: pd.DataFrame
+    summary: dict[str, Any]
+    seconds: float = 0.0
+    # The baseline file it was judged against; None: no baseline (every divergence is new).
+    baseline: str | None = None
+
+    @property
+    def tally(self) -> Tally:
+        return tally(self.table)
+
+    @property
+    def verdict(self) -> str:
+        return self.tally.verdict
+
+
+@dataclass
+class Night:
+    date: str
+    suite: str
+    expected_items: int
+    ports: list[PortNight] = field(default_factory=list)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    complete: bool = False
+    kill_matrix: dict[str, Any] | None = None  # harness.mutants' JSON form
+    gpu: tuple[Path, dict[str, Any]] | None = None  # the latest GPU report (:func:`latest_gpu_report`)
+    coverage: JudgedCoverage | None = None  # the suite's coverage (harness/coverage.py)
+    # One ``parity explore`` per port (harness/explore.py's JSON form plus "markdown").
+    explore: list[dict[str, Any]] = field(default_factory=list)
+    # The seconds of explore asked for per port; 0: the night did not search.
+    explore_budget_s: float = 0.0
+    # Per port name, the baseline it is judged against (absent: none).
+    baselines: dict[str, PortBaseline] = field(default_factory=dict)
+    # The steps not finished yet, in order; while the night runs the first is running,
+    # after an interruption it is where the night stopped. Empty once complete.
+    pending: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def items_done(self) -> int:
+        return sum(len(p.table) for p in self.ports)
+
+
+def explore_verdict(night: Night, port: str) -> str:
+    """``clean``, ``found`` or ``incomplete`` for a port's search tonight, ``not-run``
+    when the night asked for none; asked for and missing (a shard 1 that never got
+    there, say) is ``incomplete``."""
+    if night.explore_budget_s <= 0:
+        return "not-run"
+    return next((r["verdict"] for r in night.explore if r["port"] == port), "incomplete")
+
+
+def night_verdict(night: Night, gated_ports: Collection[str] | None = None) -> str:
+    """``PASS``, ``FAIL`` or ``INCOMPLETE`` over ``gated_ports`` (default: every
+    port of the night), each against its baseline: FAIL when one has a new
+    divergence or its search found one; INCOMPLETE when the night did not finish,
+    a port left items unrun, a search asked for is missing, or no port was judged."""
+    if not night.complete:
+        return "INCOMPLETE"
+    ports = [p for p in night.ports if gated_ports is None or p.port in gated_ports]
+    verdicts = [p.verdict for p in ports]
+    searches = [explore_verdict(night, p.port) for p in ports]
+    if FAIL in verdicts or "found" in searches:
+        return "FAIL"
+    if not ports or INCOMPLETE in verdicts or NO_ITEMS in verdicts or "incomplete" in searches:
+        return "INCOMPLETE"
+    return "PASS"
+
+
+def night_exit_code(night: Night, gated_ports: Collection[str] | None = None) -> int:
+    """The night's exit status, as every command's: 130 when it did not finish;
+    0 when every gated port (default: every port) is at parity or diverges only
+    as its baseline expects and its search (if asked for) came back clean; 1 otherwise."""
+    if not night.complete:
+        return EXIT_INTERRUPTED
+    return EXIT_PASS if night_verdict(night, gated_ports) == "PASS" else EXIT_DIVERGENT
+
+
+# -- user input: the date, baselines, the lock ---------------------------------------------
+
+
+def validate_night_date(text: str) -> str:
+    """``text`` if it is an ISO date (YYYY-MM-DD), the name of the night's folder
+    under ``--out``; anything else (a path, ``../escape``) is a :class:`CaseError`."""
+    if not _ISO_DATE.match(text):
+        raise CaseError("--date", None, f"{text!r} is not a date YYYY-MM-DD (it names the folder <out>/<date>)")
+    try:
+        datetime.date.fromisoformat(text)
+    except ValueError as exc:
+        raise CaseError("--date", None, f"{text!r} is not a date: {exc}") from None
+    return text
+
+
+def parse_baseline_options(values: Sequence[str]) -> dict[str, Path | None]:
+    """``--baseline PORT=FILE`` (repeatable) as a mapping from the port (its name
+    or ``--ports`` spelling) to the file; ``PORT=none`` judges that port against
+    no baseline. A malformed or repeated option is a :class:`CaseError`."""
+    out: dict[str, Path | None] = {}
+    for value in values:
+        port, sep, file = value.partition("=")
+        if not sep or not port.strip() or not file.strip():
+            raise CaseError("--baseline", None, f"{value!r} is not PORT=FILE (or PORT={NO_BASELINE})")
+        if port in out:
+            raise CaseError("--baseline", None, f"port {port!r} is given twice")
+        out[port] = None if file == NO_BASELINE else Path(file)
+    return out
+
+
+def default_baseline(port: Port, spec: str) -> Path | None:
+    """``cases/baselines/<port>.json`` for a built-in port that has one."""
+    for short, path in BUILTIN_PORTS.items():
+        if {spec, port.name} & {short, path}:
+            candidate = BASELINES_DIR / f"{short}.json"
+            return candidate if candidate.is_file() else None
+    return None
+
+
+def _shown(path: Path) -> str:
+    """A baseline's name on the page: relative to the repository when inside it."""
+    try:
+        return str(path.resolve().relative_to(CASES_DIR.parent))
+    except ValueError:
+        return str(path)
+
+
+def nightly_baselines(
+    ports: Sequence[Port], specs: Sequence[str], given: Mapping[str, Path | None]
+) -> dict[str, PortBaseline]:
+    """Each port's baseline, by port name: the one ``given`` for it (by name or
+    spelling), else its default (:func:`default_baseline`). A file that cannot be
+    read or parsed, a baseline none of whose entries names the port, or a
+    ``given`` port that is not in the night is a :class:`CaseError`."""
+    out: dict[str, PortBaseline] = {}
+    used: set[str] = set()
+    for port, spec in zip(ports, specs, strict=True):
+        names = baseline_port_names(port.name, spec)
+        keys = [key for key in given if key in names]
+        if len(keys) > 1:
+            raise CaseError("--baseline", None, f"port {port.name} is given twice ({', '.join(keys)})")
+        used.update(keys)
+        path = given[keys[0]] if keys else default_baseline(port, spec)
+        if path is None:
+            continue
+        entries = load_baseline(path)
+        check_baseline_port(entries, names)
+        out[port.name] = PortBaseline(_shown(path), tuple(entries), names)
+    unknown = sorted(set(given) - used)
+    if unknown:
+        ran = ", ".join(specs)
+        raise CaseError("--baseline", None, f"port {unknown[0]!r} is not one of the night's ports ({ran})")
+    return out
+
+
+def judge_port(table: pd.DataFrame, port: str, baseline: PortBaseline | None, levels: tuple[str, ...]) -> pd.DataFrame:
+    """``table`` with the baseline's columns. Stale entries are not the night's
+    concern: its suite is not the one a baseline is measured on (the gate's is)."""
+    if baseline is None:
+        return apply_baseline(table, baseline_port_names(port), [], levels, check_stale=False).table
+    return apply_baseline(table, baseline.names, list(baseline.entries), levels, check_stale=False).table
+
+
+_held_locks: dict[Path, tuple[IO[str], int]] = {}
+
+
+@contextlib.contextmanager
+def nightly_lock(out_root: Path) -> Iterator[Path]:
+    """Hold ``<out_root>/.nightly.lock`` (``flock``) for the block: a second night
+    into the same ``--out`` (whose history and explore database it shares) is
+    refused with a :class:`CaseError` instead of racing. Re-entrant within a
+    process; the lock goes when the block ends or the process dies."""
+    out_root.mkdir(parents=True, exist_ok=True)
+    path = (out_root / LOCK_FILE).resolve()
+    if path in _held_locks:
+        handle, depth = _held_locks[path]
+        _held_locks[path] = (handle, depth + 1)
+    else:
+        handle = path.open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise CaseError(
+                str(out_root / LOCK_FILE), None,
+                f"another parity nightly ({holder}) is writing into {out_root}; wait for it or use another --out",
+            ) from None  # fmt: skip
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}, since {datetime.datetime.now().isoformat(timespec='seconds')}\n")
+        handle.flush()
+        _held_locks[path] = (handle, 1)
+    try:
+        yield path
+    finally:
+        handle, depth = _held_locks[path]
+        if depth > 1:
+            _held_locks[path] = (handle, depth - 1)
+        else:
+            del _held_locks[path]
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+
+
+# -- the GPU report --------------------------------------------------------------------------
+
+
+def warn(message: str) -> None:
+    print(f"parity: warning: {message}", file=sys.stderr)
+
+
+def latest_gpu_report(
+    directory: Path = GPU_REPORTS, report: Callable[[str], None] | None = warn
+) -> tuple[Path, dict[str, Any]] | None:
+    """The newest ``<date>.json`` in ``directory`` and its data, or None (an
+    unreadable one is reported and left out: the night goes on without it)."""
+    if not directory.is_dir():
+        return None
+    dated = sorted(p for p in directory.iterdir() if _DATED_JSON.match(p.name))
+    if not dated:
+        return None
+    try:
+        data = json.loads(dated[-1].read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        if report:
+            report(f"{dated[-1]}: not a GPU report, left out of the night ({exc})")
+        return None
+    if not isinstance(data, dict):
+        if report:
+            report(f"{dated[-1]}: not a GPU report (not a JSON object), left out of the night")
+        return None
+    return dated[-1], data
+
+
+def gpu_report_date(path: Path, report: Mapping[str, Any]) -> str:
+    """The day a GPU report was measured: its ``date``, else its file's name."""
+    date = report.get("date")
+    return date if isinstance(date, str) and date else path.stem
+
+
+# -- the history store -------------------------------------------------------------------------
+
+
+def history_rows(night: Night) -> list[dict[str, Any]]:
+    rows = []
+    for p in night.ports:
+        sides = p.summary["sides"]
+        counts = p.tally
+        rows.append(
+            {
+                "date": night.date,
+                "port": p.port,
+                "suite": night.suite,
+                "items": len(p.table),
+                "pass_rate": float((p.table["status"] == PARITY).mean()) if len(p.table) else 0.0,
+                "oracle_chunks": sides["oracle"]["chunks"],
+                "port_chunks": sides["port"]["chunks"],
+                "complete": night.complete,
+                "parity": counts.parity,
+                "expected": counts.expected,
+                "new": counts.new,
+                "verdict": counts.verdict,
+                "baseline": p.baseline,
+            }
+        )
+    return rows
+
+
+def _history_problem(record: Any) -> str | None:
+    """Why a decoded history line is not a record; None if it is one."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    date = record.get("date")
+    if not isinstance(date, str) or not _ISO_DATE.match(date):
+        return f"field 'date' is {json.dumps(date)}, not a date YYYY-MM-DD"
+    try:
+        datetime.date.fromisoformat(date)
+    except ValueError:
+        return f"field 'date' is {json.dumps(date)}, not a date"
+    if not isinstance(record.get("port"), str) or not record["port"]:
+        return "field 'port' is not a port name"
+    for key in _HISTORY_NUMBERS:
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            return f"field '{key}' is {json.dumps(value)}, not a number"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"field '{key}' is not a finite number"
+    return None
+
+
+def _read_history_lines(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str, str]]]:
+    """The records, and every other non-blank line as (line number, text, why)."""
+    records: list[dict[str, Any]] = []
+    corrupt: list[tuple[int, str, str]] = []
+    if not path.exists():
+        return records, corrupt
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise CaseError(str(path), None, "the history store is not UTF-8 text") from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            corrupt.append((number, line, f"not JSON ({exc.msg} at column {exc.colno})"))
+            continue
+        problem = _history_problem(record)
+        if problem:
+            corrupt.append((number, line, problem))
+        else:
+            records.append(record)
+    return records, corrupt
+
+
+def _history_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame(records, columns=list(HISTORY_COLUMNS))
+
+
+def read_history(path: Path, report: Callable[[str], None] | None = warn) -> pd.DataFrame:
+    """The history store's records. A corrupt line is reported (one line naming
+    the file and its line number) and skipped, never fatal."""
+    records, corrupt = _read_history_lines(path)
+    for number, _, why in corrupt:
+        if report:
+            report(f"{path}:{number}: skipped a history line: {why}")
+    return _history_frame(records)
+
+
+def append_history(path: Path, night: Night) -> pd.DataFrame:
+    """Add tonight's rows (replacing an earlier run of the same date and port).
+    Corrupt lines are kept as they were, first, so that they keep being reported
+    until a person repairs them; the records follow in (date, port) order."""
+    records, corrupt = _read_history_lines(path)
+    tonight = history_rows(night)
+    replaced = {(r["date"], r["port"]) for r in tonight}
+    records = [r for r in records if (r["date"], r["port"]) not in replaced] + tonight
+    records.sort(key=lambda r: (r["date"], r["port"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as out:
+        for _, line, _ in corrupt:
+            out.write(line + "\n")
+        for record in records:
+            out.write(json.dumps(record, sort_keys=True) + "\n")
+    return _history_frame(records)
+
+
+# -- running a night ---------------------------------------------------------------------------
+
+# Writes the night's report (reports/nightly.py's ``write_report``): the night, its
+# folder, and the history to plot (the nights before, plus tonight once complete).
+WriteReport = Callable[[Night, Path, pd.DataFrame], object]
+ProgressFactory = Callable[[int], tuple[Any, Any]]
+MUTANTS_STEP = "the mutant kill matrix"
 
 
 @dataclass(frozen=True)
@@ -49,6 +513,10 @@ class NightlyPlan:
     explore_dir: Path | None = None
     # The ``--ports`` spelling of each port, for the finds' reproduce commands.
     port_specs: tuple[str, ...] = ()
+    # ``--baseline PORT=FILE`` (:func:`parse_baseline_options`): by port name or
+    # spelling; None judges the port against no baseline. A built-in port not
+    # named here gets its default (:func:`default_baseline`).
+    baselines: Mapping[str, Path | None] = field(default_factory=dict)
 
 
 def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path, digest: str | None = None) -> None:
@@ -60,6 +528,8 @@ def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path, diges
         "levels": list(plan_levels),
         "expected_items": night.expected_items,
         "complete": night.complete,
+        "pending": night.pending,
+        "interrupted": night.interrupted,
         "ports": [p.port for p in night.ports],
         "provenance": night.provenance,
         # The suite's coverage (measured once per night: by an unsharded run or shard 1).
@@ -67,16 +537,26 @@ def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path, diges
         # Explore runs once per night (unsharded, or shard 1); its budget says whether it was asked for.
         "explore_budget_s": night.explore_budget_s,
         "explore": night.explore,
+        "baselines": {port: b.to_json() for port, b in sorted(night.baselines.items())},
     }
     (out_dir / NIGHT_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _save(night: Night, plan: NightlyPlan) -> None:
-    write_night(night, plan.out_dir, plan.history)
-    _write_meta(night, plan.levels, plan.out_dir, items_digest(selected_item_ids(plan.suite, plan.levels)))
-
-
-ProgressFactory = Callable[[int], tuple[Any, Any]]
+def _write_night(
+    night: Night,
+    out_dir: Path,
+    history: pd.DataFrame,
+    write_report: WriteReport,
+    digest: str | None,
+    levels: tuple[str, ...],
+) -> None:
+    """The night's files: each port's results, the report, and night.json last
+    (a night.json names only ports whose results are already on disk)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for p in night.ports:
+        p.table.to_parquet(out_dir / f"results-{p.port}.parquet", index=False)
+    write_report(night, out_dir, history)
+    _write_meta(night, levels, out_dir, digest)
 
 
 def run_nightly(
@@ -84,25 +564,59 @@ def run_nightly(
     oracle: Port,
     ports: list[Port],
     oracle_provenance: dict[str, Any],
+    *,
+    write_report: WriteReport,
     progress: ProgressFactory | None = None,
+) -> Night:
+    """Run the night under ``<out>/.nightly.lock`` (``plan.out_dir``'s parent is
+    ``--out``). Bad input (the date, a baseline) is refused before anything is written."""
+    validate_night_date(plan.date)
+    specs = list(plan.port_specs or [p.name for p in ports])
+    with nightly_lock(plan.out_dir.parent):
+        baselines = nightly_baselines(ports, specs, plan.baselines)
+        history = read_history(plan.history)
+        return _run_locked(plan, oracle, ports, specs, oracle_provenance, baselines, history, write_report, progress)
+
+
+def _run_locked(
+    plan: NightlyPlan,
+    oracle: Port,
+    ports: list[Port],
+    specs: list[str],
+    oracle_provenance: dict[str, Any],
+    baselines: dict[str, PortBaseline],
+    history: pd.DataFrame,
+    write_report: WriteReport,
+    progress: ProgressFactory | None,
 ) -> Night:
     per_port = count_items(plan.suite, plan.levels, plan.shard)
     night = Night(plan.date, plan.suite.name, per_port * len(ports), provenance=collect(oracle_provenance))
     night.provenance["shard"] = str(plan.shard) if plan.shard else None
+    # Each port's own code (its repository and commit), not the harness's in its place.
+    night.provenance["port_repositories"] = {p.name: port_repository(s, p) for p, s in zip(ports, specs, strict=True)}
     night.gpu = latest_gpu_report(plan.gpu_reports)
+    night.baselines = baselines
     # Only the shard that searches (shard 1, or the whole night) owes a search.
     searches = plan.shard is None or plan.shard.number == 1
     night.explore_budget_s = plan.explore_budget_s if searches else 0.0
+    mutants = plan.mutants and plan.shard is None
+    night.pending = [f"port {p.name}" for p in ports]
+    night.pending += [MUTANTS_STEP] if mutants else []
+    night.pending += [f"parity explore of {spec}" for spec in specs] if night.explore_budget_s > 0 else []
+    digest = items_digest(selected_item_ids(plan.suite, plan.levels))
+
+    def save() -> None:
+        _write_night(night, plan.out_dir, history, write_report, digest, plan.levels)
+
     # Coverage is the suite's, not a shard's: one shard measures it for the night.
-    if plan.shard is None or plan.shard.number == 1:
+    if searches:
         night.coverage = nightly_coverage(plan.suite, oracle)
-    _save(night, plan)
+    save()
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, stop)
-    interrupted = False
     try:
         for port in ports:
             bar, advance = progress(per_port) if progress else (None, None)
@@ -114,30 +628,37 @@ def run_nightly(
                     if advance is not None:
                         advance(result)
             except KeyboardInterrupt:
-                interrupted = True
+                night.interrupted = True
             finally:
                 if bar is not None:
                     bar.stop()
-            table = results_table(results)
+            baseline = baselines.get(port.name)
+            table = judge_port(results_table(results), port.name, baseline, plan.levels)
             summary = summarise_table(table, plan.suite.name, port.name, plan.levels)
-            night.ports.append(PortNight(port.name, table, summary, time.perf_counter() - started))
-            _save(night, plan)
-            if interrupted:
+            seconds = time.perf_counter() - started
+            night.ports.append(PortNight(port.name, table, summary, seconds, baseline.source if baseline else None))
+            if night.interrupted:
                 break
-        if plan.mutants and plan.shard is None and not interrupted:
+            night.pending.pop(0)
+            save()
+        if mutants and not night.interrupted:
             night.kill_matrix = _kill_matrix(oracle, plan)
-            _save(night, plan)
+            night.pending.pop(0)
+            save()
         # Like coverage, the search is the night's, not a shard's: shard 1 runs it.
-        if night.explore_budget_s > 0 and not interrupted:
-            for port, spec in zip(ports, plan.port_specs or [p.name for p in ports], strict=True):
+        if night.explore_budget_s > 0 and not night.interrupted:
+            for port, spec in zip(ports, specs, strict=True):
                 night.explore.append(_explore(oracle, port, spec, plan))
-                _save(night, plan)
+                night.pending.pop(0)
+                save()
     except KeyboardInterrupt:
-        interrupted = True
+        night.interrupted = True
     finally:
         signal.signal(signal.SIGTERM, previous)
-    night.complete = not interrupted
-    _save(night, plan)
+    night.complete = not night.interrupted
+    if night.complete:
+        history = append_history(plan.history, night)
+    save()
     return night
 
 
@@ -168,64 +689,101 @@ def _kill_matrix(oracle: Port, plan: NightlyPlan) -> dict[str, Any]:
     return {"suite": plan.suite.name, "levels": list(plan.levels), "mutants": [r.to_json() for r in rows]}
 
 
+# -- merging shards ------------------------------------------------------------------------------
+
+
 def shard_identity(meta: dict[str, Any]) -> dict[str, Any]:
     """What every shard of one night must share besides the suite: the pin, the
-    drift override and the device (a night is one oracle on one device)."""
+    drift override, the device (a night is one oracle on one device) and the
+    baselines its ports are judged against."""
     provenance = meta.get("provenance", {})
     oracle = provenance.get("oracle", {})
     return {
         "pin": f"{oracle.get('release')} @ {oracle.get('upstream_commit')}",
         "oracle_drift_overridden": oracle.get("oracle_drift_overridden"),
         "device": provenance.get("environment", {}).get("device"),
+        "baselines": meta.get("baselines", {}),
     }
 
 
+def _read_meta(directory: Path) -> dict[str, Any]:
+    path = directory / NIGHT_META
+    if not path.exists():
+        raise CaseError(str(path), None, "missing: not a nightly output folder")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CaseError(str(path), None, f"not a night's metadata ({exc})") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("date"), str):
+        raise CaseError(str(path), "date", "not a night's metadata")
+    try:
+        validate_night_date(meta["date"])
+    except CaseError as exc:
+        raise CaseError(str(path), "date", exc.reason) from None
+    return meta
+
+
 def merge_nightly_shards(
-    directories: list[Path], out_dir: Path, history: Path, gpu_reports: Path = GPU_REPORTS
+    directories: list[Path],
+    out_dir: Path,
+    history: Path,
+    *,
+    write_report: WriteReport,
+    gpu_reports: Path = GPU_REPORTS,
 ) -> Night:
-    """One night from the outputs of ``parity nightly --shard K/N`` runs."""
-    metas = []
-    for directory in directories:
-        path = directory / NIGHT_META
-        if not path.exists():
-            raise CaseError(str(path), None, "missing: not a nightly output folder")
-        metas.append(json.loads(path.read_text(encoding="utf-8")))
+    """One night from the outputs of ``parity nightly --shard K/N`` runs, written
+    to ``out_dir`` under ``out_dir``'s parent's lock; each port is judged against
+    the baseline its shards carry."""
+    metas = [_read_meta(directory) for directory in directories]
     first = metas[0]
     for directory, meta in zip(directories, metas, strict=True):
         if (meta["suite"], meta["levels"], meta["ports"]) != (first["suite"], first["levels"], first["ports"]):
             raise CaseError(str(directory / NIGHT_META), "suite", "shards of different runs")
         for key, value in shard_identity(meta).items():
             if value != shard_identity(first)[key]:
-                raise CaseError(
-                    str(directory / NIGHT_META),
-                    key,
-                    f"is {value!r} but {directories[0]} has {shard_identity(first)[key]!r}",
-                )
+                shown = value if key != "baselines" else sorted(value)
+                theirs = shard_identity(first)[key] if key != "baselines" else sorted(shard_identity(first)[key])
+                raise CaseError(str(directory / NIGHT_META), key, f"is {shown!r} but {directories[0]} has {theirs!r}")
     levels = tuple(first["levels"])
-    night = Night(
-        first["date"],
-        first["suite"],
-        sum(m["expected_items"] for m in metas),
-        provenance={**first["provenance"], "shard": None, "merged_from": [str(d) for d in directories]},
-        complete=all(m["complete"] for m in metas),
-        gpu=latest_gpu_report(gpu_reports),
-        coverage=next((JudgedCoverage.from_json(m["coverage"]) for m in metas if m.get("coverage") is not None), None),
-        explore=next((m["explore"] for m in metas if m.get("explore")), []),
-        explore_budget_s=max(float(m.get("explore_budget_s", 0.0)) for m in metas),
-    )
-    for port in first["ports"]:
-        table = pd.concat(
-            [pd.read_parquet(d / f"results-{port}.parquet") for d in directories], ignore_index=True
-        ).sort_values("index", kind="stable")
-        table = table.reset_index(drop=True)
-        if first.get("items_digest") is None or items_digest([str(i) for i in table["id"]]) != first["items_digest"]:
-            raise CaseError(
-                str(directories[0] / NIGHT_META),
-                "items_digest",
-                f"port {port}: the shards' items, in suite order, are not the night's item list "
-                "(a shard missing, given twice, or of another run)",
-            )
-        night.ports.append(PortNight(port, table, summarise_table(table, night.suite, port, levels)))
-    write_night(night, out_dir, history)
-    _write_meta(night, levels, out_dir, first.get("items_digest"))
+    with nightly_lock(out_dir.parent):
+        past = read_history(history)
+        night = Night(
+            first["date"],
+            first["suite"],
+            sum(m["expected_items"] for m in metas),
+            provenance={**first["provenance"], "shard": None, "merged_from": [str(d) for d in directories]},
+            complete=all(m["complete"] for m in metas),
+            gpu=latest_gpu_report(gpu_reports),
+            coverage=next(
+                (JudgedCoverage.from_json(m["coverage"]) for m in metas if m.get("coverage") is not None), None
+            ),
+            explore=next((m["explore"] for m in metas if m.get("explore")), []),
+            explore_budget_s=max(float(m.get("explore_budget_s", 0.0)) for m in metas),
+            baselines={port: PortBaseline.from_json(b) for port, b in first.get("baselines", {}).items()},
+        )
+        unfinished = [d for d, m in zip(directories, metas, strict=True) if not m["complete"]]
+        night.interrupted = bool(unfinished)
+        night.pending = [f"shard {d}" for d in unfinished]
+        for port in first["ports"]:
+            table = pd.concat(
+                [pd.read_parquet(d / f"results-{port}.parquet") for d in directories], ignore_index=True
+            ).sort_values("index", kind="stable")
+            table = table.reset_index(drop=True)
+            if (
+                first.get("items_digest") is None
+                or items_digest([str(i) for i in table["id"]]) != first["items_digest"]
+            ):
+                raise CaseError(
+                    str(directories[0] / NIGHT_META),
+                    "items_digest",
+                    f"port {port}: the shards' items, in suite order, are not the night's item list "
+                    "(a shard missing, given twice, or of another run)",
+                )
+            baseline = night.baselines.get(port)
+            table = judge_port(table, port, baseline, levels)
+            summary = summarise_table(table, night.suite, port, levels)
+            night.ports.append(PortNight(port, table, summary, baseline=baseline.source if baseline else None))
+        if night.complete:
+            past = append_history(history, night)
+        _write_night(night, out_dir, past, write_report, first.get("items_digest"), levels)
     return night

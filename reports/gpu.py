@@ -1,35 +1,32 @@
 """The GPU report (``reports/gpu/<date>.md``) from the JSON benchmarks/gpu_report.py
-writes, and the GPU section of the nightly report (the latest such JSON).
+writes, and the pieces of it the nightly report's GPU section shows (the latest
+such JSON, loaded by harness.nightly.latest_gpu_report; reports/nightly.py renders it).
 
 Every figure comes from the JSON; nothing here measures or judges anything.
 """
 
 from __future__ import annotations
 
-import html
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-GPU_REPORTS = Path("reports/gpu")
-_DATED = re.compile(r"^\d{4}-\d{2}-\d{2}\.json$")
+
+def __getattr__(name: str) -> Any:
+    """``GPU_REPORTS`` and ``latest_gpu_report`` are the harness's (the night loads
+    the report without importing reports/); re-exported lazily, so rendering a
+    report here does not import the harness."""
+    if name in ("GPU_REPORTS", "latest_gpu_report"):
+        import harness.nightly
+
+        return getattr(harness.nightly, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def latest_gpu_report(directory: Path = GPU_REPORTS) -> tuple[Path, dict[str, Any]] | None:
-    """The newest ``<date>.json`` in ``directory`` and its data, or None."""
-    if not directory.is_dir():
-        return None
-    dated = sorted(p for p in directory.iterdir() if _DATED.match(p.name))
-    if not dated:
-        return None
-    data: dict[str, Any] = json.loads(dated[-1].read_text(encoding="utf-8"))
-    return dated[-1], data
-
-
-def _failed(section: Any) -> str | None:
+def section_problem(section: Any) -> str | None:
+    """Why a section has no tables (not run, or its error); None when it has them."""
     if section is None:
         return "not run"
     if isinstance(section, dict) and "error" in section:
@@ -95,7 +92,7 @@ def prefill_table(report: dict[str, Any]) -> pd.DataFrame:
     )
 
 
-def _environment_line(report: dict[str, Any]) -> str:
+def environment_line(report: dict[str, Any]) -> str:
     env = report.get("environment", {})
     return (
         f"{env.get('device', '?')}; torch {env.get('torch', '?')} (CUDA {env.get('cuda', '?')}), "
@@ -129,7 +126,7 @@ def _timing_line(report: dict[str, Any]) -> str:
 def gpu_section_markdown(report: dict[str, Any], heading: str = "##") -> list[str]:
     """The three tables with their headings, as Markdown lines."""
     lines = [f"{heading} Parity on the GPU", ""]
-    problem = _failed(report.get("parity"))
+    problem = section_problem(report.get("parity"))
     if problem:
         lines += [f"Parity {problem}", ""]
     else:
@@ -138,7 +135,7 @@ def gpu_section_markdown(report: dict[str, Any], heading: str = "##") -> list[st
         if failures:
             lines += ["First failing items:", "", *[f"- {f}" for f in failures], ""]
     lines += [f"{heading} Merge kernel", ""]
-    problem = _failed(report.get("merge"))
+    problem = section_problem(report.get("merge"))
     if problem:
         lines += [f"Merge benchmark {problem}", ""]
     else:
@@ -146,7 +143,7 @@ def gpu_section_markdown(report: dict[str, Any], heading: str = "##") -> list[st
         lines += [f"Device copy bandwidth (1 GiB clone, read + write): {copy:,.0f} GB/s.", ""]
         lines += [merge_table(report).to_markdown(index=False), ""]
     lines += [f"{heading} Prefill context loop", ""]
-    problem = _failed(report.get("prefill"))
+    problem = section_problem(report.get("prefill"))
     if problem:
         lines += [f"Prefill benchmark {problem}", ""]
     else:
@@ -168,36 +165,18 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# GPU parity and speed: {report.get('date', '?')}",
         "",
-        f"- Machine: {_environment_line(report)}.",
+        f"- Machine: {environment_line(report)}.",
         f"- Oracle: {_oracle_line(report)}.",
         f"- Reproduce: `{report.get('command', '?')}` (README, On the H200).",
         "- Shared kernels: harness.kernels.CudaKernels (tensor-indexing gather, cuBLAS projection, "
         "FlashAttention-2 varlen with LSE); both sides call the same object on identical inputs.",
         "",
     ]
-    problem = _failed(report.get("environment"))
+    problem = section_problem(report.get("environment"))
     if problem:
         lines += [f"Environment {problem}", ""]
     lines += gpu_section_markdown(report)
     return "\n".join(lines).rstrip() + "\n"
-
-
-def gpu_section_html(path: Path, report: dict[str, Any]) -> str:
-    """The nightly report's GPU section: the latest GPU report's tables."""
-    parts = [
-        '<h2 id="gpu">GPU (latest report)</h2>',
-        f"<p>From <code>{html.escape(str(path))}</code>, {html.escape(str(report.get('date', '?')))}: "
-        f"{html.escape(_environment_line(report))}.</p>",
-    ]
-    for title, section, table in (
-        ("Parity on the GPU", "parity", parity_table),
-        ("Merge kernel", "merge", merge_table),
-        ("Prefill context loop", "prefill", prefill_table),
-    ):
-        parts.append(f"<h3>{title}</h3>")
-        problem = _failed(report.get(section))
-        parts.append(f"<p>{html.escape(problem)}</p>" if problem else table(report).to_html(index=False))
-    return "\n".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:

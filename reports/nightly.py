@@ -1,64 +1,78 @@
-"""The nightly parity report: ``reports/<date>/index.html`` (one self-contained
+"""The nightly parity report: ``<out>/<date>/index.html`` (one self-contained
 file: tables inline, plots embedded as PNG data, no network) and ``report.md``.
 
-It shows, per port: the verdict per level; family-by-level tables; chunk counts
-and workspace utilisation per family for the oracle and each port; ULP
-histograms for ports that are not bit-exact; provenance; and the history store
-(one JSON line per port and night), plotted as pass rate and chunk counts over
-time; when a GPU report exists, the latest one's tables (reports/gpu.py); and
-the coverage of the night's suite against its targets (harness/coverage.py).
-A run that did not finish is written with an INCOMPLETE banner.
+The page answers first "is anything broken that was not broken the night
+before": one row per port with its verdict against its baseline (PASS, EXPECTED:
+only divergences the baseline expects, FAIL: a new one), its new and expected
+counts, and how that compares with the previous night in the history. Then,
+per port and level, the same; family-by-level tables coloured by verdict; chunk
+counts and workspace utilisation per family, plotted per case relative to the
+oracle with the unplannable batches counted; ULP histograms for ports that are
+not bit-exact; the mutant kill matrix; coverage; explore; the latest GPU report
+(dated, and marked when it is not tonight's); the history (parity rate and new
+divergences over the nights that exist); provenance. A night still running, or
+stopped, is written with an INCOMPLETE banner that says which.
+
+The night's data (Night, PortNight, the history store) is harness/nightly.py's;
+this module only renders it (:func:`write_report` is the night's writer).
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
 import html
 import io
 import json
-from dataclasses import dataclass, field
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from harness.coverage import JudgedCoverage, headline, table_rows
+from harness.coverage import headline, table_rows
 from harness.coverage import render_markdown as coverage_markdown
+from harness.nightly import (
+    EXPECTED_ONLY,
+    FAIL,
+    INCOMPLETE,
+    NO_ITEMS,
+    PASS,
+    Night,
+    PortNight,
+    Tally,
+    explore_verdict,
+    gpu_report_date,
+    night_verdict,
+    read_history,
+    tally,
+)
 from harness.runner import PARITY
-from reports.gpu import gpu_section_html, gpu_section_markdown
+from reports.gpu import (
+    environment_line,
+    gpu_section_markdown,
+    merge_table,
+    parity_table,
+    prefill_table,
+    section_problem,
+)
 
-HISTORY_COLUMNS = ("date", "port", "suite", "items", "pass_rate", "oracle_chunks", "port_chunks", "complete")
+# The data model lives in the harness; these names are re-exported for the callers that know them from here.
+__all__ = [
+    "Night",
+    "PortNight",
+    "explore_verdict",
+    "read_history",
+    "render_html",
+    "render_markdown",
+    "write_report",
+]
 
-
-@dataclass
-class PortNight:
-    """One port's share of a night: its results table and summary."""
-
-    port: str
-    table: pd.DataFrame
-    summary: dict[str, Any]
-    seconds: float = 0.0
-
-
-@dataclass
-class Night:
-    date: str
-    suite: str
-    expected_items: int
-    ports: list[PortNight] = field(default_factory=list)
-    provenance: dict[str, Any] = field(default_factory=dict)
-    complete: bool = False
-    kill_matrix: dict[str, Any] | None = None  # harness.mutants' JSON form
-    gpu: tuple[Path, dict[str, Any]] | None = None  # the latest GPU report (reports/gpu.py)
-    coverage: JudgedCoverage | None = None  # the suite's coverage (harness/coverage.py)
-    # One ``parity explore`` per port (harness/explore.py's JSON form plus "markdown").
-    explore: list[dict[str, Any]] = field(default_factory=list)
-    # The seconds of explore asked for per port; 0: the night did not search.
-    explore_budget_s: float = 0.0
-
-    @property
-    def items_done(self) -> int:
-        return sum(len(p.table) for p in self.ports)
+VERDICT_TEXT = {PASS: "PASS", EXPECTED_ONLY: "EXPECTED", FAIL: "FAIL", INCOMPLETE: "INCOMPLETE", NO_ITEMS: "-"}
+# The CSS class of a verdict cell; the classes' colours are the page's legend.
+VERDICT_CLASS = {PASS: "pass", EXPECTED_ONLY: "expected", FAIL: "fail", INCOMPLETE: "incomplete"}
+HEADLINE = "Verdict (every port, against its baseline)"
 
 
 # -- figures -----------------------------------------------------------------------------------
@@ -73,16 +87,17 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _figure(width: float = 7.0, height: float = 3.2) -> tuple[Any, Any]:
+def _figure(width: float = 7.0, height: float = 3.2, columns: int = 1, **kwargs: Any) -> tuple[Any, Any]:
+    """A figure laid out by matplotlib's constrained layout, so no label is cut."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(width, height))
+    return plt.subplots(1, columns, figsize=(width, height), layout="constrained", **kwargs)
 
 
-def ulp_histogram_plot(port: PortNight) -> str | None:
+def ulp_histogram_figure(port: PortNight) -> Any | None:
     """Bar chart of mismatching elements by ULP bucket, per numeric level."""
     numeric = {lv: n for lv, n in port.summary["numeric"].items() if n["histogram"]}
     if not numeric:
@@ -99,99 +114,256 @@ def ulp_histogram_plot(port: PortNight) -> str | None:
     ax.set_ylabel("mismatching elements")
     ax.set_title(f"{port.port}: ULP histogram")
     ax.legend()
-    return _png(fig)
+    return fig
 
 
-def chunk_plot(night: Night) -> str | None:
-    frames = []
+def _layout(table: pd.DataFrame) -> pd.DataFrame:
+    return table[table["kind"] == "layout"]
+
+
+def chunk_ratios(night: Night) -> pd.DataFrame:
+    """Per family (rows) and port (columns): the mean over the family's cases of
+    the port's chunks over the oracle's, so a family of 30-chunk cases weighs no
+    more than one of single chunks. Cases either side could not plan, and cases
+    with no context (no chunks), are left out; they are counted by
+    :func:`unplannable_counts`."""
+    columns = {}
     for p in night.ports:
-        layout = p.table[(p.table["kind"] == "layout") & (p.table["port_chunks"] >= 0)]
-        frames.append(layout.groupby("family")["port_chunks"].sum().rename(p.port))
-        if p is night.ports[0]:
-            oracle = p.table[(p.table["kind"] == "layout") & (p.table["oracle_chunks"] >= 0)]
-            frames.insert(0, oracle.groupby("family")["oracle_chunks"].sum().rename("oracle"))
-    if not frames:
-        return None
-    data = pd.concat(frames, axis=1).fillna(0)
-    if data.empty:
-        return None
-    fig, ax = _figure(8, 3.5)
-    data.plot.bar(ax=ax, rot=30, fontsize=8)
-    ax.set_ylabel("chunks")
-    ax.set_title("chunks per family: oracle and ports")
-    return _png(fig)
+        layout = _layout(p.table)
+        planned = layout[(layout["oracle_chunks"] > 0) & (layout["port_chunks"] >= 0)]
+        columns[p.port] = (planned["port_chunks"] / planned["oracle_chunks"]).groupby(planned["family"]).mean()
+    return pd.DataFrame(columns).sort_index()
 
 
-def history_plots(history: pd.DataFrame) -> list[str]:
+def unplannable_counts(night: Night) -> pd.DataFrame:
+    """Per family (rows) and side (columns: ``oracle``, then each port): the
+    layout cases that side could not plan (chunks < 0, a planner error)."""
+    if not night.ports:
+        return pd.DataFrame()
+    columns: dict[str, pd.Series] = {}
+    for p in night.ports:
+        layout = _layout(p.table)
+        families = pd.Index(sorted(set(layout["family"])))
+        if "oracle" not in columns:
+            columns["oracle"] = (layout["oracle_chunks"] < 0).groupby(layout["family"]).sum().reindex(families)
+        columns[p.port] = (layout["port_chunks"] < 0).groupby(layout["family"]).sum().reindex(families)
+    return pd.DataFrame(columns).fillna(0).astype(int).sort_index()
+
+
+def chunk_figure(night: Night) -> Any | None:
+    """Left: chunks per case relative to the oracle (log scale: 1 is the oracle's
+    count); right: the unplannable cases per family and side, so they are seen."""
+    ratios = chunk_ratios(night)
+    unplannable = unplannable_counts(night)
+    if ratios.empty and unplannable.empty:
+        return None
+    fig, (left, right) = _figure(11, 4.2, columns=2, width_ratios=[3, 2])
+    if not ratios.empty:
+        ratios.plot.bar(ax=left, rot=35, fontsize=8)
+        left.set_yscale("log")
+        left.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label="oracle (1.0)")
+        left.legend(fontsize=8)
+    left.set_xlabel("family")
+    left.set_ylabel("port chunks / oracle chunks\n(mean per case, log scale)")
+    left.set_title("chunks per case, relative to the oracle")
+    total = int(unplannable.to_numpy().sum()) if not unplannable.empty else 0
+    if total:
+        shown = unplannable[unplannable.sum(axis=1) > 0]
+        shown.plot.bar(ax=right, rot=35, fontsize=8)
+        right.legend(fontsize=8)
+    else:
+        right.text(0.5, 0.5, "no unplannable batch", ha="center", va="center", transform=right.transAxes)
+    right.set_xlabel("family")
+    right.set_ylabel("cases")
+    right.set_title(f"unplannable batches: {total}")
+    return fig
+
+
+def _date_axis(ax: Any, nights: pd.Series) -> None:
+    """The x-axis spans the nights that exist (half a day either side), each
+    labelled as a date; beyond a fortnight of nights, matplotlib picks the ticks."""
+    import matplotlib.dates
+
+    # matplotlib.dates is untyped: its classes are used as Any.
+    mdates: Any = matplotlib.dates
+    dates = pd.to_datetime(pd.Series(sorted(set(nights))))
+    half_day = pd.Timedelta(hours=12)
+    ax.set_xlim(dates.min() - half_day, dates.max() + half_day)
+    if len(dates) <= 14:
+        ax.set_xticks(list(dates))
+    else:
+        ax.xaxis.set_major_locator(mdates.AutoDateLocator(maxticks=12))
+    ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
+    for label in ax.get_xticklabels():
+        label.set_rotation(30)
+        label.set_horizontalalignment("right")
+    ax.set_xlabel("night")
+
+
+def history_figures(history: pd.DataFrame) -> list[tuple[str, Any]]:
+    """(alt text, figure): the parity rate and the new divergences per port over
+    the nights in the history (lines written before ``new`` was recorded leave gaps)."""
     if history.empty:
         return []
-    images = []
-    for column, title in (("pass_rate", "pass rate over time"), ("port_chunks", "port chunks over time")):
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+    history = history.sort_values(["date", "port"], kind="stable")
+    figures = []
+    for column, alt, title, ylabel in (
+        ("pass_rate", "history: parity rate", "items at parity per port", "items at parity"),
+        ("new", "history: new divergences", "new divergences per port (not in its baseline)", "items"),
+    ):
         fig, ax = _figure()
         for port, rows in history.groupby("port"):
-            ax.plot(pd.to_datetime(rows["date"]), rows[column], marker="o", label=str(port))
-        if column == "port_chunks":
-            first = history.groupby("date")["oracle_chunks"].first()
-            ax.plot(pd.to_datetime(first.index), first.values, marker="x", linestyle="--", label="oracle")
+            values = pd.to_numeric(rows[column], errors="coerce")
+            ax.plot(pd.to_datetime(rows["date"]), values, marker="o", label=str(port))
+        _date_axis(ax, history["date"])
+        if column == "pass_rate":
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+            ax.set_ylim(-0.02, 1.02)
+        else:
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylim(bottom=0)
+        ax.set_ylabel(ylabel)
         ax.set_title(title)
-        ax.legend()
-        fig.autofmt_xdate()
-        images.append(_png(fig))
-    return images
+        ax.legend(fontsize=8)
+        figures.append((alt, fig))
+    return figures
 
 
 # -- tables ------------------------------------------------------------------------------------
 
 
-def verdict_table(night: Night) -> pd.DataFrame:
+def _verdict_row(label: dict[str, Any], counts: Tally) -> dict[str, Any]:
+    return {
+        **label,
+        "items": counts.items,
+        "parity": counts.parity,
+        "expected": counts.expected,
+        "new": counts.new,
+        "not run": counts.not_run,
+        "verdict": VERDICT_TEXT[counts.verdict],
+    }
+
+
+def _previous(history: pd.DataFrame, date: str, port: str) -> dict[str, Any] | None:
+    """The port's latest history record before ``date``, or None."""
+    if history.empty:
+        return None
+    rows = history[(history["port"] == port) & (history["date"] < date)]
+    if rows.empty:
+        return None
+    record: dict[str, Any] = rows.sort_values("date", kind="stable").iloc[-1].to_dict()
+    return record
+
+
+def _known(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and pd.isna(value))
+
+
+def since_previous(verdict: str, previous: dict[str, Any] | None) -> str:
+    """How the port's verdict compares with the previous night's: ``NEW FAILURE``
+    when it fails tonight and did not then; ``still failing``, ``fixed``,
+    ``unchanged``; ``first night`` with no previous record."""
+    if previous is None:
+        return "first night"
+    before = previous.get("verdict")
+    if not _known(before):
+        # A line from before verdicts were recorded: judge by its parity rate.
+        before = PASS if previous.get("pass_rate") == 1.0 else "unknown"
+    if verdict == FAIL:
+        return "still failing" if before == FAIL else "NEW FAILURE"
+    if before == FAIL:
+        return "fixed"
+    return "unchanged"
+
+
+def ports_table(night: Night, history: pd.DataFrame) -> pd.DataFrame:
+    """One row per port: its verdict against its baseline and the previous night's."""
     rows = []
     for p in night.ports:
-        for level, counts in p.summary["levels"].items():
-            total = sum(counts.values())
-            rows.append(
-                {
-                    "port": p.port,
-                    "level": level,
-                    "items": total,
-                    "parity": counts[PARITY],
-                    "failing": total - counts[PARITY],
-                    "verdict": "PASS" if total and counts[PARITY] == total else ("-" if not total else "FAIL"),
-                }
-            )
-    return pd.DataFrame(rows, columns=["port", "level", "items", "parity", "failing", "verdict"])
+        previous = _previous(history, night.date, p.port)
+        if previous is None:
+            before = "-"
+        elif _known(previous.get("verdict")):
+            new = previous.get("new")
+            count = f", {int(new)} new" if new is not None and _known(new) else ""
+            before = f"{VERDICT_TEXT.get(str(previous['verdict']), previous['verdict'])}{count} ({previous['date']})"
+        elif _known(previous.get("pass_rate")):
+            before = f"parity {float(previous['pass_rate']):.1%} ({previous['date']})"
+        else:
+            before = f"recorded ({previous['date']})"
+        row = _verdict_row({"port": p.port, "baseline": p.baseline or "none"}, p.tally)
+        rows.append({**row, "previous night": before, "since previous night": since_previous(p.verdict, previous)})
+    columns = ["port", "baseline", "items", "parity", "expected", "new", "not run", "verdict"]
+    return pd.DataFrame(rows, columns=[*columns, "previous night", "since previous night"])
+
+
+def verdict_table(night: Night) -> pd.DataFrame:
+    """One row per port and level: its items by how the baseline judged them."""
+    rows = []
+    for p in night.ports:
+        for level in p.summary["levels"]:
+            counts = tally(p.table[p.table["level"] == level])
+            rows.append(_verdict_row({"port": p.port, "level": level}, counts))
+    columns = ["port", "level", "items", "parity", "expected", "new", "not run", "verdict"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def family_level_table(port: PortNight) -> pd.DataFrame:
-    """Parity rate per family (rows) and level (columns), as "parity/items"."""
+    """Per family (rows) and level (columns), "parity/items" and, in the hidden
+    frame attribute ``verdicts``, each cell's verdict (for its colour)."""
     table = port.table
-    grouped = table.groupby(["family", "level"])["status"]
-    cells = grouped.apply(lambda s: f"{int((s == PARITY).sum())}/{len(s)}").unstack(fill_value="")
-    return cells
+    levels = [lv for lv in port.summary["levels"] if (table["level"] == lv).any()]
+    rows, verdicts = [], []
+    for family, group in table.groupby("family", sort=True):
+        row: dict[str, Any] = {"family": family}
+        marks: dict[str, str] = {}
+        for level in levels:
+            cell = group[group["level"] == level]
+            if cell.empty:
+                row[level] = ""
+                continue
+            counts = tally(cell)
+            row[level] = f"{counts.parity}/{counts.items}" + (f" ({counts.new} new)" if counts.new else "")
+            marks[level] = counts.verdict
+        rows.append(row)
+        verdicts.append(marks)
+    frame = pd.DataFrame(rows, columns=["family", *levels])
+    frame.attrs["verdicts"] = verdicts
+    return frame
 
 
 def chunk_table(night: Night) -> pd.DataFrame:
-    columns: dict[str, pd.Series] = {}
-    for p in night.ports:
-        layout = p.table[p.table["kind"] == "layout"]
-        if "oracle chunks" not in columns:
-            planned = layout[layout["oracle_chunks"] >= 0]
-            columns["oracle chunks"] = planned.groupby("family")["oracle_chunks"].sum()
-            util = planned.groupby("family")[["oracle_rows", "oracle_capacity"]].sum()
-            columns["oracle utilisation"] = (util["oracle_rows"] / util["oracle_capacity"]).map("{:.1%}".format)
-        planned = layout[layout["port_chunks"] >= 0]
-        columns[f"{p.port} chunks"] = planned.groupby("family")["port_chunks"].sum()
-        util = planned.groupby("family")[["port_rows", "port_capacity"]].sum()
-        columns[f"{p.port} utilisation"] = (util["port_rows"] / util["port_capacity"]).map("{:.1%}".format)
-        columns[f"{p.port} unplannable"] = layout[layout["port_chunks"] < 0].groupby("family").size()
-    if not columns:
+    """Per family and side (the oracle, then each port): chunks, workspace
+    utilisation and unplannable cases, and the side's mean chunks per case
+    relative to the oracle (:func:`chunk_ratios`). Long, not wide: one row per
+    family and side, so the table fits the page however many ports ran."""
+    if not night.ports:
         return pd.DataFrame()
-    frame = pd.DataFrame(columns)
-    counts = [c for c in frame.columns if c.endswith(("chunks", "unplannable"))]
-    frame[counts] = frame[counts].fillna(0).astype(int)
-    return frame.fillna("-")
-
-
-# -- history -----------------------------------------------------------------------------------
+    ratios = chunk_ratios(night)
+    unplannable = unplannable_counts(night)
+    sides = [("oracle", night.ports[0], "oracle"), *((p.port, p, "port") for p in night.ports)]
+    rows = []
+    for family in unplannable.index:
+        for name, port, side in sides:
+            layout = _layout(port.table)
+            cases = layout[layout["family"] == family]
+            planned = cases[cases[f"{side}_chunks"] >= 0]
+            capacity = int(planned[f"{side}_capacity"].sum())
+            ratio = 1.0 if side == "oracle" else ratios[name].get(family) if name in ratios else None
+            rows.append(
+                {
+                    "family": family,
+                    "side": name,
+                    "cases": len(cases),
+                    "chunks": int(planned[f"{side}_chunks"].sum()),
+                    "utilisation": f"{planned[f'{side}_rows'].sum() / capacity:.1%}" if capacity else "-",
+                    "unplannable": int(unplannable.at[family, name]),
+                    "chunks per case / oracle": "-" if ratio is None or pd.isna(ratio) else f"{ratio:.2f}",
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 def explore_table(result: dict[str, Any]) -> pd.DataFrame:
@@ -216,100 +388,194 @@ def kill_matrix_table(matrix: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def history_rows(night: Night) -> list[dict[str, Any]]:
-    rows = []
-    for p in night.ports:
-        sides = p.summary["sides"]
-        rows.append(
-            {
-                "date": night.date,
-                "port": p.port,
-                "suite": night.suite,
-                "items": len(p.table),
-                "pass_rate": float((p.table["status"] == PARITY).mean()) if len(p.table) else 0.0,
-                "oracle_chunks": sides["oracle"]["chunks"],
-                "port_chunks": sides["port"]["chunks"],
-                "complete": night.complete,
-            }
-        )
-    return rows
+def failing_items(port: PortNight, limit: int = 10) -> pd.DataFrame:
+    """The first failing items, new ones first: id, status, baseline, reason."""
+    table = port.table
+    failing = table[~table["status"].isin([PARITY, "not-run"])].copy()
+    if "baseline" not in failing.columns:
+        failing["baseline"], failing["reason"] = "new", failing["detail"]
+    failing["order"] = (failing["baseline"] != "new").astype(int)
+    failing = failing.sort_values(["order", "index"], kind="stable").head(limit)
+    reasons = [
+        str(reason) if label == "expected" else f"{reason}: {detail}" if reason else str(detail)
+        for label, reason, detail in zip(failing["baseline"], failing["reason"], failing["detail"], strict=True)
+    ]
+    return pd.DataFrame(
+        {"id": failing["id"], "status": failing["status"], "baseline": failing["baseline"], "why": reasons}
+    )
 
 
-def append_history(path: Path, night: Night) -> pd.DataFrame:
-    """Add tonight's rows (replacing an earlier run of the same date and port)."""
-    history = read_history(path)
-    tonight = pd.DataFrame(history_rows(night), columns=list(HISTORY_COLUMNS))
-    if not history.empty:
-        same = history["date"].eq(night.date) & history["port"].isin(tonight["port"])
-        history = history[~same]
-    history = pd.concat([history, tonight], ignore_index=True).sort_values(["date", "port"], kind="stable")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as out:
-        for record in history.to_dict(orient="records"):
-            out.write(json.dumps(record, sort_keys=True) + "\n")
-    return history
-
-
-def read_history(path: Path) -> pd.DataFrame:
-    if not path.exists():
-        return pd.DataFrame(columns=list(HISTORY_COLUMNS))
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return pd.DataFrame(lines, columns=list(HISTORY_COLUMNS))
-
-
-# -- rendering ---------------------------------------------------------------------------------
+# -- HTML --------------------------------------------------------------------------------------
 
 CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1100px; }
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1150px; }
 h1 { margin-bottom: 0.2em; }
 table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
 th { background: #f3f3f3; }
 .verdict { font-size: 1.4em; font-weight: bold; padding: 0.4em 0.8em; display: inline-block; }
-.pass { background: #d9f2d9; } .fail { background: #f7d4d4; }
-.incomplete { background: #fff2b3; border: 2px solid #e0b000; padding: 0.6em; font-weight: bold; }
+.pass { background: #d9f2d9; }
+.fail { background: #f7c6c6; }
+.expected { background: #fff0c2; }
+.new { background: #c62828; color: #fff; font-weight: bold; }
+.incomplete { background: #fff2b3; }
+.banner { border: 2px solid #e0b000; padding: 0.6em; font-weight: bold; }
+.stale { background: #fff0c2; border-left: 6px solid #e08000; padding: 0.5em 0.8em; font-weight: bold; }
+.legend span { padding: 1px 6px; margin-right: 0.6em; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.4em 0; }
 code, pre { background: #f6f6f6; padding: 0 3px; }
 """
+
+CellClass = Callable[[int, str, Any], str | None]
+
+
+_NUMERIC_TEXT = re.compile(r"^-?[0-9][0-9,]*(\.[0-9]+)?%?$")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _numeric_cell(value: Any) -> bool:
+    """Numbers, and text that is one (``1.84``, ``29.5%``), align right."""
+    return _is_number(value) or (isinstance(value, str) and bool(_NUMERIC_TEXT.match(value)))
+
+
+def html_table(
+    frame: pd.DataFrame, table_id: str | None = None, css: str | None = None, cell_class: CellClass | None = None
+) -> str:
+    """``frame`` as an HTML table: one header row of its columns, no index;
+    numbers right-aligned (class ``num``), text left; ``cell_class(row, column,
+    value)`` adds a class (its colour) to a cell."""
+    attributes = (f' id="{html.escape(table_id)}"' if table_id else "") + (
+        f' class="{html.escape(css)}"' if css else ""
+    )
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    body = []
+    for i, row in enumerate(frame.itertuples(index=False, name=None)):
+        cells = []
+        for column, value in zip(frame.columns, row, strict=True):
+            value = value.item() if hasattr(value, "item") else value
+            classes = [
+                c
+                for c in ("num" if _numeric_cell(value) else None, cell_class and cell_class(i, str(column), value))
+                if c
+            ]
+            shown = "" if value is None or (isinstance(value, float) and pd.isna(value)) else value
+            attribute = f' class="{" ".join(classes)}"' if classes else ""
+            cells.append(f"<td{attribute}>{html.escape(str(shown))}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return f"<table{attributes}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def verdict_cell_class(row: int, column: str, value: Any) -> str | None:
+    """The colours of the verdict tables: the verdict by its kind; a non-zero
+    new count is ``new``, a non-zero expected count ``expected``."""
+    if column == "verdict":
+        kind = {text: key for key, text in VERDICT_TEXT.items()}.get(str(value))
+        return VERDICT_CLASS.get(kind or "")
+    if column == "new" and _is_number(value) and value:
+        return "new"
+    if column == "expected" and _is_number(value) and value:
+        return "expected"
+    if column == "since previous night":
+        return {"NEW FAILURE": "new", "still failing": "fail", "fixed": "pass"}.get(str(value))
+    return None
+
+
+def family_html(port: PortNight) -> str:
+    """The port's family-by-level table, each cell coloured by its verdict."""
+    families = family_level_table(port)
+    marks: list[dict[str, str]] = families.attrs["verdicts"]
+    return html_table(
+        families, css="families", cell_class=lambda row, column, _: VERDICT_CLASS.get(marks[row].get(column, ""))
+    )
 
 
 def _img(data: str, alt: str) -> str:
     return f'<img class="plot" alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def explore_verdict(night: Night, port: str) -> str:
-    """``clean``, ``found`` or ``incomplete`` for a port's search tonight, ``not-run``
-    when the night asked for none; asked for and missing (a shard 1 that never got
-    there, say) is ``incomplete``."""
-    if night.explore_budget_s <= 0:
-        return "not-run"
-    return next((r["verdict"] for r in night.explore if r["port"] == port), "incomplete")
+def incomplete_banner(night: Night) -> str | None:
+    """What a night that is not complete says: still running (and what is still
+    to come), or where it stopped; None for a complete night."""
+    if night.complete:
+        return None
+    step = night.pending[0] if night.pending else None
+    done = f"{night.items_done} of {night.expected_items} items"
+    if night.interrupted:
+        where = f" during {step}" if step else ""
+        return f"INCOMPLETE: the run stopped{where}, after {done}; the figures below cover only what finished."
+    later = f"; still to come: {', '.join(night.pending[1:])}" if len(night.pending) > 1 else ""
+    return (
+        f"INCOMPLETE: the night is still running ({step or 'starting'}{later}); {done} so far. "
+        "This page is rewritten as the night goes on; the figures below cover only what finished."
+    )
 
 
-def headline_port(night: Night) -> str:
-    """Whose verdict the headline is: per_request's when it ran, else every port's."""
-    return "per_request" if any(p.port == "per_request" for p in night.ports) else "every port"
+def _days_apart(night_date: str, report_date: str) -> int | None:
+    try:
+        return (datetime.date.fromisoformat(night_date) - datetime.date.fromisoformat(report_date)).days
+    except ValueError:
+        return None
 
 
-def overall_verdict(night: Night) -> str:
-    """The headline: the suite's verdict and, when the night searched, explore's,
-    for per_request (or for every port when per_request did not run)."""
-    table = verdict_table(night)
-    if not night.complete:
-        return "INCOMPLETE"
-    ports = ["per_request"] if (table["port"] == "per_request").any() else list(table["port"])
-    rows = table[table["port"].isin(ports)]
-    searches = [explore_verdict(night, port) for port in ports]
-    if (rows["verdict"] == "FAIL").any() or "found" in searches:
-        return "FAIL"
-    if "incomplete" in searches:
-        return "INCOMPLETE"
-    return "PASS"
+def gpu_staleness(night: Night) -> str | None:
+    """Why the night's GPU section is not tonight's (its report is of another
+    day), or None when it is tonight's or there is none."""
+    if night.gpu is None:
+        return None
+    date = gpu_report_date(*night.gpu)
+    if date == night.date:
+        return None
+    days = _days_apart(night.date, date)
+    when = f"{abs(days)} day{'s' if abs(days) != 1 else ''} {'before' if days > 0 else 'after'}" if days else "not"
+    return (
+        f"Not measured tonight: this GPU report is from {date}, {when} this night ({night.date}); "
+        "its figures are that day's."
+    )
+
+
+def gpu_section_html(night: Night) -> str:
+    """The night's GPU section: the latest GPU report's tables under its date."""
+    assert night.gpu is not None
+    path, report = night.gpu
+    date = gpu_report_date(path, report)
+    stale = gpu_staleness(night)
+    title = f"GPU: report of {date}, not tonight's" if stale else f"GPU: tonight's report ({date})"
+    parts = [f'<h2 id="gpu">{html.escape(title)}</h2>']
+    if stale:
+        parts.append(f'<p class="stale" id="gpu-stale">{html.escape(stale)}</p>')
+    parts.append(f"<p>From <code>{html.escape(str(path))}</code>: {html.escape(environment_line(report))}.</p>")
+    for heading, section, table in (
+        ("Parity on the GPU", "parity", parity_table),
+        ("Merge kernel", "merge", merge_table),
+        ("Prefill context loop", "prefill", prefill_table),
+    ):
+        parts.append(f"<h3>{heading}</h3>")
+        problem = section_problem(report.get(section))
+        parts.append(f"<p>{html.escape(problem)}</p>" if problem else html_table(table(report)))
+    return "\n".join(parts)
+
+
+LEGEND = (
+    '<p class="legend"><span class="pass">PASS: every item at parity</span>'
+    '<span class="expected">EXPECTED: every divergence is one the port\'s baseline expects (a pass)</span>'
+    '<span class="fail">FAIL: a divergence not in the baseline</span>'
+    '<span class="new">new: items the baseline does not expect</span>'
+    '<span class="incomplete">INCOMPLETE: items not run</span></p>'
+)
+
+
+def _headline(night: Night) -> str:
+    return f"{HEADLINE}: {night_verdict(night)}"
 
 
 def render_html(night: Night, history: pd.DataFrame) -> str:
-    verdict = overall_verdict(night)
+    verdict = night_verdict(night)
     css_class = {"PASS": "pass", "FAIL": "fail"}.get(verdict, "incomplete")
+    oracle = night.provenance.get("oracle", {})
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -317,55 +583,69 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         f"<style>{CSS}</style></head><body>",
         f"<h1>Nightly parity report: {html.escape(night.date)}</h1>",
         f"<p>Suite <code>{html.escape(night.suite)}</code>; pinned oracle "
-        f"{html.escape(str(night.provenance.get('oracle', {}).get('release', '?')))} "
-        f"(upstream {html.escape(str(night.provenance.get('oracle', {}).get('upstream_commit', '?')))}).</p>",
-        f'<div id="verdict" class="verdict {css_class}">Verdict ({headline_port(night)}): {verdict}</div>',
+        f"{html.escape(str(oracle.get('release', '?')))} "
+        f"(upstream {html.escape(str(oracle.get('upstream_commit', '?')))}).</p>",
+        f'<div id="verdict" class="verdict {css_class}">{html.escape(_headline(night))}</div>',
     ]
-    if not night.complete:
-        parts.append(
-            f'<p class="incomplete" id="incomplete">INCOMPLETE: the run stopped after {night.items_done} of '
-            f"{night.expected_items} items; the figures below cover only what finished.</p>"
-        )
-    parts += ["<h2>Verdict per port and level</h2>", verdict_table(night).to_html(index=False, table_id="verdicts")]
+    banner = incomplete_banner(night)
+    if banner:
+        parts.append(f'<p class="banner incomplete" id="incomplete">{html.escape(banner)}</p>')
+    parts += [
+        "<h2>Ports tonight, against their baselines</h2>",
+        html_table(ports_table(night, history), "ports", cell_class=verdict_cell_class),
+        LEGEND,
+        "<h2>Verdict per port and level</h2>",
+        html_table(verdict_table(night), "verdicts", cell_class=verdict_cell_class),
+    ]
     chunks = chunk_table(night)
     if not chunks.empty:
-        parts += ["<h2>Chunks and workspace utilisation per family</h2>", chunks.to_html(table_id="chunks")]
-    plot = chunk_plot(night)
-    if plot:
-        parts.append(_img(plot, "chunks per family"))
+        parts += ["<h2>Chunks and workspace utilisation per family</h2>", html_table(chunks, "chunks")]
+    figure = chunk_figure(night)
+    if figure is not None:
+        parts.append(_img(_png(figure), "chunks per family"))
     for p in night.ports:
-        parts.append(f"<h2>Port {html.escape(p.port)}</h2>")
-        parts.append(family_level_table(p).to_html(classes="families"))
-        histogram = ulp_histogram_plot(p)
-        if histogram:
-            parts.append(_img(histogram, f"{p.port} ULP histogram"))
-        failing = p.table[p.table["status"] != PARITY].head(10)
+        baseline = f" (baseline <code>{html.escape(p.baseline)}</code>)" if p.baseline else " (no baseline)"
+        parts.append(f"<h2>Port {html.escape(p.port)}{baseline}</h2>")
+        parts.append(family_html(p))
+        histogram = ulp_histogram_figure(p)
+        if histogram is not None:
+            parts.append(_img(_png(histogram), f"{p.port} ULP histogram"))
+        failing = failing_items(p)
         if not failing.empty:
-            parts.append("<h3>First failing items</h3>")
-            parts.append(failing[["id", "status", "detail"]].to_html(index=False))
+            parts.append("<h3>First failing items (new first)</h3>")
+            parts.append(
+                html_table(failing, cell_class=lambda _, column, value: str(value) if column == "baseline" else None)
+            )
     if night.kill_matrix:
         killed = sum(m["killed"] for m in night.kill_matrix["mutants"])
         parts.append(f"<h2>Mutant kill matrix: {killed}/{len(night.kill_matrix['mutants'])} killed</h2>")
-        parts.append(kill_matrix_table(night.kill_matrix).to_html(index=False, table_id="kill-matrix"))
+        parts.append(
+            html_table(
+                kill_matrix_table(night.kill_matrix),
+                "kill-matrix",
+                cell_class=lambda _, column, value: {"killed": "pass", "survived": "fail", "SURVIVED": "fail"}.get(
+                    str(value)
+                ),
+            )
+        )
     if night.coverage:
         parts.append(f'<h2 id="coverage">{html.escape(headline(night.coverage))}</h2>')
-        coverage = pd.DataFrame(table_rows(night.coverage))
-        parts.append(coverage.to_html(index=False, table_id="coverage-table"))
+        parts.append(html_table(pd.DataFrame(table_rows(night.coverage)), "coverage-table"))
     if night.explore:
         parts.append('<h2 id="explore">Property-based exploration (parity explore)</h2>')
         for result in night.explore:
             parts.append(f"<h3>{html.escape(result['port_spec'])}: {html.escape(result['verdict'].upper())}</h3>")
-            parts.append(explore_table(result).to_html(index=False, classes="explore"))
+            parts.append(html_table(explore_table(result), css="explore"))
             for find in result["finds"]:
                 parts.append(
                     f"<p>{html.escape(find['property'])}, {html.escape(find['status'])}: "
                     f"{html.escape(find['detail'])}<br><code>{html.escape(find['command'])}</code></p>"
                 )
     if night.gpu:
-        parts.append(gpu_section_html(*night.gpu))
+        parts.append(gpu_section_html(night))
     parts.append("<h2>History</h2>")
-    images = history_plots(history)
-    parts += [_img(image, "history") for image in images] or ["<p>No history yet.</p>"]
+    images = [_img(_png(fig), alt) for alt, fig in history_figures(history)]
+    parts += images or ["<p>No history yet.</p>"]
     parts += [
         "<h2>Provenance</h2>",
         f"<pre id='provenance'>{html.escape(json.dumps(night.provenance, indent=2, sort_keys=True))}</pre>",
@@ -374,17 +654,23 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
-def render_markdown(night: Night) -> str:
-    verdict = overall_verdict(night)
-    lines = [f"# Nightly parity report: {night.date}", "", f"Verdict ({headline_port(night)}): **{verdict}**", ""]
-    if not night.complete:
-        lines += [f"**INCOMPLETE**: stopped after {night.items_done} of {night.expected_items} items.", ""]
-    lines += [verdict_table(night).to_markdown(index=False), ""]
+# -- Markdown ------------------------------------------------------------------------------------
+
+
+def render_markdown(night: Night, history: pd.DataFrame | None = None) -> str:
+    history = history if history is not None else pd.DataFrame()
+    lines = [f"# Nightly parity report: {night.date}", "", f"{HEADLINE}: **{night_verdict(night)}**", ""]
+    banner = incomplete_banner(night)
+    if banner:
+        lines += [banner.replace("INCOMPLETE", "**INCOMPLETE**", 1), ""]
+    if night.ports:
+        lines += [ports_table(night, history).to_markdown(index=False), ""]
+        lines += [verdict_table(night).to_markdown(index=False), ""]
     chunks = chunk_table(night)
     if not chunks.empty:
-        lines += ["## Chunks per family", "", chunks.to_markdown(), ""]
+        lines += ["## Chunks per family", "", chunks.to_markdown(index=False), ""]
     for p in night.ports:
-        lines += [f"## {p.port}", "", family_level_table(p).to_markdown(), ""]
+        lines += [f"## {p.port}", "", family_level_table(p).to_markdown(index=False), ""]
         for level, n in p.summary["numeric"].items():
             lines.append(f"- {level}: bit-exact {n['bit_exact']}/{n['items']}, max {n['max_ulp']} ULP")
         lines.append("")
@@ -399,11 +685,15 @@ def render_markdown(night: Night) -> str:
         lines += [result["markdown"] for result in night.explore]
     if night.gpu:
         path, report = night.gpu
-        lines += [f"## GPU (latest report: {path}, {report.get('date')})", ""]
+        date = gpu_report_date(path, report)
+        stale = gpu_staleness(night)
+        lines += [f"## GPU: report of {date}, NOT tonight's" if stale else f"## GPU: tonight's report ({date})", ""]
+        lines += [f"**{stale}**", ""] if stale else []
+        lines += [f"From `{path}`.", ""]
         lines += gpu_section_markdown(report, heading="###")
     oracle = night.provenance.get("oracle", {})
     environment = night.provenance.get("environment", {})
-    repo = night.provenance.get("port_repository", {})
+    harness_repo = night.provenance.get("harness_repository", {})
     lines += [
         "## Provenance",
         "",
@@ -411,18 +701,21 @@ def render_markdown(night: Night) -> str:
         f"{oracle.get('installed_vllm')} ({oracle.get('installed_commit_id')}), fingerprints "
         f"{'overridden' if oracle.get('oracle_drift_overridden') else 'all ok'}",
         f"- torch {environment.get('torch')}, triton {environment.get('triton')}, device {environment.get('device')}",
-        f"- port repository {repo.get('commit')} ({'dirty' if repo.get('dirty') else 'clean'})",
+        f"- harness repository {harness_repo.get('commit')} ({'dirty' if harness_repo.get('dirty') else 'clean'})",
     ]
+    for port, repo in night.provenance.get("port_repositories", {}).items():
+        state = "dirty" if repo.get("dirty") else "clean"
+        lines.append(
+            f"- port {port}: repository {repo.get('commit')} ({state}), {repo.get('source') or repo.get('reason')}"
+        )
     return "\n".join(lines) + "\n"
 
 
-def write_night(night: Night, out_dir: Path, history_path: Path) -> Path:
-    """Write (or rewrite) the night's files; the history is appended once, when complete."""
+def write_report(night: Night, out_dir: Path, history: pd.DataFrame) -> Path:
+    """The night's writer (harness.nightly.WriteReport): ``report.md`` and
+    ``index.html`` in ``out_dir``; ``history`` is what the history plots show."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    history = append_history(history_path, night) if night.complete else read_history(history_path)
-    for p in night.ports:
-        p.table.to_parquet(out_dir / f"results-{p.port}.parquet", index=False)
-    (out_dir / "report.md").write_text(render_markdown(night), encoding="utf-8")
+    (out_dir / "report.md").write_text(render_markdown(night, history), encoding="utf-8")
     index = out_dir / "index.html"
     index.write_text(render_html(night, history), encoding="utf-8")
     return index

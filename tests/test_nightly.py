@@ -11,11 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from harness.cli import main
+from harness.nightly import nightly_lock, read_history
 from ports.mutants import MUTANTS
-from reports.nightly import read_history
 
 ROOT = Path(__file__).resolve().parent.parent
 # parity explore has a test of its own in the nightly below; left out of the others.
@@ -50,7 +51,7 @@ def test_a_find_fails_the_night_whole_or_sharded(capsys: pytest.CaptureFixture[s
     argv += ["--explore-budget-s", "3"]
     assert main([*argv, "--out", str(tmp_path / "whole")]) == 1
     report = (tmp_path / "whole" / "2026-12-02" / "report.md").read_text()
-    assert "Verdict (every port): **FAIL**" in report and "FOUND" in report
+    assert "Verdict (every port, against its baseline): **FAIL**" in report and "FOUND" in report
     shards = []
     for k in (1, 2):
         main([*argv, "--shard", f"{k}/2", "--out", str(tmp_path / f"s{k}")])
@@ -64,17 +65,40 @@ def test_a_find_fails_the_night_whole_or_sharded(capsys: pytest.CaptureFixture[s
     assert "FOUND" in (merged / "2026-12-02" / "report.md").read_text()
 
 
+def new_divergences(night_dir: Path) -> int:
+    """Items of any port the night judged new (not in its port's baseline)."""
+    tables = [pd.read_parquet(path) for path in sorted(night_dir.glob("results-*.parquet"))]
+    assert tables
+    return sum(int((t["baseline"] == "new").sum()) for t in tables)
+
+
 def test_report_and_history(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "no-gpu").mkdir()
-    assert nightly(capsys, tmp_path, "2026-11-27", "--gpu-reports", str(tmp_path / "no-gpu")) == 0
-    assert nightly(capsys, tmp_path, "2026-11-28", "--gpu-reports", str(ROOT / "reports" / "gpu")) == 0
-    assert "GPU (latest report" not in (tmp_path / "2026-11-27" / "index.html").read_text()
+    first = nightly(capsys, tmp_path, "2026-11-27", "--gpu-reports", str(tmp_path / "no-gpu"))
+    # The exit code is the baselines' verdict: non-zero exactly when some port has a new divergence.
+    assert first == (1 if new_divergences(tmp_path / "2026-11-27") else 0)
+    # A corrupt history line (a write cut short) is reported and skipped, never fatal.
+    with (tmp_path / "history.jsonl").open("a", encoding="utf-8") as history_file:
+        history_file.write('{"date": "2026-11-2\n')
+    gpu_reports = str(ROOT / "reports" / "gpu")
+    second = main(["nightly", *QUICK, "--out", str(tmp_path), "--date", "2026-11-28", "--gpu-reports", gpu_reports])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    history_path = tmp_path / "history.jsonl"
+    assert len(warnings) == 1 and warnings[0].startswith(f"parity: warning: {history_path}:3: skipped a history line")
+    assert second == (1 if new_divergences(tmp_path / "2026-11-28") else 0)
+    assert '<h2 id="gpu">' not in (tmp_path / "2026-11-27" / "index.html").read_text()
     page = (tmp_path / "2026-11-28" / "index.html").read_text()
-    # The latest committed GPU report becomes a section: its tables, not a link.
-    assert '<h2 id="gpu">GPU (latest report)</h2>' in page and "gpu-upstream-worst-case" in page
-    assert "## GPU (latest report" in (tmp_path / "2026-11-28" / "report.md").read_text()
-    assert "Verdict (per_request): PASS" in page and "INCOMPLETE" not in page
-    assert 'id="verdicts"' in page and 'id="chunks"' in page and "Port equal_share" in page
+    # The latest committed GPU report becomes a section: its tables, not a link, under its own date.
+    gpu_date = json.loads((ROOT / "reports" / "gpu" / "2026-11-29.json").read_text())["date"]
+    assert (
+        f'<h2 id="gpu">GPU: report of {gpu_date}, not tonight&#x27;s</h2>' in page and "gpu-upstream-worst-case" in page
+    )
+    assert 'id="gpu-stale"' in page
+    assert f"## GPU: report of {gpu_date}, NOT tonight's" in (tmp_path / "2026-11-28" / "report.md").read_text()
+    assert 'id="incomplete"' not in page and "against its baseline): INCOMPLETE" not in page
+    assert '<td class="pass">PASS</td>' in page  # per_request, at parity
+    assert 'id="ports"' in page and 'id="verdicts"' in page and 'id="chunks"' in page and "Port equal_share" in page
+    assert "cases/baselines/equal_share.json" in page  # equal_share is judged against its shipped baseline
     assert page.count("data:image/png;base64,") >= 4  # chunks, ULP histogram, two history plots
     assert "http://" not in page and "https://" not in page  # self-contained
     assert "b38e111d3e" in page and "&quot;fingerprints&quot;" in page and "&quot;dirty&quot;" in page
@@ -89,9 +113,9 @@ def test_report_and_history(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert sorted(set(history["date"])) == ["2026-11-27", "2026-11-28"]
     assert set(history["port"]) == {"per_request", "equal_share"}
     per_request = history[history["port"] == "per_request"]
-    assert (per_request["pass_rate"] == 1.0).all()
+    assert (per_request["pass_rate"] == 1.0).all() and (per_request["verdict"] == "pass").all()
     equal_share = history[history["port"] == "equal_share"]
-    assert (equal_share["pass_rate"] < 1.0).all()
+    assert (equal_share["pass_rate"] < 1.0).all() and (equal_share["expected"] > 0).all()
 
 
 def test_shards_merge_into_one_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -99,7 +123,8 @@ def test_shards_merge_into_one_report(capsys: pytest.CaptureFixture[str], tmp_pa
         nightly(capsys, tmp_path / f"s{k}", "2026-11-28", "--shard", f"{k}/2", "--level", "layout")
     nightly(capsys, tmp_path / "whole", "2026-11-28", "--level", "layout", "--skip-mutants")
     shards = [str(tmp_path / f"s{k}" / "2026-11-28") for k in (1, 2)]
-    assert main(["nightly", "--from-shards", *shards, "--out", str(tmp_path / "merged"), "--date", "2026-11-28"]) == 0
+    code = main(["nightly", "--from-shards", *shards, "--out", str(tmp_path / "merged"), "--date", "2026-11-28"])
+    assert code == (1 if new_divergences(tmp_path / "merged" / "2026-11-28") else 0)
     capsys.readouterr()
     whole = (tmp_path / "whole" / "2026-11-28" / "report.md").read_text()
     merged = (tmp_path / "merged" / "2026-11-28" / "report.md").read_text()
@@ -122,5 +147,42 @@ def test_interrupted_run_leaves_incomplete_report(tmp_path: Path) -> None:
     assert proc.returncode == 130, err[-2000:]
     assert "INCOMPLETE" in out
     page = (tmp_path / "2026-11-28" / "index.html").read_text()
-    assert 'id="incomplete"' in page and "INCOMPLETE: the run stopped after" in page
+    assert 'id="incomplete"' in page and "INCOMPLETE: the run stopped during port per_request, after" in page
     assert not (tmp_path / "history.jsonl").exists()  # an incomplete night is not history
+
+
+def test_bad_date_is_refused_before_anything(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for date in ("../escape", "2026-02-30", "tonight"):
+        assert main(["nightly", "--size", "20", "--out", str(out), "--date", date]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"parity: error: --date: {date!r} is not a date") and err.count("\n") == 1
+    assert not out.exists() and not (tmp_path / "escape").exists()
+
+
+def test_a_second_night_into_one_out_refuses(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    hold = "import sys, time; from pathlib import Path; from harness.nightly import nightly_lock\n"
+    hold += "with nightly_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(120)\n"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        argv = ["nightly", "--size", "20", "--ports", "per_request", "--level", "layout", "--skip-mutants"]
+        assert main([*argv, "--explore-budget-s", "0", "--out", str(tmp_path), "--date", "2026-11-28"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"parity: error: {tmp_path / '.nightly.lock'}: another parity nightly (pid {holder.pid}")
+        assert err.count("\n") == 1 and not (tmp_path / "2026-11-28").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    with nightly_lock(tmp_path):
+        pass  # released with its holder
+
+
+def test_bad_baseline_option_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = ["nightly", "--size", "20", "--level", "layout", "--skip-mutants", "--explore-budget-s", "0"]
+    argv += ["--out", str(tmp_path), "--date", "2026-11-28"]
+    for option, reason in (("equal_share", "is not PORT=FILE"), ("nosuch=x.json", "is not one of the night's ports")):
+        assert main([*argv, "--baseline", option]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("parity: error: --baseline: ") and reason in err and err.count("\n") == 1
+    assert not (tmp_path / "2026-11-28").exists()

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.commands.common import (
-    EXIT_DIVERGENT,
-    EXIT_PARITY,
+    UsageError,
     close_port,
     describe_selection,
     note_unimplemented,
@@ -38,7 +37,16 @@ def register(sub: Any) -> None:
     p_nightly.add_argument("--from-shards", nargs="+", metavar="DIR", help="merge shard outputs into one report")
     p_nightly.add_argument("--out", default="reports", help="report root; the report goes to <out>/<date>/")
     p_nightly.add_argument("--history", help="history store (default <out>/history.jsonl)")
-    p_nightly.add_argument("--date", help="report date (default today)")
+    p_nightly.add_argument("--date", help="report date, YYYY-MM-DD: the folder <out>/<date> (default today)")
+    p_nightly.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="PORT=FILE",
+        help="judge PORT (its name or --ports spelling) against the expected divergences in FILE "
+        "(harness/baseline.py; repeatable; PORT=none for no baseline); a built-in port defaults to "
+        "cases/baselines/<port>.json when it exists",
+    )
     p_nightly.add_argument(
         "--gpu-reports", default="reports/gpu", help="the latest <date>.json here is the report's GPU section"
     )
@@ -57,19 +65,32 @@ def register(sub: Any) -> None:
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    """Every registered port over the nightly suite, into <out>/<date>/."""
+    """Every registered port over the nightly suite, into <out>/<date>/, each
+    judged against its baseline; the exit code is harness.nightly.night_exit_code's."""
     import datetime
 
-    from harness.nightly import NightlyPlan, merge_nightly_shards, run_nightly
+    from harness.nightly import (
+        NightlyPlan,
+        merge_nightly_shards,
+        night_exit_code,
+        parse_baseline_options,
+        run_nightly,
+        validate_night_date,
+    )
     from harness.port import BUILTIN_PORTS
-    from reports.nightly import explore_verdict
+    from reports.nightly import write_report
 
-    date = args.date or datetime.date.today().isoformat()
+    date = validate_night_date(args.date) if args.date else datetime.date.today().isoformat()
+    baselines = parse_baseline_options(args.baseline)
     out_dir = Path(args.out) / date
     history = Path(args.history) if args.history else Path(args.out) / "history.jsonl"
     gpu_reports = Path(args.gpu_reports)
     if args.from_shards:
-        night = merge_nightly_shards([Path(d) for d in args.from_shards], out_dir, history, gpu_reports)
+        if baselines:
+            raise UsageError("--baseline: not with --from-shards (each shard carries the baselines it ran with)")
+        night = merge_nightly_shards(
+            [Path(d) for d in args.from_shards], out_dir, history, write_report=write_report, gpu_reports=gpu_reports
+        )
     else:
         port_names = args.ports.split(",") if args.ports else list(BUILTIN_PORTS)
         ports = [load_port(name) for name in port_names]
@@ -85,7 +106,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         plan = NightlyPlan(
             date,
             suite,
-            selected_levels(args.level),
+            levels,
             shard,
             out_dir,
             history,
@@ -93,31 +114,21 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             gpu_reports,
             explore_budget_s=args.explore_budget_s,
             port_specs=tuple(port_names),
+            baselines=baselines,
         )
         try:
-            night = run_nightly(plan, oracle, ports, provenance, progress=progress_bar)
+            night = run_nightly(plan, oracle, ports, provenance, write_report=write_report, progress=progress_bar)
         finally:
             for port in ports:
                 close_port(port)
     for p in night.ports:
-        verdict = p.summary["verdict"].upper()
-        print(f"{p.port:<14} {verdict}  {len(p.table)} items in {p.seconds:.1f}s")
+        counts = p.tally
+        print(
+            f"{p.port:<14} {p.verdict.upper():<10} {counts.items} items ({counts.expected} expected, "
+            f"{counts.new} new) in {p.seconds:.1f}s"
+        )
     state = "" if night.complete else "  (INCOMPLETE: interrupted)"
     print(f"wrote {out_dir / 'index.html'} and {out_dir / 'report.md'}{state}")
-    if not night.complete:
-        return 130
     for result in night.explore:
         print(f"explore {result['port_spec']:<14} {result['verdict'].upper()}  {result['examples']} examples")
-    gated = nightly_gated_ports(args.ports, [p.port for p in night.ports])
-    gating = [p for p in night.ports if p.port in gated]
-    # A gated port's search must come back clean too: a find is a divergence, a
-    # search that compared nothing is not a pass.
-    clean = night.explore_budget_s <= 0 or all(explore_verdict(night, port) == "clean" for port in gated)
-    return EXIT_PARITY if gating and clean and all(p.summary["verdict"] == "pass" for p in gating) else EXIT_DIVERGENT
-
-
-def nightly_gated_ports(requested: str | None, ran: list[str]) -> list[str]:
-    """The ports whose verdict is the night's exit code: every port named with
-    ``--ports``; by default (every registered port) per_request alone, since the
-    legacy equal_share is in the night as a reference that is known to diverge."""
-    return ran if requested else [name for name in ran if name == "per_request"]
+    return night_exit_code(night)

@@ -1,0 +1,337 @@
+"""The nightly page's parts, on synthetic nights (no oracle, seconds): verdicts
+against baselines and their colours, tables without stray index rows, plots
+that mean something, the GPU section's date. tests/test_report_browser.py looks
+at a real night's page in Chromium."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from harness.baseline import BaselineEntry, port_names
+from harness.nightly import (
+    EXIT_DIVERGENT,
+    EXIT_INTERRUPTED,
+    EXIT_PASS,
+    Night,
+    PortBaseline,
+    PortNight,
+    judge_port,
+    night_exit_code,
+)
+from harness.runner import DIVERGENT, PARITY, PORT_ERROR
+from harness.summary import COLUMNS, summarise_table
+from reports.nightly import (
+    chunk_figure,
+    chunk_ratios,
+    history_figures,
+    render_html,
+    render_markdown,
+    ulp_histogram_figure,
+    unplannable_counts,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+LEVELS = ("layout", "prefill")
+
+
+def item(index: int, family: str, level: str = "layout", status: str = PARITY, **values: Any) -> dict[str, Any]:
+    """One results-table row (every column of harness.summary.COLUMNS)."""
+    row: dict[str, Any] = {
+        "index": index, "id": f"case-{index:04d}[{level}]", "name": f"case-{index:04d}", "family": family,
+        "kind": level, "level": level, "status": status,
+        "detail": "" if status == PARITY else "field num_chunks: 3 != 2",
+        "oracle_chunks": 1, "port_chunks": 1, "oracle_rows": 8, "port_rows": 8, "oracle_capacity": 16,
+        "port_capacity": 16, "max_ulp": 0, "max_ulp_of_larger": 0.0, "mismatches": 0, "elements": 64, "nan": 0,
+        "histogram": "{}",
+    }  # fmt: skip
+    row.update(values)
+    return {column: row[column] for column in COLUMNS}
+
+
+def port_night(port: str, rows: list[dict[str, Any]], baseline: PortBaseline | None = None) -> PortNight:
+    table = judge_port(pd.DataFrame(rows, columns=list(COLUMNS)), port, baseline, LEVELS)
+    source = baseline.source if baseline else None
+    return PortNight(port, table, summarise_table(table, "synthetic", port, LEVELS), 1.0, source)
+
+
+def family_baseline(port: str, *families: str) -> PortBaseline:
+    entries = tuple(
+        BaselineEntry(port, "layout", f"the grid diverges on {family}", DIVERGENT, family=family, source="b.json")
+        for family in families
+    )
+    return PortBaseline("b.json", entries, port_names(port))
+
+
+def legacy_rows() -> list[dict[str, Any]]:
+    """A legacy-like port: skew and uniform diverge at layout, one prefill parity item."""
+    return [
+        item(0, "skew", status=DIVERGENT, port_chunks=9, oracle_chunks=3),
+        item(1, "skew", status=DIVERGENT, port_chunks=30, oracle_chunks=30),
+        item(2, "uniform", status=DIVERGENT),
+        item(3, "uniform"),
+        item(4, "skew", level="prefill"),
+    ]
+
+
+def clean_rows() -> list[dict[str, Any]]:
+    return [item(0, "skew"), item(1, "skew"), item(2, "uniform"), item(3, "uniform"), item(4, "skew", level="prefill")]
+
+
+def night_of(*ports: PortNight, complete: bool = True, date: str = "2026-11-28") -> Night:
+    night = Night(date, "synthetic", sum(len(p.table) for p in ports), complete=complete)
+    night.ports = list(ports)
+    return night
+
+
+# -- verdicts against baselines ------------------------------------------------------------
+
+
+def test_expected_divergences_pass_and_a_new_one_fails() -> None:
+    clean = port_night("per_request", clean_rows())
+    covered = port_night("equal_share", legacy_rows(), family_baseline("equal_share", "skew", "uniform"))
+    assert (covered.tally.expected, covered.tally.new, covered.verdict) == (3, 0, "expected")
+    assert night_exit_code(night_of(clean, covered)) == EXIT_PASS
+    # One family left out of the baseline: its divergence is new, and the night fails.
+    partial = port_night("equal_share", legacy_rows(), family_baseline("equal_share", "skew"))
+    assert (partial.tally.expected, partial.tally.new, partial.verdict) == (2, 1, "fail")
+    assert night_exit_code(night_of(clean, partial)) == EXIT_DIVERGENT
+    # Without a baseline every divergence is new.
+    bare = port_night("equal_share", legacy_rows())
+    assert (bare.tally.new, bare.verdict) == (3, "fail")
+    assert night_exit_code(night_of(clean, bare)) == EXIT_DIVERGENT
+    # A port error the baseline expects as a divergence is still new.
+    erring = legacy_rows()
+    erring[0] = item(0, "skew", status=PORT_ERROR, port_chunks=-1)
+    assert port_night("equal_share", erring, family_baseline("equal_share", "skew", "uniform")).tally.new == 1
+    # Gating only per_request ignores equal_share's new divergence; unfinished is 130.
+    assert night_exit_code(night_of(clean, bare), ["per_request"]) == EXIT_PASS
+    assert night_exit_code(night_of(clean, covered, complete=False)) == EXIT_INTERRUPTED
+
+
+class Tables(HTMLParser):
+    """Every table of a page: its header rows, and per body row its cells' (class, text)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[dict[str, Any]] = []
+        self.section = ""
+        self.cell: list[str] | None = None
+        self.cell_class = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "table":
+            self.tables.append({"id": found.get("id"), "head": [], "body": [], "body_th": 0})
+        elif tag in ("thead", "tbody"):
+            self.section = tag
+        elif tag == "tr" and self.tables:
+            self.tables[-1]["head" if self.section == "thead" else "body"].append([])
+        elif tag in ("td", "th"):
+            if tag == "th" and self.section == "tbody":
+                self.tables[-1]["body_th"] += 1
+            self.cell, self.cell_class = [], found.get("class") or ""
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self.cell is not None:
+            rows = self.tables[-1]["head" if self.section == "thead" else "body"]
+            rows[-1].append((self.cell_class, "".join(self.cell)))
+            self.cell = None
+
+
+def parse_tables(page: str) -> dict[str, dict[str, Any]]:
+    parser = Tables()
+    parser.feed(page)
+    assert parser.tables
+    return {t["id"] or f"table-{i}": t for i, t in enumerate(parser.tables)}
+
+
+def test_page_colours_each_verdict_and_has_no_index_rows() -> None:
+    clean = port_night("per_request", clean_rows())
+    partial = port_night("equal_share", legacy_rows(), family_baseline("equal_share", "skew"))
+    page = render_html(night_of(clean, partial), pd.DataFrame())
+    tables = parse_tables(page)
+    for table in tables.values():
+        # One header row (no pandas index-name row), no <th> in the body (no index column).
+        assert len(table["head"]) == 1 and table["body_th"] == 0, table["id"]
+        assert all(len(row) == len(table["head"][0]) for row in table["body"]), table["id"]
+    header = [text for _, text in tables["ports"]["head"][0]]
+    rows = {row[0][1]: dict(zip(header, row, strict=True)) for row in tables["ports"]["body"]}
+    assert rows["per_request"]["verdict"] == ("pass", "PASS")
+    assert rows["equal_share"]["verdict"] == ("fail", "FAIL")
+    assert rows["equal_share"]["new"] == ("num new", "1") and rows["equal_share"]["expected"] == ("num expected", "2")
+    assert rows["per_request"]["new"] == ("num", "0")
+    # Text is left-aligned, numbers right-aligned (class num).
+    assert "th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left;" in page
+    assert "td.num { text-align: right;" in page
+    levels = {(r[0][1], r[1][1]): r[-1] for r in tables["verdicts"]["body"]}
+    assert levels[("equal_share", "layout")] == ("fail", "FAIL") and levels[("per_request", "layout")] == (
+        "pass",
+        "PASS",
+    )
+    assert "Verdict (every port, against its baseline): FAIL" in page
+    # A baseline that expects every divergence: EXPECTED, coloured as such, and the night passes.
+    covered = port_night("equal_share", legacy_rows(), family_baseline("equal_share", "skew", "uniform"))
+    tables = parse_tables(render_html(night_of(clean, covered), pd.DataFrame()))
+    [_, equal_share] = tables["ports"]["body"]
+    assert equal_share[header.index("verdict")] == ("expected", "EXPECTED")
+    families = [t for t in tables.values() if t["head"][0][0][1] == "family" and len(t["head"][0]) == 3]
+    skew = [row for row in families[1]["body"] if row[0][1] == "skew"]
+    assert skew[0][1] == ("expected", "0/2")
+    markdown = render_markdown(night_of(clean, covered))
+    assert (
+        "| equal_share | b.json" in markdown
+        and "EXPECTED" in markdown
+        and "against its baseline): **PASS**" in markdown
+    )
+
+
+def test_since_previous_night_names_new_failures() -> None:
+    clean = port_night("per_request", clean_rows())
+    partial = port_night("equal_share", legacy_rows(), family_baseline("equal_share", "skew"))
+    history = pd.DataFrame(
+        [
+            {"date": "2026-11-27", "port": "per_request", "verdict": "pass", "new": 0, "pass_rate": 1.0},
+            {"date": "2026-11-27", "port": "equal_share", "verdict": "expected", "new": 0, "pass_rate": 0.4},
+            {"date": "2026-11-28", "port": "equal_share", "verdict": "fail", "new": 5, "pass_rate": 0.4},
+        ]
+    )
+    tables = parse_tables(render_html(night_of(clean, partial), history))
+    header = [text for _, text in tables["ports"]["head"][0]]
+    rows = {row[0][1]: dict(zip(header, row, strict=True)) for row in tables["ports"]["body"]}
+    # Tonight's own line (a rerun of the date) is not the previous night.
+    assert rows["equal_share"]["since previous night"] == ("new", "NEW FAILURE")
+    assert rows["equal_share"]["previous night"][1] == "EXPECTED, 0 new (2026-11-27)"
+    assert rows["per_request"]["since previous night"][1] == "unchanged"
+
+
+# -- plots ---------------------------------------------------------------------------------
+
+
+def test_chunk_plot_is_per_case_relative_and_counts_unplannable() -> None:
+    rows = [
+        # many-chunks: 30 and 60 chunks, twice the oracle's per case; one case unplannable.
+        item(0, "many-chunks", oracle_chunks=30, port_chunks=60),
+        item(1, "many-chunks", oracle_chunks=10, port_chunks=20),
+        item(2, "many-chunks", status=PORT_ERROR, port_chunks=-1),
+        # single: one chunk each, as the oracle.
+        item(3, "single", oracle_chunks=1, port_chunks=1),
+        item(4, "single", oracle_chunks=1, port_chunks=1),
+        # zero-context: no chunks either side, left out of the ratio.
+        item(5, "zero-context", oracle_chunks=0, port_chunks=0),
+    ]
+    night = night_of(port_night("legacy", rows))
+    ratios = chunk_ratios(night)
+    assert ratios.loc["many-chunks", "legacy"] == pytest.approx(2.0) and ratios.loc["single", "legacy"] == 1.0
+    assert "zero-context" not in ratios.index
+    unplannable = unplannable_counts(night)
+    assert unplannable.loc["many-chunks"].tolist() == [0, 1] and int(unplannable.to_numpy().sum()) == 1
+    figure = chunk_figure(night)
+    assert figure is not None
+    left, right = figure.axes[:2]
+    assert left.get_yscale() == "log" and right.get_title() == "unplannable batches: 1"
+    heights = sorted(round(bar.get_height(), 6) for bar in left.patches)
+    assert heights == [1.0, 2.0]  # per case: the 60-chunk case does not dwarf the single-chunk family
+    page = render_html(night, pd.DataFrame())
+    chunks = parse_tables(page)["chunks"]
+    header = [text for _, text in chunks["head"][0]]
+    legacy = {
+        row[0][1]: dict(zip(header, (t for _, t in row), strict=True))
+        for row in chunks["body"]
+        if row[1][1] == "legacy"
+    }
+    assert legacy["many-chunks"]["unplannable"] == "1" and legacy["many-chunks"]["chunks per case / oracle"] == "2.00"
+
+
+def history_frame(dates: list[str]) -> pd.DataFrame:
+    rows = []
+    for i, date in enumerate(dates):
+        for port, rate in (("per_request", 1.0), ("equal_share", 0.5 + i / 100)):
+            rows.append({"date": date, "port": port, "pass_rate": rate, "new": 0 if port == "per_request" else i})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    "dates",
+    [["2026-11-28"], ["2026-11-01", "2026-11-05", "2026-11-28"], [f"2026-10-{d:02d}" for d in range(1, 31)]],
+)
+def test_history_axis_spans_the_nights_as_dates(dates: list[str]) -> None:
+    import matplotlib.dates
+    import matplotlib.pyplot as plt
+
+    mdates: Any = matplotlib.dates  # untyped
+    figures = history_figures(history_frame(dates))
+    assert [alt for alt, _ in figures] == ["history: parity rate", "history: new divergences"]
+    first, last = pd.Timestamp(dates[0]), pd.Timestamp(dates[-1])
+    for _, fig in figures:
+        ax = fig.axes[0]
+        low, high = (pd.Timestamp(mdates.num2date(x)).tz_localize(None) for x in ax.get_xlim())
+        assert low == first - pd.Timedelta(hours=12) and high == last + pd.Timedelta(hours=12)
+        fig.canvas.draw()
+        labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert labels and all(pd.Timestamp(label).strftime("%Y-%m-%d") == label for label in labels)
+        assert all(first - pd.Timedelta(days=1) <= pd.Timestamp(label) <= last for label in labels)
+        if len(dates) <= 14:
+            assert labels == dates
+        plt.close(fig)
+
+
+def test_labels_are_inside_every_figure() -> None:
+    import matplotlib.pyplot as plt
+
+    long_families = [f"a-long-family-name-{i}" for i in range(8)]
+    rows = [item(i, family, oracle_chunks=1 + i, port_chunks=2 + i) for i, family in enumerate(long_families)]
+    numeric = item(99, "skew", level="prefill", status=DIVERGENT, max_ulp=9, histogram=json.dumps({"1": 5, "5-8": 2}))
+    port = port_night("equal_share", [*rows, numeric])
+    figures = [chunk_figure(night_of(port)), ulp_histogram_figure(port)]
+    assert None not in figures
+    figures += [fig for _, fig in history_figures(history_frame(["2026-11-01", "2026-11-28"]))]
+    for fig in figures:
+        assert fig is not None
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        bounds = fig.bbox
+        for ax in fig.axes:
+            texts = [ax.xaxis.label, ax.yaxis.label, ax.title]
+            for axis in (ax.xaxis, ax.yaxis):
+                low, high = sorted(axis.get_view_interval())
+                ticks = zip(axis.get_majorticklocs(), axis.get_majorticklabels(), strict=True)
+                texts += [label for at, label in ticks if low <= at <= high]  # ticks outside the view are not drawn
+            for text in texts:
+                if not text.get_text() or not text.get_visible():
+                    continue
+                box = text.get_window_extent(renderer)
+                inside = box.x0 >= bounds.x0 - 1 and box.x1 <= bounds.x1 + 1 and box.y0 >= bounds.y0 - 1
+                assert inside and box.y1 <= bounds.y1 + 1, f"{text.get_text()!r} is cut: {box} outside {bounds}"
+        plt.close(fig)
+
+
+# -- the GPU section -------------------------------------------------------------------------
+
+
+def test_an_older_gpu_report_says_it_is_not_tonights() -> None:
+    path = ROOT / "reports" / "gpu" / "2026-11-29.json"
+    report = json.loads(path.read_text(encoding="utf-8"))
+    night = night_of(port_night("per_request", clean_rows()), date="2026-12-05")
+    night.gpu = (path, report)
+    page = render_html(night, pd.DataFrame())
+    assert f'<h2 id="gpu">GPU: report of {report["date"]}, not tonight&#x27;s</h2>' in page
+    assert f'id="gpu-stale">Not measured tonight: this GPU report is from {report["date"]}, 6 days before' in page
+    markdown = render_markdown(night)
+    assert f"## GPU: report of {report['date']}, NOT tonight's" in markdown and "**Not measured tonight" in markdown
+    # Measured on the night's own date: tonight's, no warning.
+    night.date = report["date"]
+    page = render_html(night, pd.DataFrame())
+    assert "gpu-stale" not in page and f"GPU: tonight&#x27;s report ({report['date']})" in page
+    # The GPU tables are rendered like every other: no index column.
+    gpu_tables = parse_tables(page.split('id="gpu"')[1])
+    assert all(t["body_th"] == 0 and len(t["head"]) == 1 for t in gpu_tables.values())
