@@ -31,8 +31,6 @@ from typing import Any
 
 import pandas as pd
 
-from harness.coverage import headline, table_rows
-from harness.coverage import render_markdown as coverage_markdown
 from harness.nightly import (
     EXPECTED_ONLY,
     FAIL,
@@ -49,6 +47,8 @@ from harness.nightly import (
     tally,
 )
 from harness.runner import PARITY
+from reports.coverage import headline, table_rows
+from reports.coverage import render_markdown as coverage_markdown
 from reports.gpu import (
     environment_line,
     gpu_section_markdown,

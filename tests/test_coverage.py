@@ -24,15 +24,15 @@ from harness.coverage import (
     lse_view,
     measure,
     oracle_chunks,
-    render_markdown,
-    render_text,
     value_view,
 )
 from harness.model import PRESETS, Case, MergeCase, WorkspaceConfig
+from harness.nightly import Night
 from harness.numeric import materialise_merge
 from harness.port import Port
 from harness.suites import Suite, load_suite, suite_names
-from reports.nightly import Night, render_html
+from reports.coverage import render_markdown, render_text
+from reports.nightly import render_html
 from reports.nightly import render_markdown as night_markdown
 
 LONG = Case("long", (70000, 5, 0, 300), (3, 2, 4, 1), block_size=16, workspace_size=1024)

@@ -29,7 +29,8 @@ def register(sub: Any) -> None:
 
 def cmd_coverage(args: argparse.Namespace) -> int:
     """What a suite exercises per input feature, against its targets; 1 on a miss."""
-    from harness.coverage import TARGETS_FILE, display_path, judge, load_targets, measure, render_text, write_json
+    from harness.coverage import TARGETS_FILE, display_path, judge, load_targets, measure, write_json
+    from reports.coverage import render_text
 
     path = Path(args.targets) if args.targets else TARGETS_FILE
     targets = load_targets(path, suite_names())
