@@ -247,12 +247,16 @@ def parse_baseline_options(values: Sequence[str]) -> dict[str, Path | None]:
     return out
 
 
-def default_baseline(port: Port, spec: str) -> Path | None:
-    """``cases/baselines/<port>.json`` for a built-in port that has one."""
+def default_baseline(port: Port, spec: str, suite: str = "nightly") -> Path | None:
+    """A built-in port's shipped baseline for ``suite``: ``cases/baselines/<port>-<suite>.json``
+    (measured on that suite) when it exists, else ``cases/baselines/<port>.json`` (the ci
+    suite's, which the gate uses), else none."""
     for short, path in BUILTIN_PORTS.items():
         if {spec, port.name} & {short, path}:
-            candidate = BASELINES_DIR / f"{short}.json"
-            return candidate if candidate.is_file() else None
+            for candidate in (BASELINES_DIR / f"{short}-{suite}.json", BASELINES_DIR / f"{short}.json"):
+                if candidate.is_file():
+                    return candidate
+            return None
     return None
 
 
@@ -265,7 +269,7 @@ def _shown(path: Path) -> str:
 
 
 def nightly_baselines(
-    ports: Sequence[Port], specs: Sequence[str], given: Mapping[str, Path | None]
+    ports: Sequence[Port], specs: Sequence[str], given: Mapping[str, Path | None], suite: str = "nightly"
 ) -> dict[str, PortBaseline]:
     """Each port's baseline, by port name: the one ``given`` for it (by name or
     spelling), else its default (:func:`default_baseline`). A file that cannot be
@@ -279,7 +283,7 @@ def nightly_baselines(
         if len(keys) > 1:
             raise CaseError("--baseline", None, f"port {port.name} is given twice ({', '.join(keys)})")
         used.update(keys)
-        path = given[keys[0]] if keys else default_baseline(port, spec)
+        path = given[keys[0]] if keys else default_baseline(port, spec, suite)
         if path is None:
             continue
         entries = load_baseline(path)
@@ -573,7 +577,7 @@ def run_nightly(
     validate_night_date(plan.date)
     specs = list(plan.port_specs or [p.name for p in ports])
     with nightly_lock(plan.out_dir.parent):
-        baselines = nightly_baselines(ports, specs, plan.baselines)
+        baselines = nightly_baselines(ports, specs, plan.baselines, plan.suite.name)
         history = read_history(plan.history)
         return _run_locked(plan, oracle, ports, specs, oracle_provenance, baselines, history, write_report, progress)
 

@@ -60,10 +60,13 @@ def test_baselines_default_per_builtin_port_and_refuse_bad_input(
 ) -> None:
     ports, specs = [per_request, equal_share], ["per_request", "equal_share"]
     default = nightly_baselines(ports, specs, {})
-    # equal_share has a shipped baseline, per_request none.
+    # equal_share has a shipped baseline measured on the nightly suite, per_request none;
+    # a suite without its own file falls back to the ci suite's (the gate's).
     assert set(default) == {"equal_share"}
-    assert default["equal_share"].source == "cases/baselines/equal_share.json"
-    assert list(default["equal_share"].entries) == load_baseline(BASELINES_DIR / "equal_share.json")
+    assert default["equal_share"].source == "cases/baselines/equal_share-nightly.json"
+    assert list(default["equal_share"].entries) == load_baseline(BASELINES_DIR / "equal_share-nightly.json")
+    smoke = nightly_baselines(ports, specs, {}, suite="smoke")
+    assert smoke["equal_share"].source == "cases/baselines/equal_share.json"
     # PORT=none: no baseline; PORT=FILE by either spelling replaces the default.
     assert nightly_baselines(ports, specs, parse_baseline_options(["equal_share=none"])) == {}
     own = tmp_path / "mine.json"
