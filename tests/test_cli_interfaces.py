@@ -91,12 +91,9 @@ def test_bad_limits_are_usage(capsys: pytest.CaptureFixture[str], argv: list[str
     assert expected in err and "Traceback" not in err
 
 
-def test_progress_lines_in_a_log_without_a_terminal(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_progress_lines_in_a_log_without_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
     clock = [0.0]
-    monkeypatch.setattr(common.time, "monotonic", lambda: clock[0])
-    lines = common.ProgressLines(100)
+    lines = common.ProgressLines(100, clock=lambda: clock[0])
     ok, bad = CaseResult("a", "f", "layout", "parity"), CaseResult("b", "f", "layout", "divergent")
     for _ in range(10):  # a tenth done, but within the quiet gap: nothing yet
         lines.advance(ok)

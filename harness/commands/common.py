@@ -150,17 +150,17 @@ class ProgressLines:
     seconds and at least one per :data:`PROGRESS_EVERY_S`, so a long run shows
     it is alive without flooding the log and a short one stays quiet."""
 
-    def __init__(self, total: int, what: str = "items") -> None:
-        self.total, self.what = total, what
+    def __init__(self, total: int, what: str = "items", clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.what, self.clock = total, what, clock
         self.done = self.not_parity = 0
-        self.started = self.last = time.monotonic()
+        self.started = self.last = clock()
         self.next_tenth = 1
 
     def advance(self, result: Any) -> None:
         self.done += 1
         if getattr(result, "status", "parity") != "parity":
             self.not_parity += 1
-        now = time.monotonic()
+        now = self.clock()
         tenth = self.done * 10 // max(self.total, 1)
         quiet_for = now - self.last
         if (tenth >= self.next_tenth and quiet_for >= PROGRESS_QUIET_S) or quiet_for >= PROGRESS_EVERY_S:
