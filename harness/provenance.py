@@ -11,18 +11,37 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import platform
 import re
 import shlex
 import shutil
+import sys
+from dataclasses import dataclass
+from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOT_IN_GIT = "not in a git repository"
-# Programs that run a script named by their first non-option argument: for
-# ``cmd:python my_port.py`` the port's code is my_port.py, not the interpreter.
-_INTERPRETER = re.compile(r"(python|pypy|bash|sh|zsh|node|ruby|perl|julia|Rscript)[\d.]*(\.exe)?")
+# Programs that run code named by their arguments: for ``cmd:python my_port.py``
+# the port's code is my_port.py, never the interpreter (whose repository, if
+# any, is someone else's).
+_PYTHON = re.compile(r"(python|pypy)[\d.]*t?(\.exe)?")
+_SHELL = re.compile(r"(ba|da|k|z)?sh(\.exe)?")
+_INTERPRETER = re.compile(r"(node|ruby|perl|julia|Rscript)[\d.]*(\.exe)?")
+# Python's options that take a value, as one word (-Xdev) or the next (-X dev);
+# -c and -m end the options.
+_PYTHON_VALUED = "cmWX"
+# Options of the other interpreters whose value is code, not a file.
+_INLINE_CODE = {"node": ("-e", "--eval", "-p", "--print"), "ruby": ("-e",), "perl": ("-e", "-E"),
+                "julia": ("-e", "--eval", "-E", "--print"), "Rscript": ("-e",)}  # fmt: skip
+# Shell options that take a value (set -o NAME, shopt -O NAME).
+_SHELL_VALUED = ("-o", "+o", "-O", "+O")
+# env's options that take a value, as one word (-uNAME) or the next (-u NAME),
+# and the long spellings of those that matter here.
+_ENV_VALUED = ("u", "C", "S")
+_ENV_LONG = {"--unset": "u", "--chdir": "C", "--split-string": "S", "--ignore-environment": "i"}
 
 
 def repository_state(path: Path = REPO_ROOT) -> dict[str, Any]:
@@ -51,20 +70,186 @@ class PortSourceUnknown(LookupError):
     """The port's code cannot be located; the message says why (one line)."""
 
 
+@dataclass
+class _Launch:
+    """What decides where a command's code is found: its words, the working
+    directory and the ``PYTHONPATH`` it runs with (after any ``env`` prefix)."""
+
+    argv: list[str]
+    cwd: Path
+    python_path: str | None
+
+
+def _apply_env_option(flag: str, value: str, launch: _Launch, words: list[str]) -> None:
+    if flag == "i":
+        launch.python_path = None
+    elif flag == "u" and value == "PYTHONPATH":
+        launch.python_path = None
+    elif flag == "C":
+        launch.cwd = launch.cwd / value
+    elif flag == "S":
+        words[:0] = shlex.split(value)
+
+
+def _strip_env(launch: _Launch) -> _Launch:
+    """``launch`` without leading ``env`` words: env's options (``-i``, ``-u NAME``,
+    ``-C DIR``, ``-S STRING``, alone or clustered, short or long) and
+    ``NAME=value`` assignments."""
+    while launch.argv and Path(launch.argv[0]).name == "env":
+        words = launch.argv[1:]
+        launch = _Launch(words, launch.cwd, launch.python_path)
+        while words and words[0].startswith("-") and words[0] != "-":
+            word = words.pop(0)
+            if word == "--":
+                break
+            if word.startswith("--"):
+                name, eq, value = word.partition("=")
+                flag = _ENV_LONG.get(name, "")
+                if flag in _ENV_VALUED and not eq:
+                    if not words:
+                        raise PortSourceUnknown(f"env {word}: missing its value")
+                    value = words.pop(0)
+                _apply_env_option(flag, value, launch, words)
+                continue
+            for position, flag in enumerate(word[1:], start=2):
+                if flag in _ENV_VALUED:
+                    value = word[position:] or (words.pop(0) if words else "")
+                    if not value:
+                        raise PortSourceUnknown(f"env -{flag}: missing its value")
+                    _apply_env_option(flag, value, launch, words)
+                    break
+                _apply_env_option(flag, "", launch, words)
+        if words and words[0] == "-":  # "env -" is "env -i"
+            words.pop(0)
+            launch.python_path = None
+        while words and re.fullmatch(r"[A-Za-z_]\w*=.*", words[0], re.DOTALL):
+            name, _, value = words.pop(0).partition("=")
+            if name == "PYTHONPATH":
+                launch.python_path = value
+        if not words:
+            raise PortSourceUnknown("env runs no command")
+        launch.argv = words
+    return launch
+
+
+def _script(program: str, word: str | None, cwd: Path, no_script: str) -> Path:
+    if word is None or word == "-":
+        raise PortSourceUnknown(f"{program}: {no_script}")
+    script = cwd / word
+    if not script.is_file():
+        raise PortSourceUnknown(f"{program}: script {word!r} is not a file (in {cwd})")
+    return script.resolve()
+
+
+def _python_code(launch: _Launch) -> Path:
+    """The file ``python [options] (-m module | script)`` runs, found as that
+    interpreter would: ``-m`` on its ``sys.path`` (the working directory, then
+    ``PYTHONPATH``, unless ``-I``, ``-E`` or ``-P`` drop them)."""
+    program, words = Path(launch.argv[0]).name, launch.argv[1:]
+    ignore_env = no_cwd = False
+    while words and words[0].startswith("-") and words[0] != "-":
+        word = words.pop(0)
+        if word == "--":
+            break
+        if word.startswith("--"):  # --check-hash-based-pycs MODE is the one long option with a value
+            if word == "--check-hash-based-pycs" and words:
+                words.pop(0)
+            continue
+        for position, flag in enumerate(word[1:], start=2):
+            if flag not in _PYTHON_VALUED:
+                ignore_env |= flag in "IE"
+                no_cwd |= flag in "IP"
+                continue
+            value = word[position:] or (words.pop(0) if words else None)
+            if flag == "c":
+                raise PortSourceUnknown(f"{program} -c: inline code, no file")
+            if flag == "m":
+                if value is None:
+                    raise PortSourceUnknown(f"{program} -m: no module named")
+                return _run_module_file(program, value, launch, ignore_env=ignore_env, no_cwd=no_cwd)
+            break  # -X / -W: the rest of the word was the value
+    return _script(
+        program, words[0] if words else None, launch.cwd, "no script or module: it reads its code from stdin"
+    )
+
+
+def _run_module_file(program: str, module: str, launch: _Launch, *, ignore_env: bool, no_cwd: bool) -> Path:
+    """The file ``python -m module`` runs (a package's ``__main__``), located with
+    :class:`importlib.machinery.PathFinder`, which, unlike
+    :func:`importlib.util.find_spec`, imports no parent package on the way. Only
+    the harness's own interpreter's ``sys.path`` stands in for the child's
+    beyond the working directory and ``PYTHONPATH``: another interpreter's
+    site-packages are not known here."""
+    search = [] if no_cwd else [str(launch.cwd.resolve())]
+    if launch.python_path and not ignore_env:
+        search += [str(launch.cwd / entry) for entry in launch.python_path.split(os.pathsep) if entry]
+    interpreter = shutil.which(launch.argv[0])
+    if interpreter is not None and Path(interpreter).resolve() == Path(sys.executable).resolve():
+        search += [entry for entry in sys.path if entry and Path(entry).resolve() != Path.cwd().resolve()]
+    where = f"{program} -m {module}"
+    parts = module.split(".")
+    if not all(part.isidentifier() for part in parts):
+        raise PortSourceUnknown(f"{where}: not a module name")
+    locations: list[str] | None = search
+    spec = None
+    for depth in range(len(parts)):
+        if locations is None:
+            raise PortSourceUnknown(f"{where}: {'.'.join(parts[:depth])} is not a package")
+        spec = PathFinder.find_spec(".".join(parts[: depth + 1]), locations)
+        if spec is None:
+            raise PortSourceUnknown(f"{where}: module not found on the path it runs with ({len(search)} folders)")
+        locations = None if spec.submodule_search_locations is None else list(spec.submodule_search_locations)
+    if locations is not None:  # a package: python runs its __main__
+        spec = PathFinder.find_spec(f"{module}.__main__", locations)
+        if spec is None:
+            raise PortSourceUnknown(f"{where}: package has no __main__ module")
+    if spec is None or not spec.has_location or spec.origin is None:
+        raise PortSourceUnknown(f"{where}: module has no source file")
+    return Path(spec.origin).resolve()
+
+
+def _interpreted_code(
+    launch: _Launch, inline: tuple[str, ...], valued: tuple[str, ...], inline_in_cluster: str = ""
+) -> Path:
+    """The script another interpreter runs: its first argument that is not an
+    option (nor an option's value in ``valued``), when that is a file. An
+    ``inline`` option (or, clustered, ``inline_in_cluster``: sh's ``-ec``) makes
+    the code an argument, no file."""
+    program, words = Path(launch.argv[0]).name, launch.argv[1:]
+    while words and words[0][:1] in "-+" and words[0] not in ("-", "+"):
+        word = words.pop(0)
+        if word == "--":
+            break
+        option = word.partition("=")[0]
+        if inline_in_cluster and word[1:2] != "-" and inline_in_cluster in word[1:]:
+            option = f"-{inline_in_cluster}"
+        if option in inline:
+            raise PortSourceUnknown(f"{program} {option}: inline code, no file")
+        if word in valued and words:
+            words.pop(0)
+    return _script(program, words[0] if words else None, launch.cwd, "no script: it reads its code from stdin")
+
+
 def command_program(command: str) -> Path:
-    """The file holding a ``cmd:`` port's code: the script an interpreter runs
-    (``python my_port.py``), else the executable, found as the OS would (a path,
-    or a name on ``PATH``)."""
+    """The file holding a ``cmd:`` port's code, after any ``env`` prefix: the
+    module (``-m``) or script a Python interpreter runs, the script another
+    interpreter runs, else the executable, found as the OS would (a path, or a
+    name on ``PATH``). Code that is no file (``-c``, stdin) is
+    :class:`PortSourceUnknown`, never the interpreter in its place."""
     argv = shlex.split(command)
     if not argv:
         raise PortSourceUnknown("the command is empty")
-    if _INTERPRETER.fullmatch(Path(argv[0]).name):
-        script = next((arg for arg in argv[1:] if not arg.startswith("-")), None)
-        if script is not None and "-m" not in argv[1 : argv.index(script)] and Path(script).is_file():
-            return Path(script).resolve()
-    found = shutil.which(argv[0])
+    launch = _strip_env(_Launch(argv, Path.cwd(), os.environ.get("PYTHONPATH")))
+    program = Path(launch.argv[0]).name
+    if _PYTHON.fullmatch(program):
+        return _python_code(launch)
+    if _SHELL.fullmatch(program):
+        return _interpreted_code(launch, ("-c",), _SHELL_VALUED, inline_in_cluster="c")
+    if _INTERPRETER.fullmatch(program):
+        return _interpreted_code(launch, _INLINE_CODE[re.sub(r"[\d.]*(\.exe)?$", "", program)], ())
+    found = shutil.which(launch.argv[0])
     if found is None:
-        raise PortSourceUnknown(f"executable {argv[0]!r} not found")
+        raise PortSourceUnknown(f"executable {launch.argv[0]!r} not found")
     return Path(found).resolve()
 
 

@@ -7,6 +7,9 @@ item's message is the first-divergence text ``parity diff`` prints.
 
 Rules (the same as ``parity gate``'s, by construction):
 
+- Nothing compared is never a pass: ``--parity-suite`` given empty or blank (an
+  unset CI variable), or any other ``--parity-*`` option given without
+  ``--parity-suite``, is a usage error, never a run of the repository's own tests.
 - Every option is checked in ``pytest_configure``, before anything is collected
   (under pytest-xdist the controller never collects): an unknown suite or level,
   a port that does not load, a bad size, timeout, shard or device stops the
@@ -26,7 +29,7 @@ Rules (the same as ``parity gate``'s, by construction):
   says why. An oracle error is never ``xfail``. Stale entries are the gate's job.
 
 Registered through the ``pytest11`` entry point, so it is active wherever the
-package is installed; without ``--parity-suite`` it does nothing.
+package is installed; without any ``--parity-*`` option it does nothing.
 """
 
 from __future__ import annotations
@@ -50,33 +53,76 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
+SUITE_OPTION = "--parity-suite"
+# Every option's argparse default is None, so an option is "given" exactly when
+# its value is not None (an explicit spelling of a default counts); the
+# defaults below apply only once a suite is named.
+DEFAULTS: dict[str, str] = {
+    "--parity-port": "per_request",
+    "--parity-level": "all",
+    "--parity-timeout": str(DEFAULT_PORT_TIMEOUT_S),
+    "--parity-device": "cpu",
+}
+OPTIONS_NEEDING_A_SUITE = (
+    "--parity-port",
+    "--parity-level",
+    "--parity-size",
+    "--parity-timeout",
+    "--parity-shard",
+    "--parity-baseline",
+    "--parity-allow-oracle-drift",
+    "--parity-device",
+)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     # Values are checked in pytest_configure, not by argparse (type=, choices=):
     # argparse's refusal is four lines of usage, the plugin's is one.
     group = parser.getgroup("parity", "MLA chunked-context parity against the pinned oracle")
-    group.addoption("--parity-suite", help="collect parity items from this suite (smoke, ci, nightly, gpu)")
+    group.addoption(SUITE_OPTION, help="collect parity items from this suite (smoke, ci, nightly, gpu)")
     group.addoption(
         "--parity-port",
-        default="per_request",
         help="port under test: per_request, equal_share, mutant:NAME, cmd:COMMAND or package.module:attr "
         "(default per_request)",
     )
-    group.addoption("--parity-level", default="all", help=f"parity level: {', '.join(LEVELS)} or all (default all)")
-    group.addoption("--parity-size", metavar="N", help="generated layout cases, >= 1 (overrides the suite's count)")
+    group.addoption("--parity-level", help=f"parity level: {', '.join(LEVELS)} or all (default all)")
+    group.addoption("--parity-size", metavar="N", help="generated layout cases, >= 0 (overrides the suite's count)")
     group.addoption(
         "--parity-timeout",
         metavar="SECONDS",
-        default=str(DEFAULT_PORT_TIMEOUT_S),
         help=f"seconds a port call may take, > 0 (default {DEFAULT_PORT_TIMEOUT_S:g})",
     )
     group.addoption("--parity-shard", metavar="K/N", help="collect only shard K of N")
     group.addoption("--parity-baseline", metavar="FILE", help="expected divergences: xfail the items they expect")
-    group.addoption("--parity-allow-oracle-drift", action="store_true", help="run despite fingerprint drift")
-    group.addoption("--parity-device", default="cpu", help="where L2 and L3 run: cpu or cuda (default cpu)")
+    group.addoption(
+        "--parity-allow-oracle-drift", action="store_true", default=None, help="run despite fingerprint drift"
+    )
+    group.addoption("--parity-device", help="where L2 and L3 run: cpu or cuda (default cpu)")
+
+
+def _option(config: pytest.Config, option: str) -> Any:
+    """The option's value as given, else its default (None where it has none)."""
+    value = config.getoption(option)
+    return DEFAULTS.get(option) if value is None else value
 
 
 def _active(config: pytest.Config) -> bool:
-    return bool(config.getoption("--parity-suite", default=None))
+    return config.getoption(SUITE_OPTION, default=None) is not None
+
+
+def _check_parity_mode(config: pytest.Config) -> bool:
+    """Whether this run compares: ``--parity-suite`` names a suite. A blank suite,
+    or another ``--parity-*`` option without one, would otherwise run the
+    repository's own tests and could pass having compared nothing."""
+    suite = config.getoption(SUITE_OPTION, default=None)
+    if suite is not None:
+        if not suite.strip():
+            raise pytest.UsageError(f"{SUITE_OPTION}: empty value (an unset variable?): name a suite")
+        return True
+    for option in OPTIONS_NEEDING_A_SUITE:
+        if config.getoption(option, default=None) is not None:
+            raise pytest.UsageError(f"{option} needs {SUITE_OPTION}: without a suite the plugin compares nothing")
+    return False
 
 
 @dataclass(frozen=True)
@@ -102,7 +148,7 @@ class _BadOption(Exception):
 
 def _option_value(config: pytest.Config, option: str, parse: Callable[[str], _T]) -> _T:
     try:
-        return parse(config.getoption(option))
+        return parse(_option(config, option))
     except (ValueError, argparse.ArgumentTypeError) as exc:
         raise _BadOption(option, exc) from None
 
@@ -147,9 +193,9 @@ def _make_plan(config: pytest.Config) -> _Plan:
         shard = None if shard_text is None else _option_value(config, "--parity-shard", Shard.parse)
         _check_device(device)
         try:
-            suite = load_suite(config.getoption("--parity-suite"), size=size)
+            suite = load_suite(config.getoption(SUITE_OPTION), size=size)
         except CaseError as exc:
-            raise _BadOption("--parity-suite", exc) from None
+            raise _BadOption(SUITE_OPTION, exc) from None
         levels = selected_levels(level)
         items = tuple(
             (index, kind, payload)
@@ -157,7 +203,7 @@ def _make_plan(config: pytest.Config) -> _Plan:
             if shard is None or shard.owns(index)
         )
         refuse_empty(len(items), describe_selection(suite, levels, shard))
-        port_spec: str = config.getoption("--parity-port")
+        port_spec: str = _option(config, "--parity-port")
         try:
             port = load_port(port_spec, timeout_s)
         except PortLoadError as exc:
@@ -187,7 +233,7 @@ def _close(port: Port) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     # Refuse bad usage here rather than at collection: under pytest-xdist the
     # controller never collects, so only this hook reports one line and exit 4.
-    if _active(config):
+    if _check_parity_mode(config):
         config._parity_plan = _make_plan(config)  # type: ignore[attr-defined]
 
 
@@ -215,10 +261,10 @@ class _Session:
         from harness.commands.common import UsageError, open_oracle, select_device
 
         plan: _Plan = config._parity_plan  # type: ignore[attr-defined]
-        self.device: str = config.getoption("--parity-device")
+        self.device: str = _option(config, "--parity-device")
         try:
             self.kernels = select_device(self.device)
-            self.oracle, self.provenance = open_oracle(config.getoption("--parity-allow-oracle-drift"))
+            self.oracle, self.provenance = open_oracle(bool(config.getoption("--parity-allow-oracle-drift")))
         except UsageError as exc:
             raise pytest.UsageError(str(exc)) from None
         self.port, self.timeout_s = plan.port, plan.timeout_s

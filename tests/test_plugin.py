@@ -21,10 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 EQUAL_SHARE_BASELINE = ROOT / "cases" / "baselines" / "equal_share.json"
 
 
-def run_pytest(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_pytest(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", *args],
-        cwd=ROOT, capture_output=True, text=True, check=False, env=env,
+        cwd=cwd, capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
 
 
@@ -197,3 +197,70 @@ def test_an_item_at_a_level_the_port_lacks_fails_as_not_run() -> None:
     )
     narrowed = run_pytest(*common, "-k", "smoke-numeric-single-chunk", "--parity-level", "layout")
     assert narrowed.returncode == 0 and "1 passed" in narrowed.stdout, narrowed.stdout[-2000:]
+
+
+def trivial_repo(tmp_path: Path) -> Path:
+    """A repository whose only test passes: what a run that compares nothing would report."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "test_trivial.py").write_text("def test_trivial() -> None:\n    pass\n")
+    return repo
+
+
+def run_in_trivial_repo(tmp_path: Path, *argv: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """pytest in :func:`trivial_repo` with the collection spy loaded; the spy's file."""
+    spy = tmp_path / "collected"
+    env = {**os.environ, SPY: str(spy), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return run_pytest("-p", "tests.test_plugin", *argv, env=env, cwd=trivial_repo(tmp_path)), spy
+
+
+def test_without_parity_options_the_plugin_stays_off(tmp_path: Path) -> None:
+    """The control for the test below: the trivial repository's own test runs and passes."""
+    proc, spy = run_in_trivial_repo(tmp_path)
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert spy.read_text().strip()
+
+
+NEEDS_SUITE = "needs --parity-suite: without a suite the plugin compares nothing"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (("--parity-suite", "", "--parity-port", "nosuch", "--parity-timeout", "0"),
+         "ERROR: --parity-suite: empty value (an unset variable?): name a suite"),
+        (("--parity-suite=",), "ERROR: --parity-suite: empty value"),
+        (("--parity-suite", "  "), "ERROR: --parity-suite: empty value"),
+        (("--parity-port", "nosuch", "--parity-timeout", "0"), f"ERROR: --parity-port {NEEDS_SUITE}"),
+        (("--parity-port", "per_request"), f"ERROR: --parity-port {NEEDS_SUITE}"),  # the default, spelled out
+        (("--parity-level", "all"), f"ERROR: --parity-level {NEEDS_SUITE}"),
+        (("--parity-size", "0"), f"ERROR: --parity-size {NEEDS_SUITE}"),
+        (("--parity-timeout", "0"), f"ERROR: --parity-timeout {NEEDS_SUITE}"),
+        (("--parity-shard", "1/2"), f"ERROR: --parity-shard {NEEDS_SUITE}"),
+        (("--parity-baseline", str(EQUAL_SHARE_BASELINE)), f"ERROR: --parity-baseline {NEEDS_SUITE}"),
+        (("--parity-allow-oracle-drift",), f"ERROR: --parity-allow-oracle-drift {NEEDS_SUITE}"),
+        (("--parity-device=cpu",), f"ERROR: --parity-device {NEEDS_SUITE}"),
+    ],
+)  # fmt: skip
+def test_parity_options_without_a_suite_are_a_usage_error(tmp_path: Path, argv: tuple[str, ...], says: str) -> None:
+    """Never the repository's own tests passing in place of a comparison."""
+    proc, spy = run_in_trivial_repo(tmp_path, *argv)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(says), proc.stderr[-2000:]
+    assert proc.stdout == ""
+    assert not spy.exists(), spy.read_text()
+
+
+def test_the_help_states_the_accepted_size_and_every_option_needs_a_suite() -> None:
+    from harness.commands.options import non_negative_int
+    from harness.pytest_plugin import OPTIONS_NEEDING_A_SUITE, SUITE_OPTION
+
+    assert non_negative_int("0") == 0  # the value --parity-size accepts, as the CLI's --size does
+    proc = run_pytest("--help")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    help_text = " ".join(proc.stdout.split())
+    size_help = help_text.partition("--parity-size=N ")[2]
+    assert size_help.startswith("generated layout cases, >= 0"), size_help[:200]
+    # An option added later is refused without a suite too, or this fails.
+    assert set(re.findall(r"--parity-[a-z-]+", help_text)) == {SUITE_OPTION, *OPTIONS_NEEDING_A_SUITE}

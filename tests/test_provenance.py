@@ -35,6 +35,7 @@ def committed_repo(root: Path, files: dict[str, str]) -> str:
     """A fresh git repository at ``root`` holding ``files``, committed; its commit."""
     root.mkdir(parents=True)
     for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     git(root, "init", "-q")
     git(root, "add", "-A")
@@ -111,3 +112,104 @@ def test_collect_adds_the_port_repository_only_for_a_named_port(
     assert with_port["port_repository"]["commit"] == commit
     assert with_port["harness_repository"]["commit"] == repository_state()["commit"] != commit
     assert "port_repository" not in collect(oracle)
+
+
+# A cmd: port's code as the interpreter would find it: its own files, never the
+# interpreter's (whose repository, if any, is someone else's).
+CMD_PORT_FILES = {
+    "far_port_script.py": "print('port')\n",
+    "far_port_script.sh": "echo port\n",
+    "far_port_pkg/__init__.py": "raise RuntimeError('imported: provenance must only locate the module')\n",
+    "far_port_pkg/port.py": "print('port')\n",
+    "far_port_pkg/__main__.py": "print('port')\n",
+}
+
+
+@pytest.fixture
+def cmd_port_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """A committed repository of ``CMD_PORT_FILES``, the working directory (as it
+    is the port process's); the repository and its commit."""
+    repo = tmp_path / "cmd-port-repo"
+    commit = committed_repo(repo, CMD_PORT_FILES)
+    monkeypatch.chdir(repo)
+    return repo, commit
+
+
+@pytest.mark.parametrize(
+    ("command", "source"),
+    [
+        ("python -m far_port_pkg.port", "far_port_pkg/port.py"),
+        ("python -mfar_port_pkg.port --x", "far_port_pkg/port.py"),
+        ("python3 -uB -m far_port_pkg.port", "far_port_pkg/port.py"),
+        ("python -m far_port_pkg", "far_port_pkg/__main__.py"),  # a package runs its __main__
+        ("python -X dev far_port_script.py", "far_port_script.py"),
+        ("python -Xdev -Wignore far_port_script.py", "far_port_script.py"),
+        ("python -W ignore far_port_script.py --mode x", "far_port_script.py"),
+        ("python3.12 -O -u -B -E -s -S -b -q -v far_port_script.py", "far_port_script.py"),
+        ("python -- far_port_script.py", "far_port_script.py"),
+        (f"{sys.executable} -X dev far_port_script.py", "far_port_script.py"),
+        ("env X=1 python far_port_script.py", "far_port_script.py"),
+        ("/usr/bin/env -u HOME X=1 Y=2 python -m far_port_pkg.port", "far_port_pkg/port.py"),
+        ("env -i X=1 env Y=2 python3 -X dev far_port_script.py", "far_port_script.py"),
+        ("env -v --debug -iu HOME --unset=PATH X=1 python far_port_script.py", "far_port_script.py"),
+        ("env -S 'python -X dev' far_port_script.py", "far_port_script.py"),
+        ("bash -o pipefail far_port_script.sh", "far_port_script.sh"),
+        ("env X=1 sh far_port_script.sh", "far_port_script.sh"),
+    ],
+)
+def test_a_cmd_port_records_the_repository_of_its_own_code(
+    cmd_port_repo: tuple[Path, str], command: str, source: str
+) -> None:
+    repo, commit = cmd_port_repo
+    record = port_repository(f"cmd:{command}")
+    assert record["commit"] == commit, record
+    assert record["source"] == str((repo / source).resolve())
+    assert "far_port_pkg" not in sys.modules  # located, never imported (its __init__ raises)
+
+
+def test_env_chdir_moves_where_the_script_is_found(cmd_port_repo: tuple[Path, str], tmp_path: Path) -> None:
+    repo, commit = cmd_port_repo
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.chdir(elsewhere)  # the fixture's monkeypatch.chdir restores the original folder
+    record = port_repository(f"cmd:env -C {repo} python -m far_port_pkg.port")
+    assert record["commit"] == commit and record["source"] == str((repo / "far_port_pkg/port.py").resolve())
+
+
+def test_python_path_is_searched_for_a_module(
+    cmd_port_repo: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, commit = cmd_port_repo
+    monkeypatch.chdir(tmp_path)
+    record = port_repository(f"cmd:env PYTHONPATH={repo} python -m far_port_pkg.port")
+    assert record["commit"] == commit, record
+    isolated = port_repository(f"cmd:env PYTHONPATH={repo} python -I -m far_port_pkg.port")
+    assert isolated["commit"] is None and "far_port_pkg.port" in isolated["reason"], isolated
+
+
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [
+        ("python -c 'print(1)'", "python -c: inline code, no file"),
+        ("python -X dev -c pass", "python -c: inline code, no file"),
+        ("python -uc pass", "python -c: inline code, no file"),
+        ("env X=1 python3 -c pass", "python3 -c: inline code, no file"),
+        ("bash -c 'echo hi'", "bash -c: inline code, no file"),
+        ("bash -ec 'echo hi'", "bash -c: inline code, no file"),
+        ("bash -x +o posix -ec 'echo hi'", "bash -c: inline code, no file"),
+        ("node --eval=1", "node --eval: inline code, no file"),
+        ("node -e 1", "node -e: inline code, no file"),
+        ("python -u", "python: no script or module: it reads its code from stdin"),
+        ("python -", "python: no script or module: it reads its code from stdin"),
+        ("python -m no_such_far_module", "python -m no_such_far_module: module not found"),
+        ("python no_such_script.py", "python: script 'no_such_script.py' is not a file"),
+        ("sh no_such_script.sh", "sh: script 'no_such_script.sh' is not a file"),
+        ("env X=1", "env runs no command"),
+        ("python -m 'far_port_pkg.port.x'", "python -m far_port_pkg.port.x: far_port_pkg.port is not a package"),
+        ("python -m far_port_script.x", "python -m far_port_script.x: far_port_script is not a package"),
+    ],
+)
+def test_a_cmd_port_whose_code_is_no_file_says_why(cmd_port_repo: tuple[Path, str], command: str, reason: str) -> None:
+    record = port_repository(f"cmd:{command}")
+    assert record["commit"] is None and record["path"] is None, record
+    assert record["reason"].startswith(f"cannot locate the port's code: {reason}"), record["reason"]
