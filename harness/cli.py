@@ -16,13 +16,11 @@ import sys
 import warnings
 from typing import Any, TextIO
 
-from harness.cases import CaseError
-from harness.commands import coverage, diff, explore, gate, listing, mutants, nightly, oracle, run, shrink
-from harness.commands.common import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
-from harness.commands.options import Parser
-from harness.port import PortLoadError
-
-COMMANDS = (run, gate, diff, nightly, mutants, shrink, coverage)
+# Only the standard library at import time: the console script imports this module
+# before main() runs, and torch takes seconds to import, so a Ctrl-C then must
+# still land in main()'s handler, not in a traceback.
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+COMMANDS = ("run", "gate", "diff", "nightly", "mutants", "shrink", "coverage", "explore", "list", "oracle")
 
 
 def version_line() -> str:
@@ -48,15 +46,25 @@ class _VersionAction(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    from harness.commands.options import Parser
+
     parser = Parser(prog="parity", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
-        command.register(sub)
-    explore.register(sub)
-    listing.register(sub)
-    oracle.register(sub)
+        module = "listing" if command == "list" else command
+        importlib.import_module(f"harness.commands.{module}").register(sub)
     return parser
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is: what finished is summarised and written."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
 
 
 class _PipeSafe:
@@ -92,6 +100,23 @@ class _PipeSafe:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one ``parity`` command; its exit code (see the module docstring)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Before a command took over (importing torch, say): nothing to write yet.
+        print("\nparity: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
+    import signal
+    import threading
+
+    from harness.cases import CaseError
+    from harness.commands.common import UsageError
+    from harness.port import PortLoadError
+
     # Triton's interpreter evaluates -inf - -inf in numpy before the kernel selects
     # the -inf it wants; the warning is noise in every numeric run.
     warnings.filterwarnings("ignore", "invalid value encountered", RuntimeWarning)
@@ -103,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout = _PipeSafe(stdout)
         except (OSError, ValueError):
             pass  # not a real file (a test's capture): nothing to guard
+    previous_term = None
+    if threading.current_thread() is threading.main_thread():
+        previous_term = signal.signal(signal.SIGTERM, _terminate)
     try:
         code: int = args.func(args)
         return code
@@ -113,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nparity: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
         sys.stdout = stdout
         try:
             sys.stdout.flush()

@@ -91,8 +91,8 @@ def write_tables(outcome: GateOutcome, out_dir: Path) -> None:
 
 
 # What every shard of one gate run shares: the results file's run identity (the
-# whole run's item digest, port and spelling, harness, oracle, device).
-SHARD_IDENTITY = RUN_IDENTITY
+# whole run's item digest, port and spelling, harness, oracle, device) and the baseline.
+SHARD_IDENTITY = (*RUN_IDENTITY, "baseline")
 
 
 def load_shard(directory: Path) -> tuple[pd.DataFrame, dict[str, Any]]:

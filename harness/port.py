@@ -206,7 +206,10 @@ def load_port(spec: str, timeout_s: float = DEFAULT_PORT_TIMEOUT_S) -> Port:
     target = BUILTIN_PORTS.get(spec, spec)
     if ":" not in target:
         known = ", ".join(sorted(BUILTIN_PORTS))
-        raise PortLoadError(f"unknown port {spec!r}: use one of {known} or an import path 'package.module:attr'")
+        raise PortLoadError(
+            f"unknown port {spec!r}: use one of {known}, mutant:NAME, cmd:COMMAND or an import path "
+            "'package.module:attr' (parity list ports)"
+        )
     try:
         return _load_python_port(spec, target)
     except PortLoadError:

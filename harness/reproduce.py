@@ -33,6 +33,7 @@ from pathlib import Path
 
 from harness.cases import CaseError, load_case_file, load_cases, load_item_file
 from harness.model import Case, MergeCase, WorkspaceConfig
+from harness.port import DEFAULT_PORT_TIMEOUT_S
 
 ITEM_KINDS = ("layout", "workspace", "merge", "prefill")
 # The suite name of a run over ``--cases`` files (harness.commands.common.select_suite).
@@ -127,12 +128,21 @@ def resolve_item(
             return ResolvedItem("workspace", config, "its name", wanted, suite)
         if wanted == "workspace":
             raise CaseError(spec, None, "is not a workspace item name (workspace/lenL-seqsS-blkB-dcpDxI)")
+    matches: list[ResolvedItem] = []
     for where, lookup in _lookups(suite, size, case_paths):
         found = lookup(name, wanted)
         if found is not None:
             kind, item = found
             found_in = where.removeprefix("suite ") if where.startswith("suite ") else None
-            return ResolvedItem(kind, item, where, wanted, found_in)
+            if not any(m.item == item for m in matches):
+                matches.append(ResolvedItem(kind, item, where, wanted, found_in))
+    if len(matches) > 1:
+        # A bare name two places give different items (generated merge cases of smoke and ci
+        # share names): diffing the first would silently compare another item than the run did.
+        places = " and ".join(m.source for m in matches)
+        raise CaseError(spec, None, f"names different items in {places}: say which (SUITE/NAME, --suite or --cases)")
+    if matches:
+        return matches[0]
     places = (
         f"--cases {' '.join(case_paths)}"
         if case_paths
@@ -169,7 +179,8 @@ Lookup = Callable[[str, str | None], tuple[str, Item] | None]
 
 
 def _lookups(suite: str | None, size: int | None, case_paths: Sequence[str] | None) -> Iterator[tuple[str, Lookup]]:
-    """Where a name is looked up, in order; each place is loaded only when reached."""
+    """Where a name is looked up, in order; each place is loaded only when reached
+    (a bare name is looked up in every default place, to refuse an ambiguous one)."""
     if case_paths:
         yield f"--cases {' '.join(case_paths)}", _in_cases(load_cases([Path(p) for p in case_paths]), [])
         return
@@ -268,6 +279,7 @@ def reproduce_command(
     size: int | None = None,
     case_paths: Sequence[str] | None = None,
     allow_oracle_drift: bool = False,
+    timeout_s: float | None = None,
     program: Sequence[str] | None = None,
 ) -> str:
     """The ``parity diff`` command, quoted for a POSIX shell, that compares
@@ -275,7 +287,9 @@ def reproduce_command(
     as the run did: ``port_spec`` exactly as ``--port`` was given, ``suite`` the
     run's suite (:data:`CASES_SUITE` for a ``--cases`` run, whose
     ``case_paths`` locate the case's file), its ``--size``, ``device`` and
-    drift override. ``program`` defaults to :func:`program_words`."""
+    drift override, and its ``--timeout`` when it was not the default (a port
+    that needed longer, or was stopped sooner, is diffed with the same limit).
+    ``program`` defaults to :func:`program_words`."""
     bare = name.removesuffix(f"[{kind}]")
     argv = [*(program or program_words()), "diff"]
     if suite == CASES_SUITE or (suite is None and case_paths):
@@ -298,6 +312,8 @@ def reproduce_command(
     argv += ["--port", port_spec, "--level", level_of(kind)]
     if device != "cpu":
         argv += ["--device", device]
+    if timeout_s is not None and timeout_s != DEFAULT_PORT_TIMEOUT_S:
+        argv += ["--timeout", f"{timeout_s:g}"]
     if allow_oracle_drift:
         argv.append("--allow-oracle-drift")
     return shlex.join(argv)

@@ -40,7 +40,13 @@ def render_gate_summary(outcome: GateOutcome) -> str:
         f"{summary['items']} items, {len(verdict.new)} new divergences, {len(verdict.expected)} expected "
         f"(baseline), {len(verdict.stale)} stale baseline entries.",
     ]
-    if not verdict.not_run.empty:
+    if meta.get("interrupted"):
+        lines += [
+            "",
+            f"**Interrupted (Ctrl-C)**: {meta['interrupted']}; the items it did not reach are not run, "
+            "so this gate cannot pass. Run it again to finish.",
+        ]
+    elif not verdict.not_run.empty:
         lines += [
             "",
             f"**{len(verdict.not_run)} items not run**: at levels port `{meta['port']}` does not implement; "
@@ -78,6 +84,7 @@ def render_gate_summary(outcome: GateOutcome) -> str:
                 size=meta.get("size"),
                 case_paths=meta.get("cases"),
                 allow_oracle_drift=bool(meta.get("oracle_drift_overridden")),
+                timeout_s=meta.get("timeout"),
             )
             lines.append(f"  reproduce: `{command}`")
             if row.id in meta.get("shrunk", {}):

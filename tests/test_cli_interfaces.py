@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,23 +32,37 @@ def parity_process(*argv: str) -> subprocess.Popen[str]:
     )
 
 
-def test_ctrl_c_ends_a_run_with_130_its_partial_summary_and_json(tmp_path: Path) -> None:
-    results, report = tmp_path / "rows.jsonl", tmp_path / "run.json"
-    proc = parity_process(
-        "run", "--suite", "smoke", "--level", "layout", "--port", "tests.fault_ports:SlowPort",
-        "--results", str(results), "--json", str(report),
-    )  # fmt: skip
+def interrupt_when(proc: subprocess.Popen[str], ready: Callable[[], bool], sig: int = signal.SIGINT) -> tuple[str, str]:
+    """Send ``sig`` once ``ready()`` holds (the run is comparing items); its output."""
     deadline = time.monotonic() + 120
-    # Interrupt once a few items are in the results file (header line + rows).
-    while time.monotonic() < deadline and proc.poll() is None:
-        if results.exists() and len(results.read_text().splitlines()) >= 4:
-            break
+    while time.monotonic() < deadline and proc.poll() is None and not ready():
         time.sleep(0.1)
     assert proc.poll() is None, "the run ended before it could be interrupted"
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    proc.send_signal(sig)
+    return proc.communicate(timeout=120)
+
+
+def rows_written(results: Path) -> int:
+    """Rows in a results file so far (its first line is the header)."""
+    return len(results.read_text().splitlines()) - 1 if results.exists() else 0
+
+
+def interrupted_slow_run(command: str, results: Path, *argv: str, sig: int = signal.SIGINT) -> tuple[str, str]:
+    """``parity COMMAND`` over smoke's layouts with a slow exact port, stopped by
+    ``sig`` once a few items are in ``results``: it must exit 130 without a traceback."""
+    proc = parity_process(
+        command, "--suite", "smoke", "--level", "layout", "--port", "tests.fault_ports:SlowPort",
+        "--results", str(results), *argv,
+    )  # fmt: skip
+    out, err = interrupt_when(proc, lambda: rows_written(results) >= 3, sig)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     assert "Traceback" not in out + err
+    return out, err
+
+
+def test_ctrl_c_ends_a_run_with_130_its_partial_summary_and_json(tmp_path: Path) -> None:
+    results, report = tmp_path / "rows.jsonl", tmp_path / "run.json"
+    out, _ = interrupted_slow_run("run", results, "--json", str(report))
     assert "verdict INCOMPLETE" in out and "interrupted:" in out
     document = json.loads(report.read_text())
     counts = document["summary"]["counts"]
@@ -152,3 +167,99 @@ def test_port_help_names_every_form_and_every_default() -> None:
                 help_text = " ".join((action.help or "").split())
                 shown = "default" in help_text or f"(default: {action.default})" in text
                 assert shown, f"parity {name} {action.option_strings[0]}: default {action.default!r} not in its help"
+
+
+def test_ctrl_c_ends_a_gate_with_130_and_its_outputs_saying_interrupted(tmp_path: Path) -> None:
+    out, results = tmp_path / "gate", tmp_path / "rows.jsonl"
+    interrupted_slow_run("gate", results, "--out", str(out))
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("## Parity gate: INCOMPLETE") and "**Interrupted (Ctrl-C)**" in summary
+    assert json.loads((out / "gate.json").read_text())["interrupted"].startswith("stopped after ")
+    assert (out / "junit.xml").exists() and (out / "results.parquet").exists()
+
+
+def test_sigterm_is_handled_as_ctrl_c(tmp_path: Path) -> None:
+    results, report = tmp_path / "rows.jsonl", tmp_path / "run.json"
+    out, _ = interrupted_slow_run("run", results, "--json", str(report), sig=signal.SIGTERM)
+    assert "verdict INCOMPLETE" in out
+    assert json.loads(report.read_text())["summary"]["verdict"] == "incomplete"
+
+
+def test_ctrl_c_while_the_gate_shrinks_keeps_its_verdict_and_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import harness.commands.gate
+
+    def interrupted(*args: object, **kwargs: object) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(harness.commands.gate, "guarded_shrink", interrupted)
+    out = tmp_path / "gate"
+    case = ROOT / "cases" / "smoke" / "upstream-worst-case.json"
+    code = main(["gate", "--cases", str(case), "--level", "layout", "--port", "mutant:legacy-grid", "--out", str(out)])
+    assert code == 130
+    assert "interrupted while shrinking" in capsys.readouterr().err
+    summary = (out / "summary.md").read_text()
+    # Every item was compared, so the verdict is the real one: the mutant fails.
+    assert summary.startswith("## Parity gate: FAIL") and (out / "junit.xml").exists()
+    assert json.loads((out / "gate.json").read_text())["shrink_interrupted"] is True
+
+
+def test_merge_judges_shards_with_the_baseline_they_ran_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"port": "per_request", "entries": []}))
+    cases = [str(ROOT / "cases" / "smoke" / name) for name in ("upstream-worst-case.json", "dcp-tiny.json")]
+    shards = []
+    for k in (1, 2):
+        shards.append(str(tmp_path / f"shard{k}"))
+        argv = ["gate", "--cases", *cases, "--level", "layout", "--shard", f"{k}/2", "--out", shards[-1]]
+        assert main([*argv, "--baseline", str(baseline)]) == 0
+    capsys.readouterr()
+    assert main(["merge", *shards, "--out", str(tmp_path / "merged")]) == 2
+    err = capsys.readouterr().err
+    assert "the shards ran with baseline" in err and "no --baseline" in err and err.count("\n") == 1
+    assert main(["merge", *shards, "--baseline", str(baseline), "--out", str(tmp_path / "merged")]) == 0
+
+
+def test_a_gate_with_a_timeout_reproduces_with_it() -> None:
+    from harness.reproduce import reproduce_command
+
+    assert "--timeout 3" in reproduce_command("skew-0001", "layout", "ci", "per_request", timeout_s=3.0)
+    assert "--timeout" not in reproduce_command("skew-0001", "layout", "ci", "per_request", timeout_s=300.0)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["diff", "x", "--timeout", "0"])
+    assert build_parser().parse_args(["diff", "x", "--timeout", "2.5"]).timeout == 2.5
+
+
+def test_a_bare_name_two_suites_give_different_items_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    # Generated merge cases of smoke and ci share names but not contents.
+    assert main(["diff", "numeric-uniform-0009[layout]"]) == 2
+    err = capsys.readouterr().err
+    assert "names different items in suite smoke and suite ci" in err and err.count("\n") == 1
+
+
+def test_layers_harness_never_calls_up_into_reports_nor_keeps_a_timeout_global() -> None:
+    import ast
+
+    # The two user interfaces (the CLI and the pytest plugin) sit above the commands.
+    interfaces = {"cli.py", "pytest_plugin.py"}
+    for path in sorted((ROOT / "harness").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith("reports"), f"{path.name} imports {node.module}"
+                if path.name not in interfaces:
+                    assert not node.module.startswith("harness.commands"), f"{path.name} imports {node.module}"
+        assigned = [t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
+        assert "PORT_TIMEOUT_S" not in assigned, path.name
+    probe = "import sys, harness.cli; print('torch' in sys.modules)"
+    # The console script imports harness.cli before main(): it must be cheap, so an early Ctrl-C reaches main.
+    assert subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True).stdout == "False\n"
+
+
+def test_an_unknown_port_names_every_form(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--suite", "smoke", "--port", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert all(form.split(":")[0] in err for form, _ in PORT_FORMS) and err.count("\n") == 1

@@ -25,10 +25,10 @@ from harness.commands.common import (
     select_device,
     write_output,
 )
-from harness.commands.options import device_option, port_options
+from harness.commands.options import device_option, non_negative_int, port_options, positive_seconds
 from harness.kernels import SharedKernels
 from harness.model import Case, MergeCase, WorkspaceConfig
-from harness.port import Port, load_port, port_levels
+from harness.port import DEFAULT_PORT_TIMEOUT_S, Port, load_port, port_levels
 from harness.reproduce import ResolvedItem, level_of, resolve_item
 from harness.runner import LEVELS, CaseResult, run_item, selected_levels
 
@@ -47,7 +47,12 @@ def register(sub: Any) -> None:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--suite", help="suite to look a name up in (default: the id's, else smoke, then ci)")
     where.add_argument("--cases", nargs="+", metavar="FILE_OR_DIR", help="look the name up in these case files")
-    p.add_argument("--size", type=int, help="the suite's generated layout case count, as the run that printed it had")
+    p.add_argument(
+        "--size", type=non_negative_int, help="the suite's generated layout case count, as the run that printed it had"
+    )
+    p.add_argument(
+        "--timeout", type=positive_seconds, default=DEFAULT_PORT_TIMEOUT_S, help="seconds a port call may take"
+    )
     p.add_argument(
         "--level",
         choices=(*LEVELS, "all"),
@@ -58,14 +63,12 @@ def register(sub: Any) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    if args.size is not None and args.size < 0:
-        raise UsageError(f"--size: must be >= 0, got {args.size}")
     resolved = resolve_item(args.case, args.suite, args.size, args.cases)
     kinds = diff_kinds(resolved, args.case, args.level)  # refuse an empty selection before any work
     json_path = Path(args.json) if args.json else None
     if json_path is not None and not json_path.parent.is_dir():
         raise UsageError(f"--json {json_path}: folder {json_path.parent} does not exist")
-    port = load_port(args.port)
+    port = load_port(args.port, args.timeout)
     try:
         chosen = args.level is not None or resolved.wanted is not None
         missing = [k for k in kinds if level_of(k) not in port_levels(port)]
@@ -83,7 +86,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             f"oracle {provenance['release']} (upstream {provenance['upstream_commit']})  vs  port {port.name}"
             f"  on {args.device}  ({resolved.item.name}, from {resolved.source})"
         )
-        results = compare_and_print(oracle, port, resolved.item, kinds, kernels, args.device)
+        results = compare_and_print(oracle, port, resolved.item, kinds, kernels, args.device, args.timeout)
     finally:
         close_port(port)
     code = EXIT_PARITY if all(r.ok for r in results) else EXIT_DIVERGENT
@@ -150,6 +153,7 @@ def compare_and_print(
     kinds: list[str],
     kernels: SharedKernels,
     device: str,
+    timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> list[CaseResult]:
     """Compare ``item`` at each of ``kinds`` and print what ``parity diff``
     prints (also ``parity explore --replay``'s output); return the results."""
@@ -168,7 +172,7 @@ def compare_and_print(
     elif isinstance(item, Case) and "layout" not in kinds:
         print("\n".join(case_lines(item)))
     for kind in kinds:
-        result = run_item(oracle, port, kind, item, kernels, device)
+        result = run_item(oracle, port, kind, item, kernels, device, timeout_s)
         results.append(result)
         if isinstance(item, Case) and kind == "layout":
             print(format_diff(item, result))

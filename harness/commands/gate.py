@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from harness.commands.common import (
     EXIT_PARITY,
     EXIT_USAGE,
     Execution,
+    UsageError,
     close_port,
     execute,
     guarded_shrink,
@@ -54,6 +56,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
     entries = _baseline_entries(args.baseline)
     table, meta = merge_shards([Path(d) for d in args.shards])
+    ran_with = meta.get("baseline")
+    given = baseline_identity(args.baseline)
+    if "baseline" in meta and (ran_with or {}).get("sha256") != (given or {}).get("sha256"):
+        ran = f"baseline {ran_with['path']}" if ran_with else "no baseline"
+        now = f"--baseline {args.baseline}" if args.baseline else "no --baseline"
+        raise UsageError(
+            f"{args.shards[0]}: the shards ran with {ran} (sha256 {(ran_with or {}).get('sha256', '-')[:12]}), "
+            f"merge was given {now}: judge them with the baseline they ran with"
+        )
     return _finish_gate(judge(table, meta, entries, check_stale=True), Path(args.out))
 
 
@@ -66,19 +77,30 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
     out_dir = Path(args.out or f"reports/out/gate-{port.name}")
     if done.interrupted:
         # What finished is written (the unfinished items are not-run rows); no shrinking.
-        outcome.meta["interrupted"] = True
-        code = _finish_gate(outcome, out_dir)
-        return EXIT_INTERRUPTED if code != EXIT_USAGE else code
+        compared = int((done.table["status"] != "not-run").sum())
+        outcome.meta["interrupted"] = f"stopped after {compared} of {len(done.table)} items"
+        return _interrupted(_finish_gate(outcome, out_dir))
     # The first new layout divergences come with a shrunk case that reproduces them.
     cases = {c.name: c for c in suite.cases}
     new_layout = outcome.verdict.new
     new_layout = new_layout[(new_layout["kind"] == "layout") & (new_layout["status"] == "divergent")].head(3)
-    outcome.meta["shrunk"] = {
-        row.id: guarded_shrink(oracle, port, cases[row.name], out_dir / "shrunk" / f"{row.name}.json")
-        for row in new_layout.itertuples(index=False)
-        if row.name in cases
-    }
+    shrunk: dict[str, str] = {}
+    outcome.meta["shrunk"] = shrunk
+    try:
+        for row in new_layout.itertuples(index=False):
+            if row.name in cases:
+                shrunk[row.id] = guarded_shrink(oracle, port, cases[row.name], out_dir / "shrunk" / f"{row.name}.json")
+    except KeyboardInterrupt:
+        # Every item was compared: the verdict stands; only the shrinking was cut short.
+        print("\nparity: interrupted while shrinking; writing the gate's outputs", file=sys.stderr)
+        outcome.meta["shrink_interrupted"] = True
+        return _interrupted(_finish_gate(outcome, out_dir))
     return _finish_gate(outcome, out_dir)
+
+
+def _interrupted(code: int) -> int:
+    """An interrupted gate exits 130 once its outputs are written (2 if they could not be)."""
+    return code if code == EXIT_USAGE else EXIT_INTERRUPTED
 
 
 def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
@@ -102,6 +124,9 @@ def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
         "port_spec": args.port,
         # Case files a --cases run read, so its reproduce lines can name them.
         "cases": args.cases,
+        "timeout": args.timeout,
+        # Which expected divergences judged it: parity merge must judge the shards alike.
+        "baseline": baseline_identity(args.baseline),
         "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
         "oracle_drift_overridden": provenance["oracle_drift_overridden"],
         "provenance": collect(provenance, args.port, done.port),
@@ -124,6 +149,19 @@ def _finish_gate(outcome: Any, out_dir: Path) -> int:
         return code or EXIT_USAGE
     print(f"\nwrote {out_dir}/summary.md, junit.xml, results.parquet")
     return code
+
+
+def baseline_identity(path: str | None) -> dict[str, str] | None:
+    """The baseline file a gate ran with: its path and the sha256 of its bytes."""
+    if not path:
+        return None
+    import hashlib
+
+    try:
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the baseline ({exc.strerror or exc})") from None
+    return {"path": path, "sha256": digest}
 
 
 def _baseline_entries(path: str | None) -> list[Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any
+from typing import Any, NoReturn
 
 from harness.runner import LEVELS
 from harness.suites import suite_names
@@ -36,11 +36,15 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """Every ``parity`` parser: help with defaults."""
+    """Every ``parity`` parser: help with defaults, and bad usage as one line
+    (exit 2) pointing at the help, like every other bad input."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def port_options(p: argparse.ArgumentParser) -> None:
