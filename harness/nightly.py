@@ -45,7 +45,16 @@ from harness.coverage import JudgedCoverage, nightly_coverage
 from harness.port import BUILTIN_PORTS, Port
 from harness.provenance import collect, port_repository
 from harness.results_file import items_digest
-from harness.runner import NOT_RUN, PARITY, CaseResult, Shard, count_items, run_items, selected_item_ids
+from harness.runner import (
+    NOT_RUN,
+    PARITY,
+    CaseResult,
+    Shard,
+    count_items,
+    run_items,
+    selected_item_ids,
+    unfinished_items,
+)
 from harness.suites import CASES_DIR, Suite
 from harness.summary import results_table, summarise_table
 
@@ -191,6 +200,15 @@ def explore_verdict(night: Night, port: str) -> str:
     return next((r["verdict"] for r in night.explore if r["port"] == port), "incomplete")
 
 
+def judges_explore(port: PortNight) -> bool:
+    """Whether a port's explore finds count in the night's verdict: only for a
+    port the night expects at parity everywhere (no baseline). A port with
+    expected divergences (equal_share, the legacy reference) diverges on most
+    inputs by design, and a find has no family or case a baseline entry could
+    name; its finds are listed on the page, marked as not judged."""
+    return port.baseline is None
+
+
 def night_verdict(night: Night, gated_ports: Collection[str] | None = None) -> str:
     """``PASS``, ``FAIL`` or ``INCOMPLETE`` over ``gated_ports`` (default: every
     port of the night), each against its baseline: FAIL when one has a new
@@ -200,7 +218,7 @@ def night_verdict(night: Night, gated_ports: Collection[str] | None = None) -> s
         return "INCOMPLETE"
     ports = [p for p in night.ports if gated_ports is None or p.port in gated_ports]
     verdicts = [p.verdict for p in ports]
-    searches = [explore_verdict(night, p.port) for p in ports]
+    searches = [explore_verdict(night, p.port) for p in ports if judges_explore(p)]
     if FAIL in verdicts or "found" in searches:
         return "FAIL"
     if not ports or INCOMPLETE in verdicts or NO_ITEMS in verdicts or "incomplete" in searches:
@@ -439,11 +457,12 @@ def _read_history_lines(path: Path) -> tuple[list[dict[str, Any]], list[tuple[in
     corrupt: list[tuple[int, str, str]] = []
     if not path.exists():
         return records, corrupt
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise CaseError(str(path), None, "the history store is not UTF-8 text") from None
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            corrupt.append((number, raw.decode("utf-8", "replace"), f"not UTF-8 text ({exc.reason})"))
+            continue
         if not line.strip():
             continue
         try:
@@ -633,6 +652,9 @@ def _run_locked(
                         advance(result)
             except KeyboardInterrupt:
                 night.interrupted = True
+                # What the port did not reach is not-run, so its row can never read PASS.
+                finished = {r.id for r in results}
+                results += unfinished_items(plan.suite, plan.levels, plan.shard, finished)
             finally:
                 if bar is not None:
                     bar.stop()

@@ -41,6 +41,7 @@ from harness.nightly import (
     PortNight,
     Tally,
     explore_verdict,
+    judges_explore,
     gpu_report_date,
     night_verdict,
     read_history,
@@ -273,6 +274,9 @@ def since_previous(verdict: str, previous: dict[str, Any] | None) -> str:
         before = PASS if previous.get("pass_rate") == 1.0 else "unknown"
     if verdict == FAIL:
         return "still failing" if before == FAIL else "NEW FAILURE"
+    if verdict == INCOMPLETE:
+        # Items not run tonight: nothing can be said fixed, whatever the night before.
+        return "unchanged" if before == INCOMPLETE else "now incomplete"
     if before == FAIL:
         return "fixed"
     return "unchanged"
@@ -366,6 +370,14 @@ def chunk_table(night: Night) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+NOT_JUDGED = " (not judged: the port has expected divergences, so its finds do not fail the night)"
+
+
+def _explore_judged(night: Night, result: dict[str, Any]) -> bool:
+    port = next((p for p in night.ports if p.port == result["port"]), None)
+    return port is None or judges_explore(port)
+
+
 def explore_table(result: dict[str, Any]) -> pd.DataFrame:
     """One row per searched property of a ``parity explore`` result (its JSON form)."""
     columns = ["name", "examples", "refused", "seconds", "ended_by", "finds"]
@@ -419,7 +431,7 @@ th { background: #f3f3f3; }
 .fail { background: #f7c6c6; }
 .expected { background: #fff0c2; }
 .new { background: #c62828; color: #fff; font-weight: bold; }
-.incomplete { background: #fff2b3; }
+.incomplete { background: #dde3ee; }
 .banner { border: 2px solid #e0b000; padding: 0.6em; font-weight: bold; }
 .stale { background: #fff0c2; border-left: 6px solid #e08000; padding: 0.5em 0.8em; font-weight: bold; }
 .legend span { padding: 1px 6px; margin-right: 0.6em; }
@@ -634,7 +646,11 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
     if night.explore:
         parts.append('<h2 id="explore">Property-based exploration (parity explore)</h2>')
         for result in night.explore:
-            parts.append(f"<h3>{html.escape(result['port_spec'])}: {html.escape(result['verdict'].upper())}</h3>")
+            note = "" if _explore_judged(night, result) else NOT_JUDGED
+            parts.append(
+                f"<h3>{html.escape(result['port_spec'])}: {html.escape(result['verdict'].upper())}"
+                f"{html.escape(note)}</h3>"
+            )
             parts.append(html_table(explore_table(result), css="explore"))
             for find in result["finds"]:
                 parts.append(
@@ -682,7 +698,9 @@ def render_markdown(night: Night, history: pd.DataFrame | None = None) -> str:
         lines += [f"## {headline(night.coverage)}", "", coverage_markdown(night.coverage)]
     if night.explore:
         lines += ["## Property-based exploration (parity explore)", ""]
-        lines += [result["markdown"] for result in night.explore]
+        for result in night.explore:
+            note = "" if _explore_judged(night, result) else f"_{result['port_spec']}{NOT_JUDGED}_\n"
+            lines += [note + result["markdown"]]
     if night.gpu:
         path, report = night.gpu
         date = gpu_report_date(path, report)

@@ -94,3 +94,18 @@ class SlowPort(PerRequestPort):
     def plan_layout(self, case: Case) -> Layout:
         time.sleep(0.2)
         return super().plan_layout(case)
+
+
+class InterruptingPort(PerRequestPort):
+    """Exact, until the user's Ctrl-C arrives during its fifth layout."""
+
+    name = "interrupting"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def plan_layout(self, case: Case) -> Layout:
+        self.calls += 1
+        if self.calls == 5:
+            raise KeyboardInterrupt
+        return super().plan_layout(case)

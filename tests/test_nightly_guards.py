@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import harness.nightly as nightly
+from harness.cli import main
 from harness.baseline import load_baseline
 from harness.cases import CaseError
 from harness.nightly import (
@@ -240,3 +241,23 @@ def test_lock_is_released_when_the_holder_dies(tmp_path: Path) -> None:
         except CaseError:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+
+
+def test_a_history_line_that_is_not_utf8_is_skipped_not_fatal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "history.jsonl"
+    good = {"date": "2026-11-26", "port": "per_request", "suite": "nightly", "items": 10, "pass_rate": 1.0}
+    path.write_bytes(json.dumps(good).encode() + b'\n{"date": "2026-11-27", "port": "\xc3\n')
+    assert read_history(path)["date"].tolist() == ["2026-11-26"]
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning.startswith(f"parity: warning: {path}:2") and "not UTF-8" in warning
+
+
+def test_an_interrupted_port_is_incomplete_never_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["nightly", "--size", "20", "--ports", "tests.fault_ports:InterruptingPort", "--level", "layout",
+            "--skip-mutants", "--explore-budget-s", "0", "--out", str(tmp_path), "--date", "2026-11-29"]  # fmt: skip
+    assert main(argv) == 130
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("interrupting")]
+    assert line.split()[1] == "INCOMPLETE", line
+    assert main([*argv[:-1], ""]) == 2  # --date "" is not today: it is refused

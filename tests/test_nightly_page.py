@@ -335,3 +335,33 @@ def test_an_older_gpu_report_says_it_is_not_tonights() -> None:
     # The GPU tables are rendered like every other: no index column.
     gpu_tables = parse_tables(page.split('id="gpu"')[1])
     assert all(t["body_th"] == 0 and len(t["head"]) == 1 for t in gpu_tables.values())
+
+
+def test_explore_finds_fail_the_night_only_for_a_port_expected_at_parity() -> None:
+    clean = port_night("per_request", clean_rows())
+    covered = port_night("equal_share", legacy_rows(), family_baseline("equal_share", "skew", "uniform"))
+    night = night_of(clean, covered)
+    night.explore_budget_s = 5.0
+    clean_search = {"port": "per_request", "port_spec": "per_request", "verdict": "clean", "finds": [], "runs": []}
+    legacy_find = {"port": "equal_share", "port_spec": "equal_share", "verdict": "found", "finds": [], "runs": []}
+    night.explore = [{**clean_search, "markdown": ""}, {**legacy_find, "markdown": ""}]
+    # equal_share diverges by design (its baseline says so): its finds are listed, not judged.
+    assert night_exit_code(night) == EXIT_PASS
+    assert "not judged: the port has expected divergences" in render_html(night, pd.DataFrame())
+    # A find for a port expected at parity everywhere fails the night.
+    night.explore[0] = {**clean_search, "verdict": "found", "markdown": ""}
+    assert night_exit_code(night) == EXIT_DIVERGENT
+
+
+def test_incomplete_is_never_fixed_and_has_its_own_colour() -> None:
+    not_run = [*clean_rows()[:4], item(4, "skew", level="prefill", status="not-run")]
+    incomplete = port_night("per_request", not_run)
+    assert incomplete.verdict == "incomplete"
+    history = pd.DataFrame([{"date": "2026-11-27", "port": "per_request", "verdict": "fail", "new": 2, "pass_rate": 0.5}])
+    tables = parse_tables(render_html(night_of(incomplete), history))
+    header = [text for _, text in tables["ports"]["head"][0]]
+    row = dict(zip(header, tables["ports"]["body"][0], strict=True))
+    assert row["since previous night"][1] == "now incomplete"
+    page = render_html(night_of(incomplete), history)
+    colours = {name: page.split(f".{name} {{ background: ")[1].split(";")[0] for name in ("expected", "incomplete")}
+    assert colours["expected"] != colours["incomplete"]

@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
         metavar="PORT=FILE",
         help="judge PORT (its name or --ports spelling) against the expected divergences in FILE "
         "(harness/baseline.py; repeatable; PORT=none for no baseline); a built-in port defaults to "
-        "cases/baselines/<port>.json when it exists",
+        "cases/baselines/<port>-<suite>.json, else cases/baselines/<port>.json, when it exists",
     )
     p_nightly.add_argument(
         "--gpu-reports", default="reports/gpu", help="the latest <date>.json here is the report's GPU section"
@@ -80,7 +80,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     from harness.port import BUILTIN_PORTS
     from reports.nightly import write_report
 
-    date = validate_night_date(args.date) if args.date else datetime.date.today().isoformat()
+    date = validate_night_date(args.date) if args.date is not None else datetime.date.today().isoformat()
     baselines = parse_baseline_options(args.baseline)
     out_dir = Path(args.out) / date
     history = Path(args.history) if args.history else Path(args.out) / "history.jsonl"
