@@ -55,7 +55,7 @@ def test_every_results_and_gate_id_names_its_item() -> None:
     items = smoke_items()
     assert {kind for kind, _ in items} == {"layout", "workspace", "merge", "prefill"}
     ci = load_suite("ci")
-    in_ci = {item.name: item for item in (*ci.cases, *ci.merge_cases)}
+    in_ci: dict[str, Case | MergeCase] = {c.name: c for c in ci.cases} | {m.name: m for m in ci.merge_cases}
     ambiguous = 0
     for kind, item in items:
         assert_names(f"smoke/{item_id(kind, item.name)}", kind, item)

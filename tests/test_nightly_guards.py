@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 import harness.nightly as nightly
-from harness.cli import main
 from harness.baseline import load_baseline
 from harness.cases import CaseError
+from harness.cli import main
 from harness.nightly import (
     BASELINES_DIR,
     NightlyPlan,

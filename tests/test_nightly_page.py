@@ -357,7 +357,9 @@ def test_incomplete_is_never_fixed_and_has_its_own_colour() -> None:
     not_run = [*clean_rows()[:4], item(4, "skew", level="prefill", status="not-run")]
     incomplete = port_night("per_request", not_run)
     assert incomplete.verdict == "incomplete"
-    history = pd.DataFrame([{"date": "2026-11-27", "port": "per_request", "verdict": "fail", "new": 2, "pass_rate": 0.5}])
+    history = pd.DataFrame(
+        [{"date": "2026-11-27", "port": "per_request", "verdict": "fail", "new": 2, "pass_rate": 0.5}]
+    )
     tables = parse_tables(render_html(night_of(incomplete), history))
     header = [text for _, text in tables["ports"]["head"][0]]
     row = dict(zip(header, tables["ports"]["body"][0], strict=True))
