@@ -98,7 +98,7 @@ def test_report_and_history(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert 'id="incomplete"' not in page and "against its baseline): INCOMPLETE" not in page
     assert '<td class="pass">PASS</td>' in page  # per_request, at parity
     assert 'id="ports"' in page and 'id="verdicts"' in page and 'id="chunks"' in page and "Port equal_share" in page
-    assert "cases/baselines/equal_share.json" in page  # equal_share is judged against its shipped baseline
+    assert "cases/baselines/equal_share-nightly.json" in page  # equal_share: its shipped nightly baseline
     assert page.count("data:image/png;base64,") >= 4  # chunks, ULP histogram, two history plots
     assert "http://" not in page and "https://" not in page  # self-contained
     assert "b38e111d3e" in page and "&quot;fingerprints&quot;" in page and "&quot;dirty&quot;" in page

@@ -342,14 +342,15 @@ def test_explore_finds_fail_the_night_only_for_a_port_expected_at_parity() -> No
     covered = port_night("equal_share", legacy_rows(), family_baseline("equal_share", "skew", "uniform"))
     night = night_of(clean, covered)
     night.explore_budget_s = 5.0
-    clean_search = {"port": "per_request", "port_spec": "per_request", "verdict": "clean", "finds": [], "runs": []}
-    legacy_find = {"port": "equal_share", "port_spec": "equal_share", "verdict": "found", "finds": [], "runs": []}
-    night.explore = [{**clean_search, "markdown": ""}, {**legacy_find, "markdown": ""}]
+    empty: dict[str, Any] = {"finds": [], "properties": [], "markdown": ""}
+    clean_search = {"port": "per_request", "port_spec": "per_request", "verdict": "clean", **empty}
+    legacy_find = {"port": "equal_share", "port_spec": "equal_share", "verdict": "found", **empty}
+    night.explore = [clean_search, legacy_find]
     # equal_share diverges by design (its baseline says so): its finds are listed, not judged.
     assert night_exit_code(night) == EXIT_PASS
     assert "not judged: the port has expected divergences" in render_html(night, pd.DataFrame())
     # A find for a port expected at parity everywhere fails the night.
-    night.explore[0] = {**clean_search, "verdict": "found", "markdown": ""}
+    night.explore[0] = {**clean_search, "verdict": "found"}
     assert night_exit_code(night) == EXIT_DIVERGENT
 
 
