@@ -52,6 +52,8 @@ def render_gate_summary(outcome: GateOutcome) -> str:
             f"**{len(verdict.not_run)} items not run**: at levels port `{meta['port']}` does not implement; "
             "nothing was compared there (narrow the gate with `--level`).",
         ]
+    if meta.get("rejudged"):
+        lines += ["", f"**Re-judged (`parity merge --rejudge`)**: {meta['rejudged']}."]
     if meta.get("oracle_drift_overridden"):
         lines += ["", "**Oracle fingerprints overridden: the oracle may not be the pinned upstream.**"]
     if not verdict.stale_checked:

@@ -221,6 +221,10 @@ def test_merge_judges_shards_with_the_baseline_they_ran_with(
     err = capsys.readouterr().err
     assert "the shards ran with baseline" in err and "no --baseline" in err and err.count("\n") == 1
     assert main(["merge", *shards, "--baseline", str(baseline), "--out", str(tmp_path / "merged")]) == 0
+    assert "Re-judged" not in (tmp_path / "merged" / "summary.md").read_text()
+    # An explicit re-judgement is allowed, and the summary says what it did.
+    assert main(["merge", *shards, "--rejudge", "--out", str(tmp_path / "rejudged")]) == 0
+    assert "judged here with no --baseline" in (tmp_path / "rejudged" / "summary.md").read_text()
 
 
 def test_a_gate_with_a_timeout_reproduces_with_it() -> None:

@@ -147,8 +147,13 @@ def measured(gate_dir: Path) -> list[dict[str, Any]]:
 def rejudge(capsys: pytest.CaptureFixture[str], gate_dir: Path, entries: list[dict[str, Any]], out: Path) -> int:
     baseline = out.parent / f"{out.name}-baseline.json"
     baseline.write_text(json.dumps({"entries": entries}))
-    code = main(["merge", str(gate_dir), "--baseline", str(baseline), "--out", str(out)])
+    code = main(["merge", str(gate_dir), "--baseline", str(baseline), "--rejudge", "--out", str(out)])
     capsys.readouterr()
+    if code in (0, 1):
+        assert (
+            "**Re-judged (`parity merge --rejudge`)**: the shards ran with no baseline"
+            in (out / "summary.md").read_text()
+        )
     return code
 
 

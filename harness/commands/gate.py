@@ -36,6 +36,11 @@ def register(sub: Any) -> None:
     p_merge = sub.add_parser("merge", help="combine sharded gate outputs into one summary and report")
     p_merge.add_argument("shards", nargs="+", metavar="DIR", help="the shard gates' output folders")
     p_merge.add_argument("--baseline", metavar="FILE", help="the baseline the shards ran with")
+    p_merge.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="judge the shards against --baseline although they ran with another (the summary says so)",
+    )
     p_merge.add_argument("--out", metavar="DIR", required=True, help="output folder")
     p_merge.set_defaults(func=cmd_merge)
 
@@ -61,10 +66,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if "baseline" in meta and (ran_with or {}).get("sha256") != (given or {}).get("sha256"):
         ran = f"baseline {ran_with['path']}" if ran_with else "no baseline"
         now = f"--baseline {args.baseline}" if args.baseline else "no --baseline"
-        raise UsageError(
-            f"{args.shards[0]}: the shards ran with {ran} (sha256 {(ran_with or {}).get('sha256', '-')[:12]}), "
-            f"merge was given {now}: judge them with the baseline they ran with"
-        )
+        if not args.rejudge:
+            raise UsageError(
+                f"{args.shards[0]}: the shards ran with {ran} (sha256 {(ran_with or {}).get('sha256', '-')[:12]}), "
+                f"merge was given {now}: judge them with the baseline they ran with, or pass --rejudge"
+            )
+        meta = {**meta, "baseline": given, "rejudged": f"the shards ran with {ran}; judged here with {now}"}
     return _finish_gate(judge(table, meta, entries, check_stale=True), Path(args.out))
 
 
