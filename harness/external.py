@@ -22,15 +22,21 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from harness.model import Case, Layout, WorkspaceConfig, layout_from_json
 from harness.port import DEFAULT_PORT_TIMEOUT_S
 
+if TYPE_CHECKING:
+    from harness.kernels import SharedKernels
+    from harness.numeric import MergeInputs, PrefillInputs
+
 PROTOCOL_VERSION = 1
 STDERR_TAIL = 600
+# The ops that exchange tensors through safetensors files; each is a level.
+TENSOR_OPS = ("merge", "prefill")
 
 
 class ExternalPortError(Exception):
@@ -58,7 +64,7 @@ class ExternalPort:
         self._start()
         self.name = str(self.hello.get("name", Path(self.command[0]).name))
         # The levels the port declares; the harness runs only these for it.
-        self.levels = tuple(lv for lv in self.hello.get("levels", ["layout"]) if lv in ("layout", "merge"))
+        self.levels = tuple(lv for lv in self.hello.get("levels", ["layout"]) if lv in TENSOR_OPS or lv == "layout")
         atexit.register(self.close)
 
     # -- process ---------------------------------------------------------------------------------
@@ -129,6 +135,28 @@ class ExternalPort:
         self._kill()
         return ExternalPortError(reason + (f"; stderr: ...{tail}" if tail else ""))
 
+    def _send(self, data: bytes, deadline: float) -> None:
+        """Write one request within the deadline: a port that stops reading its
+        input (a request can be megabytes of case JSON) times out like one that
+        stops answering, never blocks the harness."""
+        assert self._process is not None and self._process.stdin is not None
+        fd = self._process.stdin.fileno()
+        os.set_blocking(fd, False)
+        view = memoryview(data)
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._fail(f"port did not read its request within {self.timeout_s:g} s")
+            _, writable, _ = select.select([], [fd], [], min(left, 0.2))
+            if not writable:
+                continue
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise self._fail(f"port closed its input ({exc.strerror or exc})") from None
+
     def _readline(self, deadline: float) -> bytes:
         assert self._process is not None and self._process.stdout is not None
         fd = self._process.stdout.fileno()
@@ -144,6 +172,12 @@ class ExternalPort:
                 self._buffer += chunk
                 continue
             code = self._process.poll()
+            if code is None and chunk == b"":
+                # Its stdout closed: it is exiting; give it a moment to say how.
+                try:
+                    code = self._process.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    pass
             if code is not None or chunk == b"":
                 raise self._fail(f"port exited (code {code}) before answering")
         line, _, self._buffer = self._buffer.partition(b"\n")
@@ -156,13 +190,9 @@ class ExternalPort:
         assert self._process is not None and self._process.stdin is not None
         self._next_id += 1
         message = {"id": self._next_id, **message}
-        try:
-            self._process.stdin.write(json.dumps(message).encode() + b"\n")
-            self._process.stdin.flush()
-        except OSError as exc:
-            raise self._fail(f"port closed its input ({exc.strerror or exc})") from None
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
         try:
+            self._send(json.dumps(message).encode() + b"\n", deadline)
             line = self._readline(deadline)
         except ExternalPortError:
             raise
@@ -228,7 +258,7 @@ class ExternalPort:
             except Exception as exc:
                 raise ExternalPortError(f"port wrote an unreadable {outputs.name}: {exc}") from None
 
-    def merge_states(self, inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def merge_states(self, inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]:
         out = self._tensor_call(
             "merge",
             {
@@ -242,3 +272,37 @@ class ExternalPort:
         if "output" not in out or "lse" not in out:
             raise ExternalPortError("port's merge outputs lack 'output' or 'lse'")
         return out["output"], out["lse"]
+
+    def prefill(self, case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]:
+        """L3 over the protocol: the port's own layout for ``case``, each of its
+        chunks' partials and the new-token partial computed here on the shared
+        kernels, folded and merged by the port (the ``prefill`` op)."""
+        from harness.context_chunks import planned_chunk_partials
+        from harness.numeric import new_token_partial
+
+        layout = self.plan_layout(case)
+        try:
+            partials = planned_chunk_partials(layout, case.workspace_size, inputs, kernels)
+        except ValueError as exc:
+            raise ExternalPortError(f"port's layout cannot be run: {exc}") from None
+        suffix_output, suffix_lse = new_token_partial(inputs, kernels)
+        tensors = {"suffix_output": suffix_output, "suffix_lse": suffix_lse}
+        for i, (output, lse) in enumerate(partials):
+            tensors[f"chunk_output.{i}"], tensors[f"chunk_lse.{i}"] = output, lse
+        returned = self._tensor_call(
+            "prefill",
+            tensors,
+            {"case": case.to_json(), "layout": layout.to_json(), "v_head_dim": inputs.spec.v_head_dim},
+        )
+        expected = ("context_output", "context_lse", "output", "lse") if layout.chunks else ("output", "lse")
+        missing = [name for name in expected if name not in returned]
+        if missing:
+            raise ExternalPortError(
+                f"port's prefill outputs lack {', '.join(missing)} (it wrote {', '.join(returned)})"
+            )
+        unexpected = sorted(set(returned) - set(expected))
+        if unexpected:
+            raise ExternalPortError(
+                f"port's prefill outputs hold {', '.join(unexpected)}, not among {', '.join(expected)}"
+            )
+        return returned

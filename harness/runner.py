@@ -140,10 +140,12 @@ def time_limit(seconds: float) -> Iterator[None]:
 
 
 def limit_for(port: Port, timeout_s: float) -> float:
-    """The harness's limit for one call; a port that enforces the same limit
-    itself (an external process) gets a grace second so its own, more precise
-    error wins."""
-    return timeout_s + (1.0 if getattr(port, "enforces_timeout", False) else 0.0)
+    """The harness's limit for one call (0: none). A port that enforces the limit
+    itself on every request it makes (an external process: writing each request
+    and reading its reply have a deadline, starting it has its own) gets none:
+    one call may restart the process and send several requests, and an L3 call
+    includes the harness's own kernel work for it, none of which is the port's time."""
+    return 0.0 if getattr(port, "enforces_timeout", False) else timeout_s
 
 
 def reraise_interrupt(exc: BaseException) -> None:

@@ -1,37 +1,119 @@
 """A fake external port for the protocol tests: correct answers (per_request's),
-except for the case named by --on, where it commits the fault named by --fault.
+except that on the case named by --on (every request of --fault-op when --on
+is not given) it commits the fault named by --fault.
 
-    python tests/fake_external_port.py --fault crash|hang|garbage|malformed|error|none
-        [--on CASE] [--pid-dir DIR] [--merge]
+    python tests/fake_external_port.py --fault FAULT [--fault-op layout|merge|prefill]
+        [--on CASE] [--pid-dir DIR] [--merge] [--prefill]
 
-With --pid-dir it records its pid and a grandchild's (a `sleep` it starts), so
-a test can check that no process outlives the run.
+Faults: crash, hang, garbage (a line that is not JSON), error (an ok:false
+reply), malformed (a layout lacking a field), wrong-shape, wrong-dtype, nan,
+missing (an output tensor left out), no-file (no outputs file written),
+write-continuations (a prefill that writes a continuation instead of merging it), none.
+--merge and --prefill add those levels to the hello. With --pid-dir it records
+its pid and a grandchild's (a `sleep` it starts), so a test can check that no
+process outlives the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("TRITON_INTERPRET", "1")  # the merge runs per_request's Triton kernel on CPU
 
 from harness.cases import case_from_json
-from harness.model import WorkspaceConfig
+from harness.model import WorkspaceConfig, layout_from_json
 from ports.per_request import PORT
+
+if TYPE_CHECKING:  # torch is imported when a tensor op first arrives: a restart stays quick
+    import torch
+
+
+def commit_process_fault(fault: str, rid: int, where: str) -> bool:
+    """The faults that need no result: True when one was committed (reply sent or none due)."""
+    print(f"fake port: committing {fault} on {where}", file=sys.stderr, flush=True)
+    if fault == "crash":
+        sys.exit(3)
+    if fault == "hang":
+        time.sleep(3600)
+    if fault == "garbage":
+        print("Segmentation fault (core dumped)", flush=True)
+        return True
+    if fault == "error":
+        print(json.dumps({"id": rid, "ok": False, "error": f"cannot do {where}"}), flush=True)
+        return True
+    return False
+
+
+def corrupt(tensors: dict[str, torch.Tensor], fault: str) -> dict[str, torch.Tensor] | None:
+    """The tensor faults, applied to the outputs; None: write no file at all."""
+    import torch
+
+    name = "output"
+    if fault == "wrong-shape":
+        tensors[name] = tensors[name][..., :-1].contiguous()
+    elif fault == "wrong-dtype":
+        tensors[name] = tensors[name].to(torch.float64)
+    elif fault == "nan":
+        tensors[name] = tensors[name].clone()
+        tensors[name].view(-1)[0] = float("nan")
+    elif fault == "missing":
+        del tensors[name]
+    elif fault == "no-file":
+        return None
+    return tensors
+
+
+def merge(request: dict[str, Any]) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    from harness.numeric import MergeInputs
+
+    tensors = load_file(request["inputs"])
+    inputs = MergeInputs(
+        tensors["prefix_output"], tensors["prefix_lse"], tensors["suffix_output"], tensors["suffix_lse"],
+        request["prefill_tokens_with_context"],
+    )  # fmt: skip
+    out, lse = PORT.merge_states(inputs)
+    return {"output": out, "lse": lse}
+
+
+def prefill(request: dict[str, Any], fault: str) -> dict[str, torch.Tensor]:
+    """per_request's fold and final merge over the partials the harness sent."""
+    from safetensors.torch import load_file
+
+    from ports.per_request.prefill import final_merge, fold_partials
+
+    tensors = load_file(request["inputs"])
+    layout = layout_from_json(request["layout"])
+    suffix = (tensors["suffix_output"], tensors["suffix_lse"])
+    if not layout.chunks:
+        return {"output": suffix[0], "lse": suffix[1]}
+    partials = [(tensors[f"chunk_output.{i}"], tensors[f"chunk_lse.{i}"]) for i in range(layout.num_chunks)]
+    if fault == "write-continuations":
+        # A porting bug: a continuation overwrites its request's earlier pieces.
+        chunks = tuple(dataclasses.replace(c, is_continuation=False) for c in layout.chunks)
+        layout = dataclasses.replace(layout, chunks=chunks)
+    context = fold_partials(layout, int(suffix[0].shape[0]), partials)
+    return {name: t.contiguous() for name, t in final_merge(context, suffix, request["v_head_dim"]).items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fault", default="none")
+    parser.add_argument("--fault-op", default="layout")
     parser.add_argument("--on", default="")
     parser.add_argument("--pid-dir")
     parser.add_argument("--merge", action="store_true")
+    parser.add_argument("--prefill", action="store_true")
     args = parser.parse_args()
     if args.pid_dir:
         child = subprocess.Popen(["sleep", "1000"])
@@ -41,43 +123,28 @@ def main() -> None:
         op, rid = request["op"], request["id"]
         if op == "bye":
             return
+        case_name = request["case"]["name"] if "case" in request else None
+        faulty = op == args.fault_op and (not args.on or case_name == args.on)
+        if faulty and commit_process_fault(args.fault, rid, f"{op} {case_name or ''}".strip()):
+            continue
         if op == "hello":
-            levels = ["layout", "merge"] if args.merge else ["layout"]
+            levels = ["layout"] + ["merge"] * args.merge + ["prefill"] * args.prefill
             reply = {"id": rid, "ok": True, "protocol": 1, "name": f"fake-{args.fault}", "levels": levels}
         elif op == "layout":
             case = case_from_json(request["case"], "request")
-            if case.name == args.on:
-                print(f"fake port: committing {args.fault} on {case.name}", file=sys.stderr, flush=True)
-                if args.fault == "crash":
-                    sys.exit(3)
-                if args.fault == "hang":
-                    time.sleep(3600)
-                if args.fault == "garbage":
-                    print("Segmentation fault (core dumped)", flush=True)
-                    continue
-                if args.fault == "error":
-                    print(json.dumps({"id": rid, "ok": False, "error": "cannot plan this"}), flush=True)
-                    continue
             layout = PORT.plan_layout(case).to_json()
-            if case.name == args.on and args.fault == "malformed":
+            if faulty and args.fault == "malformed":
                 del layout["chunks"][0]["seq_lens"]
             reply = {"id": rid, "ok": True, "layout": layout}
         elif op == "workspace_size":
             reply = {"id": rid, "ok": True, "workspace_size": PORT.workspace_size(WorkspaceConfig(**request["config"]))}
-        elif op == "merge":
-            from safetensors.torch import load_file, save_file
+        elif op in ("merge", "prefill"):
+            from safetensors.torch import save_file
 
-            from harness.numeric import MergeInputs
-
-            tensors = load_file(request["inputs"])
-            inputs = MergeInputs(
-                tensors["prefix_output"], tensors["prefix_lse"], tensors["suffix_output"], tensors["suffix_lse"],
-                request["prefill_tokens_with_context"],
-            )  # fmt: skip
-            out, lse = PORT.merge_states(inputs)
-            if args.fault == "wrong-shape":
-                out = out[..., :-1].contiguous()
-            save_file({"output": out, "lse": lse}, request["outputs"])
+            outputs = merge(request) if op == "merge" else prefill(request, args.fault if faulty else "none")
+            written = corrupt(outputs, args.fault) if faulty else outputs
+            if written is not None:
+                save_file(written, request["outputs"])
             reply = {"id": rid, "ok": True}
         else:
             reply = {"id": rid, "ok": False, "error": f"unsupported op {op}"}

@@ -61,7 +61,7 @@ def test_cpp_port_exact_layout_parity_on_ci(cpp_port: Path, capsys: pytest.Captu
         ("hang", "port did not answer within 2 s"),
         ("garbage", "port printed something that is not JSON: b'Segmentation fault (core dumped)'"),
         ("malformed", "port sent a malformed layout: chunk lacks field 'seq_lens'"),
-        ("error", "port error: cannot plan this"),
+        ("error", "port error: cannot do layout smoke-giant-middle"),
     ],
 )
 def test_faulty_port_is_a_port_error_and_the_run_goes_on(
@@ -85,7 +85,7 @@ def test_faulty_port_is_a_port_error_and_the_run_goes_on(
 
 
 def test_wrong_shape_over_safetensors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    port = f"cmd:{FAKE} --merge --fault wrong-shape"
+    port = f"cmd:{FAKE} --merge --fault wrong-shape --fault-op merge"
     code, rows = rows_of(tmp_path, capsys, "--suite", "smoke", "--level", "merge", "--port", port)
     assert code == 1
     assert rows and all(r["status"] == "port-error" and "port gave" in r["detail"] for r in rows.values())
@@ -98,14 +98,12 @@ def test_a_port_that_cannot_start_is_bad_usage(capsys: pytest.CaptureFixture[str
     assert "cannot start '/no/such/binary'" in capsys.readouterr().err
 
 
-def test_levels_the_port_does_not_declare_are_not_run(
-    tmp_path: Path, cpp_port: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_levels_the_port_does_not_declare_are_not_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A layout-only port over a suite with numeric items is INCOMPLETE (exit 1),
     its merge and prefill items listed as not-run; ``--level layout`` narrows the
     request to what it implements and passes."""
     results = tmp_path / "rows.jsonl"
-    code = main(["run", "--suite", "smoke", "--port", f"cmd:{cpp_port}", "--results", str(results)])
+    code = main(["run", "--suite", "smoke", "--port", f"cmd:{FAKE}", "--results", str(results)])
     out = capsys.readouterr().out
     assert code == 1, out[-2000:]
     assert "verdict INCOMPLETE" in out
@@ -114,17 +112,81 @@ def test_levels_the_port_does_not_declare_are_not_run(
     by_level = {(r["level"], r["status"]) for r in rows}
     assert ("merge", "not-run") in by_level and ("prefill", "not-run") in by_level
     assert {r["status"] for r in rows if r["level"] == "layout"} == {"parity"}
-    assert main(["run", "--suite", "smoke", "--level", "layout", "--port", f"cmd:{cpp_port}"]) == 0
+    assert main(["run", "--suite", "smoke", "--level", "layout", "--port", f"cmd:{FAKE}"]) == 0
     assert "verdict PASS" in capsys.readouterr().out
 
 
-def test_a_layout_only_gate_is_incomplete(tmp_path: Path, cpp_port: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_layout_only_gate_is_incomplete(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_dir = tmp_path / "gate"
-    code = main(["gate", "--suite", "smoke", "--port", f"cmd:{cpp_port}", "--out", str(out_dir)])
+    code = main(["gate", "--suite", "smoke", "--port", f"cmd:{FAKE}", "--out", str(out_dir)])
     out = capsys.readouterr().out
     assert code == 1, out[-2000:]
     assert "Parity gate: PASS" not in (out_dir / "summary.md").read_text()
     assert "INCOMPLETE" in (out_dir / "summary.md").read_text()
-    code = main(["gate", "--suite", "smoke", "--level", "layout", "--port", f"cmd:{cpp_port}", "--out", str(out_dir)])
+    code = main(["gate", "--suite", "smoke", "--level", "layout", "--port", f"cmd:{FAKE}", "--out", str(out_dir)])
     assert code == 0
     assert "Parity gate: PASS" in (out_dir / "summary.md").read_text()
+
+
+# -- L3 over the protocol: the `prefill` op (issue 14) ----------------------------------------
+
+NUMERIC = [str(SMOKE / f"numeric-{name}.json") for name in ("continuation-fp16", "single-chunk", "continuation-zero")]
+FAULTY_CASE = "smoke-numeric-continuation-fp16"
+
+
+def test_prefill_over_the_protocol_is_judged_as_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The fake port folds the partials it is sent with per_request's own loop:
+    every smoke prefill item is then at parity, as per_request's in-process
+    prefill is; a fold that writes a continuation instead of merging it is not."""
+    code, rows = rows_of(tmp_path, capsys, "--suite", "smoke", "--level", "prefill", "--port", f"cmd:{FAKE} --prefill")
+    from harness.suites import load_suite
+
+    assert code == 0 and set(rows) == {c.name for c in load_suite("smoke").cases if c.numeric is not None}
+    assert {r["status"] for r in rows.values()} == {"parity"} and {r["level"] for r in rows.values()} == {"prefill"}
+    port = f"cmd:{FAKE} --prefill --fault write-continuations --fault-op prefill --on {FAULTY_CASE}"
+    code, rows = rows_of(tmp_path, capsys, "--cases", *NUMERIC, "--level", "prefill", "--port", port)
+    assert code == 1
+    assert rows[FAULTY_CASE]["status"] == "divergent" and "context_output" in rows[FAULTY_CASE]["detail"]
+    assert [r["status"] for name, r in rows.items() if name != FAULTY_CASE] == ["parity", "parity"]
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        ("crash", "port exited (code 3) before answering; stderr: ...fake port: committing crash on prefill"),
+        ("hang", "port did not answer within 10 s"),
+        ("garbage", "port printed something that is not JSON: b'Segmentation fault (core dumped)'"),
+        ("error", f"port error: cannot do prefill {FAULTY_CASE}"),
+        ("wrong-shape", "output: port gave float16[5, 2, 15], oracle float16[5, 2, 16]"),
+        ("wrong-dtype", "output: port gave float64[5, 2, 16], oracle float16[5, 2, 16]"),
+        ("nan", "port returned NaN in 'output' (1 elements, oracle 0)"),
+        ("missing", "port's prefill outputs lack output (it wrote context_"),
+        ("no-file", "port answered 'prefill' but wrote no outputs.safetensors"),
+    ],
+)
+def test_prefill_faults_are_port_errors_and_the_run_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fault: str, expected: str
+) -> None:
+    port = f"cmd:{FAKE} --prefill --fault {fault} --fault-op prefill --on {FAULTY_CASE}"
+    code, rows = rows_of(tmp_path, capsys, "--cases", *NUMERIC, "--level", "prefill", "--port", port, "--timeout", "10")
+    assert code == 1
+    assert rows[FAULTY_CASE]["status"] == "port-error"
+    assert expected in rows[FAULTY_CASE]["detail"]
+    assert [r["status"] for name, r in rows.items() if name != FAULTY_CASE] == ["parity", "parity"]
+
+
+def test_a_layout_the_workspace_cannot_hold_is_the_ports_error() -> None:
+    from harness.cases import load_case_file
+    from harness.context_chunks import planned_chunk_partials
+    from harness.kernels import kernels_for
+    from harness.numeric import materialise_prefill
+    from ports.per_request import PORT
+
+    (case,) = load_case_file(Path(NUMERIC[0]))
+    assert case.numeric is not None
+    inputs = materialise_prefill(case.context_lens, case.query_lens, case.block_size, case.numeric)
+    layout = PORT.plan_layout(case)
+    rows = max(c.num_context_tokens for c in layout.chunks)
+    with pytest.raises(ValueError, match=f"layout chunk .* holds {rows} context rows, the workspace {rows - 1}"):
+        planned_chunk_partials(layout, rows - 1, inputs, kernels_for("cpu"))
+    assert len(planned_chunk_partials(layout, rows, inputs, kernels_for("cpu"))) == layout.num_chunks

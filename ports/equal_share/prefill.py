@@ -5,8 +5,8 @@ running partial; every later chunk is merged into it over all tokens. A request
 that contributes no rows to a chunk has its rows' partial neutralised (output 0,
 LSE -inf) before the merge: a finite LSE there was the upstream bug of seeds/003.
 
-The per-chunk device work and the merge kernel did not change in b38e111d3e, so
-this port reuses per_request's: whatever differs from the oracle is the grid.
+The per-chunk device work (the harness's) and the merge kernel did not change in
+b38e111d3e, so this port reuses per_request's merge: whatever differs from the oracle is the grid.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.context_chunks import DeviceChunk, chunk_partial, device_chunks
 from harness.kernels import SharedKernels
 from harness.model import Layout
 from harness.numeric import PrefillInputs, new_token_partial
 from ports.per_request.merge_kernel import merge_partials
-from ports.per_request.prefill import DeviceChunk, chunk_partial, device_chunks, final_merge
+from ports.per_request.prefill import final_merge
 
 
 def rowless_tokens(seq_lens: tuple[int, ...], qsl: tuple[int, ...]) -> torch.Tensor:

@@ -15,74 +15,29 @@ chunk partials into the running context partial:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 import torch
 
+# The chunk's device work (gather, up-projection, attention on the shared
+# kernels) is the harness's; imported into this module so the loop below reads
+# them from here (the mutants replace them here).
+from harness.context_chunks import DeviceChunk, Partial, chunk_partial, device_chunks
 from harness.kernels import SharedKernels
-from harness.model import Chunk, Layout
+from harness.model import Layout
 from harness.numeric import PrefillInputs, new_token_partial
 from ports.per_request.merge_kernel import merge_partials
 
-Partial = tuple[torch.Tensor, torch.Tensor]
-
-
-@dataclass(frozen=True)
-class DeviceChunk:
-    """A chunk with its index tensors already on the device, built once per
-    layout before the loop (as upstream's metadata builder does), so the loop
-    itself never waits on a host-to-device copy."""
-
-    chunk: Chunk
-    cu_seq_lens: torch.Tensor
-    token_to_seq: torch.Tensor
-    starts: torch.Tensor
-    query_start_loc: torch.Tensor
-
-
-def device_chunks(layout: Layout, device: torch.device) -> tuple[DeviceChunk, ...]:
-    def index(values: tuple[int, ...]) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int32).to(device, non_blocking=True)
-
-    return tuple(
-        DeviceChunk(c, index(c.cu_seq_lens), index(c.token_to_seq), index(c.starts), index(c.query_start_loc))
-        for c in layout.chunks
-    )
-
-
-def chunk_partial(
-    planned: DeviceChunk, inputs: PrefillInputs, kernels: SharedKernels, workspace: torch.Tensor
-) -> Partial:
-    """Attention of the chunk's query tokens over the chunk's gathered context rows."""
-    chunk, spec = planned.chunk, inputs.spec
-    rows = chunk.num_context_tokens
-    kernels.gather(
-        inputs.kv_cache,
-        workspace,
-        inputs.block_table[chunk.request_start : chunk.request_end],
-        planned.cu_seq_lens,
-        planned.token_to_seq,
-        planned.starts,
-        rows,
-    )
-    latent = workspace[:rows]
-    kv = kernels.kv_b_proj(inputs.kv_b_weight, latent[:, : spec.kv_lora_rank])
-    per_head = kv.view(-1, spec.num_heads, spec.qk_nope_head_dim + spec.v_head_dim)
-    k_nope, v = torch.split(per_head, [spec.qk_nope_head_dim, spec.v_head_dim], dim=-1)
-    k_rope = latent[:, spec.kv_lora_rank :].unsqueeze(1).expand(-1, spec.num_heads, -1)
-    k = torch.cat([k_nope, k_rope], dim=-1)
-    q = inputs.q[chunk.token_start : chunk.token_end]
-    return kernels.attention(
-        q,
-        k,
-        v,
-        planned.query_start_loc,
-        planned.cu_seq_lens,
-        False,
-        inputs.scale,
-        chunk.max_query_len,
-        chunk.max_seq_len,
-    )
+__all__ = [
+    "DeviceChunk",
+    "Partial",
+    "chunk_partial",
+    "context_partial",
+    "device_chunks",
+    "final_merge",
+    "fold_partials",
+    "prefill",
+]
 
 
 def context_partial(
@@ -92,24 +47,31 @@ def context_partial(
     kernels: SharedKernels,
     planned: tuple[DeviceChunk, ...] | None = None,
 ) -> Partial:
-    """Fold every chunk's partial into one context partial over all prefill tokens.
+    """Every chunk's partial on the shared kernels, folded into one context
+    partial over all prefill tokens (:func:`fold_partials`).
 
     ``planned`` is :func:`device_chunks` of ``layout``, built here when not given.
     """
-    spec = inputs.spec
     if planned is None:
         planned = device_chunks(layout, inputs.q.device)
-    workspace = torch.empty((workspace_rows, spec.latent_dim), dtype=inputs.q.dtype, device=inputs.q.device)
+    workspace = torch.empty((workspace_rows, inputs.spec.latent_dim), dtype=inputs.q.dtype, device=inputs.q.device)
+    # A generator: each chunk's partial is folded before the next one reuses the workspace.
+    partials = (chunk_partial(item, inputs, kernels, workspace) for item in planned)
+    return fold_partials(layout, inputs.num_tokens, partials)
+
+
+def fold_partials(layout: Layout, num_tokens: int, partials: Iterable[Partial]) -> Partial:
+    """Fold the chunks' partials (one per chunk of ``layout``, in order) into the
+    running context partial ``[num_tokens, ...]``: the loop of the module
+    docstring. ``layout`` has at least one chunk."""
     running: Partial | None = None
-    for item in planned:
-        chunk = item.chunk
-        out, lse = chunk_partial(item, inputs, kernels, workspace)
+    for chunk, (out, lse) in zip(layout.chunks, partials, strict=True):
         if running is None:
             if layout.num_chunks == 1 and not layout.empty_token_slices:
                 return out, lse
             running = (
-                torch.empty((inputs.num_tokens, *out.shape[1:]), dtype=out.dtype, device=out.device),
-                torch.empty((lse.shape[0], inputs.num_tokens), dtype=lse.dtype, device=lse.device),
+                torch.empty((num_tokens, *out.shape[1:]), dtype=out.dtype, device=out.device),
+                torch.empty((lse.shape[0], num_tokens), dtype=lse.dtype, device=lse.device),
             )
             for start, stop in layout.empty_token_slices:
                 running[0][start:stop] = 0
