@@ -24,6 +24,10 @@ bench: tox
 	$(IN_ENV) python -m benchmarks.layout_throughput
 	$(IN_ENV) python -m benchmarks.numeric_cost
 
-## cpp-port: the C++ reference port of the planner (docs/external-port-protocol.md)
+## cpp-port: the C++ reference port: planner, merge and prefill loop (docs/external-port-protocol.md);
+## -ffp-contract=off keeps every float operation rounded on its own, as the oracle's numpy arithmetic is.
+## The tests build their copy with this target (CPP_PORT=their path, CPP_PORT_EXTRA_FLAGS=-Werror).
+CPP_PORT ?= build/cpp-port
+CPP_PORT_FLAGS := -O2 -std=c++17 -ffp-contract=off -Wall -Wextra
 cpp-port:
-	mkdir -p build && g++ -O2 -std=c++17 -Wall -Wextra -o build/cpp-port ports/cpp/per_request_port.cpp
+	mkdir -p $(dir $(CPP_PORT)) && g++ $(CPP_PORT_FLAGS) $(CPP_PORT_EXTRA_FLAGS) -o $(CPP_PORT) ports/cpp/per_request_port.cpp

@@ -1,11 +1,25 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from harness.model import Case
 from harness.port import Port, load_port
+
+
+@pytest.fixture(scope="session")
+def cpp_port(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The C++ reference port, built by ``make cpp-port`` (the one build line) with -Werror added."""
+    assert shutil.which("g++") and shutil.which("make"), "g++ and make are needed to build the C++ reference port"
+    binary = tmp_path_factory.mktemp("cpp") / "cpp-port"
+    root = Path(__file__).resolve().parent.parent
+    build = ["make", "-s", "-C", str(root), "cpp-port", f"CPP_PORT={binary}", "CPP_PORT_EXTRA_FLAGS=-Werror"]
+    subprocess.run(build, check=True)
+    return binary
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
+import re
 import sys
 import time
 from pathlib import Path
@@ -28,17 +27,6 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.fixture(scope="session")
-def cpp_port(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    compiler = shutil.which("g++")
-    assert compiler, "g++ is needed to build the C++ reference port"
-    binary = tmp_path_factory.mktemp("cpp") / "cpp-port"
-    source = ROOT / "ports" / "cpp" / "per_request_port.cpp"
-    subprocess.run([compiler, "-O2", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-o", str(binary), str(source)],
-                   check=True)  # fmt: skip
-    return binary
-
-
 def rows_of(tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, dict[str, str]]]:
     results = tmp_path / "rows.jsonl"
     code = main(["run", "--results", str(results), *argv])
@@ -47,11 +35,17 @@ def rows_of(tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> t
     return code, {row["name"]: row for row in rows}
 
 
-def test_cpp_port_exact_layout_parity_on_ci(cpp_port: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["run", "--suite", "ci", "--level", "layout", "--port", f"cmd:{cpp_port}"])
+def test_cpp_port_is_at_parity_at_every_level_on_ci(cpp_port: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 14's done-when: the C++ reference port runs the ci suite at every
+    level (layout, workspace, merge over the protocol, prefill over the
+    protocol) and every item is bit-exact with the oracle."""
+    code = main(["run", "--suite", "ci", "--port", f"cmd:{cpp_port}"])
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     assert "port cpp-per-request  verdict PASS" in out and "divergent 0" in out
+    for level in ("layout", "merge", "prefill"):  # workspace items count at the layout level
+        counts = re.search(rf"^  {level} +parity +(\d+) +divergent +(\d+) +errors +(\d+)", out, re.MULTILINE)
+        assert counts and int(counts[1]) > 0 and counts[2] == counts[3] == "0", (level, out[-3000:])
 
 
 @pytest.mark.parametrize(

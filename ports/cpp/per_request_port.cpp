@@ -1,9 +1,13 @@
-// A C++17 reference port of the per-request MLA chunk planner (SPEC section 1b)
-// that speaks the harness's external-port protocol (docs/external-port-protocol.md):
-// newline-delimited JSON on stdin and stdout, one reply per request.
+// A C++17 reference port of the per-request MLA chunk planner (SPEC section 1b),
+// the merge of attention partials and the prefill context loop (SPEC section 1c),
+// speaking the harness's external-port protocol (docs/external-port-protocol.md):
+// newline-delimited JSON on stdin and stdout, one reply per request, tensors
+// exchanged as safetensors files.
 //
 // Written from the contract, like ports/per_request; it shares no code with vLLM.
-// Build: g++ -O2 -std=c++17 -o build/cpp-port ports/cpp/per_request_port.cpp
+// The merge is bit-exact with the oracle's Triton kernel as Triton's interpreter
+// runs it on a CPU: see merge.h, float32_math.h and float_casts.h for what that takes.
+// Build: g++ -O2 -std=c++17 -ffp-contract=off -o build/cpp-port ports/cpp/per_request_port.cpp
 #include <algorithm>
 #include <cstdint>
 #include <iostream>
@@ -16,133 +20,19 @@
 #include <utility>
 #include <vector>
 
+#include "float32_math.h"
+#include "float_casts.h"
+#include "json.h"
+#include "merge.h"
+#include "safetensors.h"
+
 namespace {
 
-using i64 = std::int64_t;
-
-// ---------------------------------------------------------------------------
-// Just enough JSON: objects, arrays, strings, integers, booleans, null.
-// ---------------------------------------------------------------------------
-struct Json {
-  enum Kind { Null, Bool, Int, String, Array, Object } kind = Null;
-  bool boolean = false;
-  i64 integer = 0;
-  std::string text;
-  std::vector<Json> items;
-  std::map<std::string, Json> fields;
-
-  const Json& at(const std::string& key) const {
-    auto found = fields.find(key);
-    if (kind != Object || found == fields.end()) throw std::runtime_error("missing field '" + key + "'");
-    return found->second;
-  }
-  bool has(const std::string& key) const { return kind == Object && fields.count(key) > 0; }
-  i64 as_int() const {
-    if (kind != Int) throw std::runtime_error("expected an integer");
-    return integer;
-  }
-  std::vector<i64> as_ints() const {
-    if (kind != Array) throw std::runtime_error("expected an array");
-    std::vector<i64> out;
-    for (const Json& v : items) out.push_back(v.as_int());
-    return out;
-  }
-};
-
-class Parser {
- public:
-  explicit Parser(const std::string& s) : s_(s) {}
-  Json parse() {
-    Json v = value();
-    skip();
-    if (pos_ != s_.size()) throw std::runtime_error("trailing characters");
-    return v;
-  }
-
- private:
-  const std::string& s_;
-  size_t pos_ = 0;
-
-  void skip() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\r' || s_[pos_] == '\n')) ++pos_;
-  }
-  char peek() {
-    skip();
-    if (pos_ >= s_.size()) throw std::runtime_error("unexpected end of JSON");
-    return s_[pos_];
-  }
-  void expect(char c) {
-    if (peek() != c) throw std::runtime_error(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-  Json value() {
-    char c = peek();
-    Json v;
-    if (c == '{') {
-      v.kind = Json::Object;
-      ++pos_;
-      if (peek() == '}') { ++pos_; return v; }
-      while (true) {
-        Json key = string_value();
-        expect(':');
-        v.fields[key.text] = value();
-        if (peek() == ',') { ++pos_; continue; }
-        expect('}');
-        return v;
-      }
-    }
-    if (c == '[') {
-      v.kind = Json::Array;
-      ++pos_;
-      if (peek() == ']') { ++pos_; return v; }
-      while (true) {
-        v.items.push_back(value());
-        if (peek() == ',') { ++pos_; continue; }
-        expect(']');
-        return v;
-      }
-    }
-    if (c == '"') return string_value();
-    if (s_.compare(pos_, 4, "true") == 0) { pos_ += 4; v.kind = Json::Bool; v.boolean = true; return v; }
-    if (s_.compare(pos_, 5, "false") == 0) { pos_ += 5; v.kind = Json::Bool; return v; }
-    if (s_.compare(pos_, 4, "null") == 0) { pos_ += 4; return v; }
-    size_t start = pos_;
-    if (s_[pos_] == '-') ++pos_;
-    while (pos_ < s_.size() && isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-    if (start == pos_ || (pos_ < s_.size() && (s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E')))
-      throw std::runtime_error("only integers are expected");
-    v.kind = Json::Int;
-    v.integer = std::stoll(s_.substr(start, pos_ - start));
-    return v;
-  }
-  Json string_value() {
-    expect('"');
-    Json v;
-    v.kind = Json::String;
-    while (pos_ < s_.size() && s_[pos_] != '"') {
-      if (s_[pos_] == '\\' && pos_ + 1 < s_.size()) ++pos_;  // keep escaped characters as they are
-      v.text += s_[pos_++];
-    }
-    expect('"');
-    return v;
-  }
-};
-
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') { out += "\\n"; continue; }
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string ints(const std::vector<i64>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
-  return out + "]";
-}
+using port::i64;
+using port::ints;
+using port::Json;
+using port::Parser;
+using port::quote;
 
 // [[value, count], ...] for one chunk-local request index per gathered row.
 std::string run_lengths(const std::vector<i64>& rows_per_request) {
@@ -317,6 +207,42 @@ i64 workspace_size(const Json& c) {
 
 std::string reply(i64 id, const std::string& body) { return "{\"id\":" + std::to_string(id) + ",\"ok\":true" + body + "}"; }
 
+// Not a protocol level: the element-wise pieces of the merge on given inputs, so
+// that tests can hold them against numpy and Triton's interpreter bit for bit.
+// Inputs: `x` F32 [n], `half_bf16` BF16 [m], `half_fp16` F16 [m]. Outputs: `exp`,
+// `log` (F32 [n]), `to_bf16` (BF16 [n]), `to_fp16` (F16 [n]), `bf16_to_fp32`,
+// `fp16_to_fp32` (F32 [m]). The reply names the exp/log path in use.
+std::string numerics_selftest(const Json& request) {
+  using namespace port;
+  const std::string& inputs_path = request.at("inputs").as_string();
+  const TensorMap in = read_safetensors(inputs_path);
+  const Tensor& x = tensor(in, "x", inputs_path);
+  const Tensor& half_bf16 = tensor(in, "half_bf16", inputs_path);
+  const Tensor& half_fp16 = tensor(in, "half_fp16", inputs_path);
+  expect_fp32(x, "x");
+  if (half_bf16.dtype != DType::BF16 || half_fp16.dtype != DType::F16)
+    throw std::runtime_error("half_bf16 must be BF16 and half_fp16 F16");
+  const i64 n = x.numel(), m = half_bf16.numel();
+  if (half_fp16.numel() != m) throw std::runtime_error("half_bf16 and half_fp16 differ in size");
+  Tensor exp_out = Tensor::zeros(DType::F32, {n}), log_out = Tensor::zeros(DType::F32, {n});
+  Tensor to_bf16 = Tensor::zeros(DType::BF16, {n}), to_fp16 = Tensor::zeros(DType::F16, {n});
+  Tensor bf16_to_fp32 = Tensor::zeros(DType::F32, {m}), fp16_to_fp32 = Tensor::zeros(DType::F32, {m});
+  for (i64 i = 0; i < n; ++i) {
+    exp_out.set_f32(i, oracle_exp(x.f32(i)));
+    log_out.set_f32(i, oracle_log(x.f32(i)));
+    store_from_fp32(to_bf16, i, x.f32(i));
+    store_from_fp32(to_fp16, i, x.f32(i));
+  }
+  for (i64 i = 0; i < m; ++i) {
+    bf16_to_fp32.set_f32(i, load_as_fp32(half_bf16, i));
+    fp16_to_fp32.set_f32(i, load_as_fp32(half_fp16, i));
+  }
+  write_safetensors(request.at("outputs").as_string(),
+                    {{"exp", &exp_out}, {"log", &log_out}, {"to_bf16", &to_bf16}, {"to_fp16", &to_fp16},
+                     {"bf16_to_fp32", &bf16_to_fp32}, {"fp16_to_fp32", &fp16_to_fp32}});
+  return std::string(",\"float32_math\":\"") + float32_math_name(float32_math()) + "\"";
+}
+
 }  // namespace
 
 int main() {
@@ -330,11 +256,19 @@ int main() {
       id = request.has("id") ? request.at("id").as_int() : 0;
       const std::string op = request.at("op").text;
       if (op == "hello") {
-        std::cout << reply(id, ",\"protocol\":1,\"name\":\"cpp-per-request\",\"version\":\"1.0\",\"levels\":[\"layout\"]");
+        std::cout << reply(id, ",\"protocol\":1,\"name\":\"cpp-per-request\",\"version\":\"1.0\",\"levels\":[\"layout\",\"merge\",\"prefill\"]");
       } else if (op == "layout") {
         std::cout << reply(id, ",\"layout\":" + layout_json(request.at("case")));
       } else if (op == "workspace_size") {
         std::cout << reply(id, ",\"workspace_size\":" + std::to_string(workspace_size(request.at("config"))));
+      } else if (op == "merge") {
+        port::merge_op(request);
+        std::cout << reply(id, "");
+      } else if (op == "prefill") {
+        port::prefill_op(request);
+        std::cout << reply(id, "");
+      } else if (op == "numerics_selftest") {
+        std::cout << reply(id, numerics_selftest(request));
       } else if (op == "bye") {
         return 0;
       } else {
