@@ -11,12 +11,13 @@ these partials, never the partials' arithmetic.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
 
 from harness.kernels import SharedKernels
-from harness.model import Chunk, Layout
+from harness.model import Case, Chunk, Layout
 from harness.numeric import PrefillInputs
 
 Partial = tuple[torch.Tensor, torch.Tensor]
@@ -83,27 +84,55 @@ def chunk_partial(
     )
 
 
-def planned_chunk_partials(
-    layout: Layout, workspace_rows: int, inputs: PrefillInputs, kernels: SharedKernels
-) -> list[Partial]:
+def check_runnable(layout: Layout, case: Case) -> None:
+    """Refuse, with a ``ValueError`` naming the chunk and field, a layout whose
+    chunks the shared kernels cannot run for ``case``: every index a chunk hands
+    the gather and attention must lie inside the case's batch, cache and
+    workspace (on a GPU an index out of range is a device-side assert that ends
+    the whole run, not one item's error). Only what running needs is checked;
+    whether the layout is *right* is for the comparison to say.
+    """
+    num_requests, num_tokens = len(case.context_lens), sum(case.query_lens)
+    for i, chunk in enumerate(layout.chunks):
+        where, rows = f"layout chunk {i}", chunk.num_context_tokens
+        requests, tokens = chunk.request_end - chunk.request_start, chunk.token_end - chunk.token_start
+        if not 0 <= chunk.request_start <= chunk.request_end <= num_requests:
+            raise ValueError(f"{where} spans requests [{chunk.request_start}, {chunk.request_end}) of {num_requests}")
+        if not 0 <= chunk.token_start <= chunk.token_end <= num_tokens:
+            raise ValueError(f"{where} spans tokens [{chunk.token_start}, {chunk.token_end}) of {num_tokens}")
+        if not 0 <= rows <= case.workspace_size:
+            raise ValueError(f"{where} holds {rows} context rows, the workspace {case.workspace_size}")
+        for name in ("cu_seq_lens", "query_start_loc", "starts", "seq_lens"):
+            wanted = requests + (1 if name in ("cu_seq_lens", "query_start_loc") else 0)
+            if len(getattr(chunk, name)) != wanted:
+                raise ValueError(f"{where}: {name} has {len(getattr(chunk, name))} entries for {requests} requests")
+        cu, seq_lens, starts, qsl = chunk.cu_seq_lens, chunk.seq_lens, chunk.starts, chunk.query_start_loc
+        if cu[0] != 0 or cu[-1] != rows or any(cu[k + 1] - cu[k] != seq_lens[k] for k in range(requests)):
+            raise ValueError(f"{where}: cu_seq_lens is not the running sum of seq_lens, ending at its {rows} rows")
+        for k in range(requests):
+            context = case.context_lens[chunk.request_start + k]
+            if seq_lens[k] < 0 or starts[k] < 0 or starts[k] + seq_lens[k] > context:
+                raise ValueError(
+                    f"{where}: request {chunk.request_start + k}'s rows [{starts[k]}, {starts[k] + seq_lens[k]}) "
+                    f"lie outside its {context} context tokens"
+                )
+        if chunk.token_to_seq[:rows] != tuple(k for k in range(requests) for _ in range(seq_lens[k])):
+            raise ValueError(f"{where}: token_to_seq does not name each row's request as cu_seq_lens places it")
+        query_lens = [b - a for a, b in itertools.pairwise(qsl)]
+        if qsl[0] != 0 or qsl[-1] != tokens or min(query_lens, default=0) < 0:
+            raise ValueError(f"{where}: query_start_loc does not split its {tokens} tokens")
+        if chunk.max_seq_len < max(seq_lens, default=0) or chunk.max_query_len < max(query_lens, default=0):
+            raise ValueError(f"{where}: max_seq_len or max_query_len is below the chunk's longest")
+
+
+def planned_chunk_partials(layout: Layout, case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> list[Partial]:
     """Every chunk's partial, in layout order, for a layout planned by a port
     outside this process; each is a fresh tensor (no chunk's buffer is reused).
 
-    The layout is the port's: a chunk that does not fit the workspace, or whose
-    token or request span lies outside the batch, raises ``ValueError`` naming
-    the chunk (the item is the port's error).
+    The layout is the port's: one the kernels cannot run for ``case``
+    (:func:`check_runnable`) raises ``ValueError`` naming the chunk before any
+    kernel runs (the item is the port's error).
     """
-    num_tokens, num_requests = inputs.num_tokens, int(inputs.block_table.shape[0])
-    for i, chunk in enumerate(layout.chunks):
-        if chunk.num_context_tokens > workspace_rows:
-            raise ValueError(
-                f"layout chunk {i} holds {chunk.num_context_tokens} context rows, the workspace {workspace_rows}"
-            )
-        if not 0 <= chunk.token_start <= chunk.token_end <= num_tokens:
-            raise ValueError(f"layout chunk {i} spans tokens [{chunk.token_start}, {chunk.token_end}) of {num_tokens}")
-        if not 0 <= chunk.request_start <= chunk.request_end <= num_requests:
-            raise ValueError(
-                f"layout chunk {i} spans requests [{chunk.request_start}, {chunk.request_end}) of {num_requests}"
-            )
-    workspace = torch.empty((workspace_rows, inputs.spec.latent_dim), dtype=inputs.q.dtype, device=inputs.q.device)
+    check_runnable(layout, case)
+    workspace = torch.empty((case.workspace_size, inputs.spec.latent_dim), dtype=inputs.q.dtype, device=inputs.q.device)
     return [chunk_partial(planned, inputs, kernels, workspace) for planned in device_chunks(layout, inputs.q.device)]

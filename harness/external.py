@@ -18,6 +18,7 @@ import os
 import select
 import shlex
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -37,10 +38,36 @@ PROTOCOL_VERSION = 1
 STDERR_TAIL = 600
 # The ops that exchange tensors through safetensors files; each is a level.
 TENSOR_OPS = ("merge", "prefill")
+# A reply line longer than this is a port gone wrong, not a layout.
+MAX_REPLY_BYTES = 256 << 20
 
 
 class ExternalPortError(Exception):
     """The port failed one request; the message is one line (plus stderr's tail)."""
+
+
+def read_port_file(path: Path, limit: int, op: str) -> bytes:
+    """The bytes of a file a port wrote in answer to ``op``, read once into
+    memory: a regular file (never a FIFO or a device, which could block the
+    harness, and never a link) of at most ``limit`` bytes. The tensors are parsed
+    from these bytes, so nothing the port does to the file afterwards (rewrite,
+    truncate) reaches them."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise ExternalPortError(f"port answered {op!r} but wrote no {path.name}") from None
+    except OSError as exc:
+        raise ExternalPortError(f"port's {path.name} cannot be opened ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as file:
+        status = os.fstat(file.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise ExternalPortError(f"port's {path.name} is not a regular file")
+        if status.st_size > limit:
+            raise ExternalPortError(f"port's {path.name} holds {status.st_size} bytes, more than the {limit} expected")
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise ExternalPortError(f"port's {path.name} grew past {limit} bytes while it was read")
+    return data
 
 
 class ExternalPort:
@@ -170,6 +197,8 @@ class ExternalPort:
             chunk = os.read(fd, 1 << 16) if ready else None
             if chunk:
                 self._buffer += chunk
+                if len(self._buffer) > MAX_REPLY_BYTES:
+                    raise self._fail(f"port's reply runs past {MAX_REPLY_BYTES >> 20} MiB without ending its line")
                 continue
             code = self._process.poll()
             if code is None and chunk == b"":
@@ -178,6 +207,8 @@ class ExternalPort:
                     code = self._process.wait(timeout=1.0)
                 except subprocess.TimeoutExpired:
                     pass
+            if code is None and chunk == b"":
+                raise self._fail("port closed its output before answering (it is still running)")
             if code is not None or chunk == b"":
                 raise self._fail(f"port exited (code {code}) before answering")
         line, _, self._buffer = self._buffer.partition(b"\n")
@@ -216,8 +247,13 @@ class ExternalPort:
 
     def plan_layout(self, case: Case) -> Layout:
         reply = self._request({"op": "layout", "case": case.to_json()})
+        # Bounds the case sets on any layout of it (each chunk holds a context
+        # row; no chunk holds more rows than the batch and the workspace), checked
+        # before anything the reply describes is built.
+        context_rows = sum(case.context_lens)
+        max_rows = (context_rows + case.workspace_size) * case.dcp_world_size
         try:
-            return layout_from_json(reply.get("layout"))
+            return layout_from_json(reply.get("layout"), max_rows=max_rows, max_chunks=context_rows)
         except (ValueError, TypeError) as exc:
             raise ExternalPortError(f"port sent a malformed layout: {exc}") from None
 
@@ -240,7 +276,7 @@ class ExternalPort:
         return size
 
     def _tensor_call(self, op: str, tensors: dict[str, torch.Tensor], extra: dict[str, Any]) -> dict[str, torch.Tensor]:
-        from safetensors.torch import load_file, save_file
+        from safetensors.torch import load, save_file
 
         if op not in self.hello.get("levels", []):
             raise ExternalPortError(f"port does not support {op!r} (hello lists {self.hello.get('levels')})")
@@ -248,13 +284,14 @@ class ExternalPort:
             inputs, outputs = Path(folder) / "inputs.safetensors", Path(folder) / "outputs.safetensors"
             save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(inputs))
             self._request({"op": op, "inputs": str(inputs), "outputs": str(outputs), **extra})
-            if not outputs.exists():
-                raise ExternalPortError(f"port answered {op!r} but wrote no {outputs.name}")
+            # No answer of an op is larger than its question by much: the outputs
+            # repeat the partials' shapes at most twice over.
+            data = read_port_file(outputs, limit=4 * inputs.stat().st_size + (1 << 20), op=op)
             # The protocol exchanges host files: the process's results go back to
             # the device its inputs came from (the run's), as its own values.
             device = next(iter(tensors.values())).device if tensors else "cpu"
             try:
-                return {name: t.to(device) for name, t in load_file(str(outputs)).items()}
+                return {name: t.to(device) for name, t in load(data).items()}
             except Exception as exc:
                 raise ExternalPortError(f"port wrote an unreadable {outputs.name}: {exc}") from None
 
@@ -282,7 +319,7 @@ class ExternalPort:
 
         layout = self.plan_layout(case)
         try:
-            partials = planned_chunk_partials(layout, case.workspace_size, inputs, kernels)
+            partials = planned_chunk_partials(layout, case, inputs, kernels)
         except ValueError as exc:
             raise ExternalPortError(f"port's layout cannot be run: {exc}") from None
         suffix_output, suffix_lse = new_token_partial(inputs, kernels)

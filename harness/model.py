@@ -173,8 +173,12 @@ def _ints(value: Any, name: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def chunk_from_json(data: Any) -> Chunk:
-    """The inverse of :meth:`Chunk.to_json`, checking types (for ports that speak JSON)."""
+def chunk_from_json(data: Any, max_rows: int | None = None) -> Chunk:
+    """The inverse of :meth:`Chunk.to_json`, checking types (for ports that speak JSON).
+
+    ``max_rows`` bounds each run-length field's total before it is expanded: a
+    reply of a few bytes must not make the harness build a tuple of 10^12 rows.
+    """
     if not isinstance(data, dict):
         raise ValueError("a chunk must be a JSON object")
     missing = [n for n in Chunk.field_names() if n not in data]
@@ -192,6 +196,9 @@ def chunk_from_json(data: Any) -> Chunk:
                 _ints(run, name)
                 if run[1] < 0:
                     raise ValueError(f"chunk field {name!r} has a negative run length {run[1]}")
+            total = sum(count for _, count in value)
+            if max_rows is not None and total > max_rows:
+                raise ValueError(f"chunk field {name!r} runs to {total} rows, more than the case's {max_rows}")
             values[name] = tuple(v for v, count in value for _ in range(count))
         elif name == "local_context_lens_allranks":
             if not isinstance(value, list):
@@ -210,14 +217,19 @@ def chunk_from_json(data: Any) -> Chunk:
     return Chunk(**values)
 
 
-def layout_from_json(data: Any) -> Layout:
+def layout_from_json(data: Any, max_rows: int | None = None, max_chunks: int | None = None) -> Layout:
+    """The inverse of :meth:`Layout.to_json`, checking types; ``max_rows`` bounds
+    each chunk's run-length fields (:func:`chunk_from_json`), ``max_chunks`` the
+    number of chunks, both known from the case a port was asked to plan."""
     if not isinstance(data, dict) or not isinstance(data.get("chunks"), list):
         raise ValueError("a layout must be an object with a list of chunks")
+    if max_chunks is not None and len(data["chunks"]) > max_chunks:
+        raise ValueError(f"a layout of {len(data['chunks'])} chunks, more than the case's {max_chunks} context rows")
     slices = data.get("empty_token_slices", [])
     if not isinstance(slices, list) or not all(isinstance(s, list) and len(s) == 2 for s in slices):
         raise ValueError("empty_token_slices must be a list of [start, stop] pairs")
     pairs = tuple((a, b) for a, b in (_ints(pair, "empty_token_slices") for pair in slices))
-    return Layout(tuple(chunk_from_json(c) for c in data["chunks"]), pairs)
+    return Layout(tuple(chunk_from_json(c, max_rows) for c in data["chunks"]), pairs)
 
 
 def run_length(values: tuple[int, ...] | list[int]) -> list[list[int]]:

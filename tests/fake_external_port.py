@@ -7,7 +7,11 @@ is not given) it commits the fault named by --fault.
 
 Faults: crash, hang, garbage (a line that is not JSON), error (an ok:false
 reply), malformed (a layout lacking a field), wrong-shape, wrong-dtype, nan,
-missing (an output tensor left out), no-file (no outputs file written),
+missing (an output tensor left out), no-file (no outputs file written), fifo
+(a named pipe at the outputs path), close-stdout (closes its output and lives
+on), deaf (answers, then never reads again), huge-run (a layout whose
+token_to_seq runs to 10^12 rows), unrunnable (a layout whose cu_seq_lens do not
+add up),
 write-continuations (a prefill that writes a continuation instead of merging it), none.
 --merge and --prefill add those levels to the hello. With --pid-dir it records
 its pid and a grandchild's (a `sleep` it starts), so a test can check that no
@@ -50,6 +54,9 @@ def commit_process_fault(fault: str, rid: int, where: str) -> bool:
     if fault == "error":
         print(json.dumps({"id": rid, "ok": False, "error": f"cannot do {where}"}), flush=True)
         return True
+    if fault == "close-stdout":
+        os.close(sys.stdout.fileno())
+        time.sleep(3600)
     return False
 
 
@@ -67,7 +74,7 @@ def corrupt(tensors: dict[str, torch.Tensor], fault: str) -> dict[str, torch.Ten
         tensors[name].view(-1)[0] = float("nan")
     elif fault == "missing":
         del tensors[name]
-    elif fault == "no-file":
+    elif fault in ("no-file", "fifo"):
         return None
     return tensors
 
@@ -135,6 +142,10 @@ def main() -> None:
             layout = PORT.plan_layout(case).to_json()
             if faulty and args.fault == "malformed":
                 del layout["chunks"][0]["seq_lens"]
+            if faulty and args.fault == "huge-run":
+                layout["chunks"][0]["token_to_seq"] = [[0, 10**12]]
+            if faulty and args.fault == "unrunnable":
+                layout["chunks"][0]["cu_seq_lens"][-1] += 1
             reply = {"id": rid, "ok": True, "layout": layout}
         elif op == "workspace_size":
             reply = {"id": rid, "ok": True, "workspace_size": PORT.workspace_size(WorkspaceConfig(**request["config"]))}
@@ -143,12 +154,16 @@ def main() -> None:
 
             outputs = merge(request) if op == "merge" else prefill(request, args.fault if faulty else "none")
             written = corrupt(outputs, args.fault) if faulty else outputs
-            if written is not None:
+            if faulty and args.fault == "fifo":
+                os.mkfifo(request["outputs"])
+            elif written is not None:
                 save_file(written, request["outputs"])
             reply = {"id": rid, "ok": True}
         else:
             reply = {"id": rid, "ok": False, "error": f"unsupported op {op}"}
         print(json.dumps(reply), flush=True)
+        if faulty and args.fault == "deaf":
+            time.sleep(3600)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -169,6 +170,50 @@ def test_prefill_faults_are_port_errors_and_the_run_goes_on(
     assert [r["status"] for name, r in rows.items() if name != FAULTY_CASE] == ["parity", "parity"]
 
 
+@pytest.mark.parametrize(
+    ("fault", "fault_op", "expected"),
+    [
+        ("fifo", "prefill", "port's outputs.safetensors is not a regular file"),
+        ("close-stdout", "prefill", "port closed its output before answering (it is still running)"),
+        ("huge-run", "layout", "chunk field 'token_to_seq' runs to 1000000000000 rows, more than the case's"),
+        ("unrunnable", "layout", "port's layout cannot be run: layout chunk 0: cu_seq_lens is not the running sum"),
+    ],
+)
+def test_a_port_cannot_block_or_exhaust_the_harness(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fault: str, fault_op: str, expected: str
+) -> None:
+    """A named pipe where the outputs should be (opening it would block), a
+    port that closes its output but lives on, a reply of a few bytes describing
+    10^12 rows, a layout whose indices the kernels cannot follow: each is that
+    item's port-error, promptly, and the run goes on."""
+    port = f"cmd:{FAKE} --prefill --fault {fault} --fault-op {fault_op} --on {FAULTY_CASE}"
+    started = time.monotonic()
+    code, rows = rows_of(tmp_path, capsys, "--cases", *NUMERIC, "--level", "prefill", "--port", port, "--timeout", "20")
+    assert code == 1 and time.monotonic() - started < 60
+    assert rows[FAULTY_CASE]["status"] == "port-error"
+    assert expected in rows[FAULTY_CASE]["detail"]
+    assert [r["status"] for name, r in rows.items() if name != FAULTY_CASE] == ["parity", "parity"]
+
+
+def test_a_port_that_stops_reading_times_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """After its answer for the first case the port never reads again; the
+    second case's request (far larger than a pipe holds) cannot be written,
+    and the harness gives up on it at the deadline instead of blocking."""
+    from tests.conftest import make_case
+
+    wide = make_case([16] * 30_000, [1] * 30_000, name="wide-batch", workspace_size=64)
+    wide_file = tmp_path / "wide-batch.json"
+    wide_file.write_text(json.dumps(wide.to_json()))
+    assert wide_file.stat().st_size > 1 << 17
+    port = f"cmd:{FAKE} --fault deaf --on smoke-giant-first"
+    cases = ["--cases", THREE[0], str(wide_file), "--level", "layout", "--timeout", "3"]
+    code, rows = rows_of(tmp_path, capsys, *cases, "--port", port)
+    assert code == 1
+    assert rows["smoke-giant-first"]["status"] == "parity"
+    assert rows["wide-batch"]["status"] == "port-error"
+    assert "port did not read its request within 3 s" in rows["wide-batch"]["detail"]
+
+
 def test_a_layout_the_workspace_cannot_hold_is_the_ports_error() -> None:
     from harness.cases import load_case_file
     from harness.context_chunks import planned_chunk_partials
@@ -181,6 +226,7 @@ def test_a_layout_the_workspace_cannot_hold_is_the_ports_error() -> None:
     inputs = materialise_prefill(case.context_lens, case.query_lens, case.block_size, case.numeric)
     layout = PORT.plan_layout(case)
     rows = max(c.num_context_tokens for c in layout.chunks)
+    narrow = dataclasses.replace(case, workspace_size=rows - 1)
     with pytest.raises(ValueError, match=f"layout chunk .* holds {rows} context rows, the workspace {rows - 1}"):
-        planned_chunk_partials(layout, rows - 1, inputs, kernels_for("cpu"))
-    assert len(planned_chunk_partials(layout, rows, inputs, kernels_for("cpu"))) == layout.num_chunks
+        planned_chunk_partials(layout, narrow, inputs, kernels_for("cpu"))
+    assert len(planned_chunk_partials(layout, case, inputs, kernels_for("cpu"))) == layout.num_chunks

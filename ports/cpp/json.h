@@ -1,5 +1,6 @@
 // Just enough JSON for the external-port protocol and safetensors headers:
 // objects, arrays, strings (with the standard escapes), integers, booleans, null.
+// Integers are 64-bit; a larger one parses, and reading it is the error.
 // Requests never carry fractional numbers; one is rejected with a clear error.
 #pragma once
 
@@ -18,7 +19,11 @@ struct Json {
   enum Kind { Null, Bool, Int, String, Array, Object } kind = Null;
   bool boolean = false;
   i64 integer = 0;
-  std::string text;
+  // An integer literal past int64 is valid JSON (Python writes any size), so it
+  // parses and only reading it as an integer fails: the reply to a request
+  // carrying one still repeats the request's id.
+  bool out_of_range = false;
+  std::string text;  // a string's value; an out-of-range integer's digits
   std::vector<Json> items;
   std::map<std::string, Json> fields;
 
@@ -29,23 +34,62 @@ struct Json {
   }
   bool has(const std::string& key) const { return kind == Object && fields.count(key) > 0; }
   bool is_null() const { return kind == Null; }
+  const char* kind_name() const {
+    switch (kind) {
+      case Null: return "null";
+      case Bool: return "a boolean";
+      case Int: return "an integer";
+      case String: return "a string";
+      case Array: return "an array";
+      case Object: return "an object";
+    }
+    return "?";
+  }
   i64 as_int() const {
-    if (kind != Int) throw std::runtime_error("expected an integer");
+    if (kind != Int) throw std::runtime_error(std::string("expected an integer, got ") + kind_name());
+    if (out_of_range) throw std::runtime_error("integer " + text + " does not fit in 64 bits");
     return integer;
   }
   bool as_bool() const {
-    if (kind != Bool) throw std::runtime_error("expected a boolean");
+    if (kind != Bool) throw std::runtime_error(std::string("expected a boolean, got ") + kind_name());
     return boolean;
   }
   const std::string& as_string() const {
-    if (kind != String) throw std::runtime_error("expected a string");
+    if (kind != String) throw std::runtime_error(std::string("expected a string, got ") + kind_name());
     return text;
   }
+  const std::vector<Json>& as_array() const {
+    if (kind != Array) throw std::runtime_error(std::string("expected an array, got ") + kind_name());
+    return items;
+  }
   std::vector<i64> as_ints() const {
-    if (kind != Array) throw std::runtime_error("expected an array");
     std::vector<i64> out;
-    for (const Json& v : items) out.push_back(v.as_int());
+    for (const Json& v : as_array()) {
+      try {
+        out.push_back(v.as_int());
+      } catch (const std::runtime_error& e) {
+        throw std::runtime_error("element " + std::to_string(out.size()) + ": " + e.what());
+      }
+    }
     return out;
+  }
+
+  // Field readers whose errors name the field.
+  i64 int_at(const std::string& key) const { return read_field(key, &Json::as_int); }
+  bool bool_at(const std::string& key) const { return read_field(key, &Json::as_bool); }
+  const std::string& string_at(const std::string& key) const { return read_field(key, &Json::as_string); }
+  const std::vector<Json>& array_at(const std::string& key) const { return read_field(key, &Json::as_array); }
+  std::vector<i64> ints_at(const std::string& key) const { return read_field(key, &Json::as_ints); }
+
+ private:
+  template <class Result>
+  Result read_field(const std::string& key, Result (Json::*read)() const) const {
+    const Json& value = at(key);
+    try {
+      return (value.*read)();
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error("field '" + key + "': " + e.what());
+    }
   }
 };
 
@@ -60,8 +104,28 @@ class Parser {
   }
 
  private:
+  // Nesting deeper than this is refused: each level is a recursive call, and a
+  // line of a million '[' must be an error, not a stack overflow.
+  static constexpr int kMaxDepth = 256;
+
   const std::string& s_;
   size_t pos_ = 0;
+  int depth_ = 0;
+
+  // Counts one level of nesting for as long as it lives.
+  class Nesting {
+   public:
+    explicit Nesting(int& depth) : depth_(depth) {
+      if (depth_ >= kMaxDepth) throw std::runtime_error("nested deeper than " + std::to_string(kMaxDepth) + " levels");
+      ++depth_;
+    }
+    ~Nesting() { --depth_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    int& depth_;
+  };
 
   void skip() {
     while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\r' || s_[pos_] == '\n')) ++pos_;
@@ -79,6 +143,7 @@ class Parser {
     char c = peek();
     Json v;
     if (c == '{') {
+      const Nesting level(depth_);
       v.kind = Json::Object;
       ++pos_;
       if (peek() == '}') { ++pos_; return v; }
@@ -92,6 +157,7 @@ class Parser {
       }
     }
     if (c == '[') {
+      const Nesting level(depth_);
       v.kind = Json::Array;
       ++pos_;
       if (peek() == ']') { ++pos_; return v; }
@@ -106,13 +172,37 @@ class Parser {
     if (s_.compare(pos_, 4, "true") == 0) { pos_ += 4; v.kind = Json::Bool; v.boolean = true; return v; }
     if (s_.compare(pos_, 5, "false") == 0) { pos_ += 5; v.kind = Json::Bool; return v; }
     if (s_.compare(pos_, 4, "null") == 0) { pos_ += 4; return v; }
-    size_t start = pos_;
-    if (s_[pos_] == '-') ++pos_;
+    return integer_value();
+  }
+  Json integer_value() {
+    const size_t start = pos_;
+    const bool negative = s_[pos_] == '-';
+    if (negative) ++pos_;
+    const size_t digits = pos_;
     while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-    if (start == pos_ || (pos_ < s_.size() && (s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E')))
+    if (pos_ < s_.size() && (s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E'))
       throw std::runtime_error("only integers are expected");
+    if (digits == pos_) {
+      if (pos_ >= s_.size()) throw std::runtime_error("unexpected end of JSON");
+      throw std::runtime_error(std::string("unexpected character '") + s_[pos_] + "'");
+    }
+    Json v;
     v.kind = Json::Int;
-    v.integer = std::stoll(s_.substr(start, pos_ - start));
+    // The magnitude, accumulated unsigned so that -2^63 fits and overflow is detected, not undefined.
+    const std::uint64_t limit = negative ? std::uint64_t{1} << 63 : (std::uint64_t{1} << 63) - 1;
+    std::uint64_t magnitude = 0;
+    for (size_t i = digits; i < pos_ && !v.out_of_range; ++i) {
+      const unsigned digit = static_cast<unsigned>(s_[i] - '0');
+      v.out_of_range = __builtin_mul_overflow(magnitude, std::uint64_t{10}, &magnitude) ||
+                       __builtin_add_overflow(magnitude, std::uint64_t{digit}, &magnitude) || magnitude > limit;
+    }
+    if (v.out_of_range) {
+      const size_t length = pos_ - start;  // shown cut short: the error line stays one readable line
+      v.text = length <= 32 ? s_.substr(start, length) : s_.substr(start, 32) + "... (" + std::to_string(length) + " characters)";
+      return v;
+    }
+    // -2^63 has no positive counterpart in int64: negate one less, then step down.
+    v.integer = !negative ? static_cast<i64>(magnitude) : magnitude == 0 ? 0 : -static_cast<i64>(magnitude - 1) - 1;
     return v;
   }
   static void append_utf8(std::string& out, unsigned code) {
@@ -132,10 +222,19 @@ class Parser {
       out += static_cast<char>(0x80 | (code & 0x3F));
     }
   }
+  // Exactly four hex digits (std::stoul would also take a sign, "0x" or fewer digits).
   unsigned hex4() {
     if (pos_ + 4 > s_.size()) throw std::runtime_error("truncated \\u escape");
-    unsigned code = std::stoul(s_.substr(pos_, 4), nullptr, 16);
-    pos_ += 4;
+    unsigned code = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = s_[pos_++];
+      unsigned digit;
+      if (c >= '0' && c <= '9') digit = static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f') digit = static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') digit = static_cast<unsigned>(c - 'A' + 10);
+      else throw std::runtime_error("\\u escape with a non-hex digit");
+      code = code * 16 + digit;
+    }
     return code;
   }
   Json string_value() {
@@ -155,11 +254,14 @@ class Parser {
         case 'f': v.text += '\f'; break;
         case 'u': {
           unsigned code = hex4();
-          // A surrogate pair spells one code point past the basic plane.
+          // A surrogate pair spells one code point past the basic plane. A high
+          // surrogate without a low one stays alone, as Python's json keeps it.
           if (code >= 0xD800 && code < 0xDC00 && s_.compare(pos_, 2, "\\u") == 0) {
+            const size_t after_high = pos_;
             pos_ += 2;
-            unsigned low = hex4();
-            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+            const unsigned low = hex4();
+            if (low >= 0xDC00 && low < 0xE000) code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+            else pos_ = after_high;
           }
           append_utf8(v.text, code);
           break;

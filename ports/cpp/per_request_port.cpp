@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -46,6 +47,7 @@ std::string run_lengths(const std::vector<i64>& rows_per_request) {
   return out + "]";
 }
 
+// Callers pass lists whose totals planner_ints bounded, so no sum overflows.
 std::vector<i64> prefix_sums(const std::vector<i64>& v) {
   std::vector<i64> out{0};
   for (i64 x : v) out.push_back(out.back() + x);
@@ -53,20 +55,72 @@ std::vector<i64> prefix_sums(const std::vector<i64>& v) {
 }
 
 // ---------------------------------------------------------------------------
+// Checked input: sizes and lengths the planner and workspace_size accept.
+// ---------------------------------------------------------------------------
+
+// The largest length, size or total they take: far above any real batch (the
+// harness caps a case at 2^26 context rows and a workspace at 2^22), and low
+// enough that no sum or product they form from accepted input overflows int64.
+constexpr i64 kPlannerLimit = i64{1} << 40;
+constexpr const char* kPlannerLimitText = "2^40";
+
+std::string range_text(i64 minimum) { return "[" + std::to_string(minimum) + ", " + kPlannerLimitText + "]"; }
+
+// The integer field `key` of `c`, in [minimum, kPlannerLimit]; `fallback` when absent, if given.
+i64 planner_int(const Json& c, const std::string& key, i64 minimum, std::optional<i64> fallback = std::nullopt) {
+  const i64 value = fallback && !c.has(key) ? *fallback : c.int_at(key);
+  if (value < minimum || value > kPlannerLimit)
+    throw std::runtime_error("field '" + key + "' is " + std::to_string(value) + ", outside " + range_text(minimum));
+  return value;
+}
+
+// The integer list `key` of `c`: each entry and their total in [minimum, kPlannerLimit].
+std::vector<i64> planner_ints(const Json& c, const std::string& key, i64 minimum) {
+  const std::vector<i64> values = c.ints_at(key);
+  i64 total = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i] < minimum || values[i] > kPlannerLimit)
+      throw std::runtime_error(key + "[" + std::to_string(i) + "] is " + std::to_string(values[i]) + ", outside " +
+                               range_text(minimum));
+    total += values[i];  // at most kPlannerLimit before adding one more in range: no overflow
+    if (total > kPlannerLimit) throw std::runtime_error(key + " totals more than " + kPlannerLimitText);
+  }
+  return values;
+}
+
+// a * b for positive a, b; an error naming `what` when it overflows int64.
+i64 checked_product(i64 a, i64 b, const std::string& what) {
+  i64 product;
+  if (__builtin_mul_overflow(a, b, &product)) throw std::runtime_error(what + " overflows 64-bit integers");
+  return product;
+}
+
+// lcm(a, b) for positive a, b; std::lcm's overflow would be undefined.
+i64 checked_lcm(i64 a, i64 b, const std::string& what) { return checked_product(a / std::gcd(a, b), b, what); }
+
+// ---------------------------------------------------------------------------
 // The planner (SPEC section 1b).
 // ---------------------------------------------------------------------------
 struct Geometry {
   i64 budget, alignment, max_span, world, interleave;
 
+  // Sizes must lie in [1, kPlannerLimit] (planner_int checks them). A workspace
+  // of at least one alignment unit then bounds the alignment, and so the DCP
+  // stride, by kPlannerLimit, which keeps padded() and cost() within int64.
   static Geometry make(i64 workspace, i64 block, bool align, i64 world, i64 interleave) {
+    if (block < 1 || world < 1 || interleave < 1)
+      throw std::runtime_error("block_size, dcp_world_size and cp_kv_cache_interleave_size must be at least 1");
     i64 alignment = align ? block : 1;
     i64 budget = workspace;
     if (world > 1) {
-      alignment = std::lcm(alignment, world * interleave);
+      const std::string unit = "the alignment unit lcm(block, dcp_world_size * cp_kv_cache_interleave_size)";
+      alignment = checked_lcm(alignment, checked_product(world, interleave, unit), unit);
       budget = workspace / world;
     }
     i64 max_span = workspace / alignment * alignment;
-    if (max_span <= 0) throw std::runtime_error("workspace is below one alignment unit");
+    if (max_span <= 0)
+      throw std::runtime_error("workspace of " + std::to_string(workspace) + " rows is below one alignment unit (" +
+                               std::to_string(alignment) + " rows)");
     return {budget, alignment, max_span, world, interleave};
   }
   // Rows one rank holds of the first `rows` context rows.
@@ -133,13 +187,19 @@ std::vector<i64> rank_context_lens(i64 context, i64 world, i64 interleave) {
 }
 
 std::string layout_json(const Json& c) {
-  std::vector<i64> context = c.at("context_lens").as_ints(), query = c.at("query_lens").as_ints();
-  if (context.size() != query.size()) throw std::runtime_error("context_lens and query_lens differ in length");
-  i64 world = c.has("dcp_world_size") ? c.at("dcp_world_size").as_int() : 1;
-  i64 interleave = c.has("cp_kv_cache_interleave_size") ? c.at("cp_kv_cache_interleave_size").as_int() : 1;
-  bool align = !c.has("align_to_block") || c.at("align_to_block").boolean;
-  Geometry g = Geometry::make(c.at("workspace_size").as_int(), c.at("block_size").as_int(), align, world, interleave);
-  if (*std::max_element(context.begin(), context.end()) == 0) return "{\"chunks\":[],\"empty_token_slices\":[]}";
+  const std::vector<i64> context = planner_ints(c, "context_lens", 0), query = planner_ints(c, "query_lens", 0);
+  if (context.size() != query.size())
+    throw std::runtime_error("context_lens has " + std::to_string(context.size()) + " entries, query_lens " +
+                             std::to_string(query.size()));
+  const i64 world = planner_int(c, "dcp_world_size", 1, 1);
+  const i64 interleave = planner_int(c, "cp_kv_cache_interleave_size", 1, 1);
+  const bool align = !c.has("align_to_block") || c.bool_at("align_to_block");
+  Geometry g = Geometry::make(planner_int(c, "workspace_size", 1), planner_int(c, "block_size", 1), align, world,
+                              interleave);
+  // As ports/per_request does: a batch without context, an empty batch included,
+  // has no chunked-context metadata at all.
+  if (std::all_of(context.begin(), context.end(), [](i64 rows) { return rows == 0; }))
+    return "{\"chunks\":[],\"empty_token_slices\":[]}";
   std::vector<i64> qsl = prefix_sums(query);
 
   std::ostringstream out;
@@ -196,11 +256,19 @@ std::string layout_json(const Json& c) {
 // The dense workspace: min(max(8 * max_model_len, 4 * max_num_seqs * block), 65536),
 // at least one alignment unit, rounded up to it. No max_num_seqs * block floor.
 i64 workspace_size(const Json& c) {
-  i64 block = c.at("block_size").as_int();
-  i64 world = c.has("dcp_world_size") ? c.at("dcp_world_size").as_int() : 1;
-  i64 interleave = c.has("cp_kv_cache_interleave_size") ? c.at("cp_kv_cache_interleave_size").as_int() : 1;
-  i64 unit = world > 1 ? std::lcm(block, world * interleave) : block;
-  i64 wanted = std::min(std::max(8 * c.at("max_model_len").as_int(), 4 * c.at("max_num_seqs").as_int() * block), i64{65536});
+  constexpr i64 kDenseWorkspaceCap = 65536;
+  const i64 block = planner_int(c, "block_size", 1);
+  const i64 world = planner_int(c, "dcp_world_size", 1, 1);
+  const i64 interleave = planner_int(c, "cp_kv_cache_interleave_size", 1, 1);
+  const std::string unit_name = "the alignment unit lcm(block, dcp_world_size * cp_kv_cache_interleave_size)";
+  const i64 unit = world > 1 ? checked_lcm(block, checked_product(world, interleave, unit_name), unit_name) : block;
+  if (unit > kPlannerLimit)
+    throw std::runtime_error("alignment unit " + std::to_string(unit) + " exceeds " + kPlannerLimitText);
+  // 4 * max_num_seqs * block may pass int64 for sizes in range; past the cap its
+  // exact value does not matter, so an overflow reads as the cap.
+  i64 page_rows;
+  if (__builtin_mul_overflow(4 * planner_int(c, "max_num_seqs", 1), block, &page_rows)) page_rows = kDenseWorkspaceCap;
+  i64 wanted = std::min(std::max(8 * planner_int(c, "max_model_len", 1), page_rows), kDenseWorkspaceCap);
   wanted = std::max(wanted, unit);
   return (wanted + unit - 1) / unit * unit;
 }
@@ -214,7 +282,7 @@ std::string reply(i64 id, const std::string& body) { return "{\"id\":" + std::to
 // `fp16_to_fp32` (F32 [m]). The reply names the exp/log path in use.
 std::string numerics_selftest(const Json& request) {
   using namespace port;
-  const std::string& inputs_path = request.at("inputs").as_string();
+  const std::string& inputs_path = request.string_at("inputs");
   const TensorMap in = read_safetensors(inputs_path);
   const Tensor& x = tensor(in, "x", inputs_path);
   const Tensor& half_bf16 = tensor(in, "half_bf16", inputs_path);
@@ -237,7 +305,7 @@ std::string numerics_selftest(const Json& request) {
     bf16_to_fp32.set_f32(i, load_as_fp32(half_bf16, i));
     fp16_to_fp32.set_f32(i, load_as_fp32(half_fp16, i));
   }
-  write_safetensors(request.at("outputs").as_string(),
+  write_safetensors(request.string_at("outputs"),
                     {{"exp", &exp_out}, {"log", &log_out}, {"to_bf16", &to_bf16}, {"to_fp16", &to_fp16},
                      {"bf16_to_fp32", &bf16_to_fp32}, {"fp16_to_fp32", &fp16_to_fp32}});
   return std::string(",\"float32_math\":\"") + float32_math_name(float32_math()) + "\"";
@@ -253,8 +321,8 @@ int main() {
     i64 id = 0;
     try {
       Json request = Parser(line).parse();
-      id = request.has("id") ? request.at("id").as_int() : 0;
-      const std::string op = request.at("op").text;
+      id = request.has("id") ? request.int_at("id") : 0;
+      const std::string op = request.string_at("op");
       if (op == "hello") {
         std::cout << reply(id, ",\"protocol\":1,\"name\":\"cpp-per-request\",\"version\":\"1.0\",\"levels\":[\"layout\",\"merge\",\"prefill\"]");
       } else if (op == "layout") {

@@ -35,6 +35,23 @@ inline const char* dtype_name(DType d) {
 
 inline size_t dtype_size(DType d) { return d == DType::F32 ? 4 : 2; }
 
+// The number of elements of `shape`. A negative dimension is an error, and so is
+// a shape whose size in `element_size`-byte elements overflows int64 counting its
+// non-zero dimensions only: then every element count, byte count and row stride
+// computed from the shape fits, even when a zero dimension makes it empty (a
+// [0, 2^32, 2^32] tensor holds nothing, but its rows would be 2^64 elements wide).
+inline i64 checked_numel(const std::vector<i64>& shape, size_t element_size) {
+  i64 nonzero_bytes = static_cast<i64>(element_size);
+  bool empty = false;
+  for (i64 d : shape) {
+    if (d < 0) throw std::runtime_error("shape " + ints(shape) + " has a negative dimension");
+    if (d == 0) empty = true;
+    else if (__builtin_mul_overflow(nonzero_bytes, d, &nonzero_bytes))
+      throw std::runtime_error("shape " + ints(shape) + " overflows 64-bit sizes");
+  }
+  return empty ? 0 : nonzero_bytes / static_cast<i64>(element_size);
+}
+
 // A dense row-major tensor holding raw element bits.
 struct Tensor {
   DType dtype = DType::F32;
@@ -45,14 +62,13 @@ struct Tensor {
     Tensor t;
     t.dtype = dtype;
     t.shape = std::move(shape);
-    t.data.assign(static_cast<size_t>(t.numel()) * dtype_size(dtype), 0);
+    t.data.assign(static_cast<size_t>(t.byte_size()), 0);
     return t;
   }
-  i64 numel() const {
-    i64 n = 1;
-    for (i64 d : shape) n *= d;
-    return n;
-  }
+  // Both throw on a negative or overflowing shape (checked_numel); the product in
+  // byte_size cannot overflow once numel has returned.
+  i64 numel() const { return checked_numel(shape, dtype_size(dtype)); }
+  i64 byte_size() const { return numel() * static_cast<i64>(dtype_size(dtype)); }
   std::uint32_t bits32(i64 i) const {
     std::uint32_t v;
     std::memcpy(&v, data.data() + 4 * i, 4);
@@ -71,11 +87,7 @@ struct Tensor {
     return v;
   }
   void set_f32(i64 i, float v) { std::memcpy(data.data() + 4 * i, &v, 4); }
-  std::string describe() const {
-    std::string s = std::string(dtype_name(dtype)) + "[";
-    for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-    return s + "]";
-  }
+  std::string describe() const { return dtype_name(dtype) + ints(shape); }
 };
 
 using TensorMap = std::map<std::string, Tensor>;
@@ -91,7 +103,9 @@ inline TensorMap read_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open " + path);
   in.seekg(0, std::ios::end);
-  const std::uint64_t file_size = static_cast<std::uint64_t>(in.tellg());
+  const std::streamoff end = in.tellg();
+  if (end < 0) throw std::runtime_error("cannot find the size of " + path);
+  const std::uint64_t file_size = static_cast<std::uint64_t>(end);
   in.seekg(0);
   unsigned char length_bytes[8];
   if (file_size < 8 || !in.read(reinterpret_cast<char*>(length_bytes), 8))
@@ -119,18 +133,20 @@ inline TensorMap read_safetensors(const std::string& path) {
     const std::string where = path + ": tensor '" + name + "'";
     try {
       Tensor t;
-      t.dtype = parse_dtype(entry.at("dtype").as_string(), where);
-      t.shape = entry.at("shape").as_ints();
-      for (i64 d : t.shape)
-        if (d < 0) throw std::runtime_error("negative dimension");
-      std::vector<i64> offsets = entry.at("data_offsets").as_ints();
-      if (offsets.size() != 2 || offsets[0] < 0 || offsets[1] < offsets[0] ||
-          static_cast<std::uint64_t>(offsets[1]) > data_size)
-        throw std::runtime_error("data_offsets out of the file's data");
-      const std::uint64_t bytes = static_cast<std::uint64_t>(offsets[1] - offsets[0]);
-      if (bytes != static_cast<std::uint64_t>(t.numel()) * dtype_size(t.dtype))
-        throw std::runtime_error("data_offsets span " + std::to_string(bytes) + " bytes, shape and dtype need " +
-                                 std::to_string(static_cast<std::uint64_t>(t.numel()) * dtype_size(t.dtype)));
+      if (entry.kind != Json::Object) throw std::runtime_error(std::string("is ") + entry.kind_name() + ", not an object");
+      t.dtype = parse_dtype(entry.string_at("dtype"), where);
+      t.shape = entry.ints_at("shape");
+      const i64 needed = t.byte_size();  // throws on a negative or overflowing shape
+      const std::vector<i64> offsets = entry.ints_at("data_offsets");
+      if (offsets.size() != 2) throw std::runtime_error("data_offsets must be [begin, end]");
+      const std::string span = "data_offsets " + ints(offsets);
+      if (offsets[0] < 0 || offsets[1] < 0 || static_cast<std::uint64_t>(offsets[1]) > data_size)
+        throw std::runtime_error(span + " lie outside the file's " + std::to_string(data_size) + " data bytes");
+      if (offsets[1] < offsets[0]) throw std::runtime_error(span + " are out of order");
+      const i64 bytes = offsets[1] - offsets[0];  // both in [0, data_size]: no overflow
+      if (bytes != needed)
+        throw std::runtime_error(span + " span " + std::to_string(bytes) + " bytes, " + t.describe() + " needs " +
+                                 std::to_string(needed));
       t.data.assign(data.begin() + offsets[0], data.begin() + offsets[1]);
       tensors.emplace(name, std::move(t));
     } catch (const std::runtime_error& e) {
