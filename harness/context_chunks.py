@@ -96,7 +96,7 @@ def check_runnable(layout: Layout, case: Case) -> None:
     for i, chunk in enumerate(layout.chunks):
         where, rows = f"layout chunk {i}", chunk.num_context_tokens
         requests, tokens = chunk.request_end - chunk.request_start, chunk.token_end - chunk.token_start
-        if not 0 <= chunk.request_start <= chunk.request_end <= num_requests:
+        if not 0 <= chunk.request_start < chunk.request_end <= num_requests:
             raise ValueError(f"{where} spans requests [{chunk.request_start}, {chunk.request_end}) of {num_requests}")
         if not 0 <= chunk.token_start <= chunk.token_end <= num_tokens:
             raise ValueError(f"{where} spans tokens [{chunk.token_start}, {chunk.token_end}) of {num_tokens}")
@@ -121,8 +121,10 @@ def check_runnable(layout: Layout, case: Case) -> None:
         query_lens = [b - a for a, b in itertools.pairwise(qsl)]
         if qsl[0] != 0 or qsl[-1] != tokens or min(query_lens, default=0) < 0:
             raise ValueError(f"{where}: query_start_loc does not split its {tokens} tokens")
-        if chunk.max_seq_len < max(seq_lens, default=0) or chunk.max_query_len < max(query_lens, default=0):
-            raise ValueError(f"{where}: max_seq_len or max_query_len is below the chunk's longest")
+        if not max(seq_lens, default=0) <= chunk.max_seq_len <= rows:
+            raise ValueError(f"{where}: max_seq_len {chunk.max_seq_len} is not within [longest, {rows} rows]")
+        if not max(query_lens, default=0) <= chunk.max_query_len <= tokens:
+            raise ValueError(f"{where}: max_query_len {chunk.max_query_len} is not within [longest, {tokens} tokens]")
 
 
 def planned_chunk_partials(layout: Layout, case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> list[Partial]:

@@ -64,8 +64,8 @@ def read_port_file(path: Path, limit: int, op: str) -> bytes:
             raise ExternalPortError(f"port's {path.name} is not a regular file")
         if status.st_size > limit:
             raise ExternalPortError(f"port's {path.name} holds {status.st_size} bytes, more than the {limit} expected")
-        data = file.read(limit + 1)
-    if len(data) > limit:
+        data = file.read(min(status.st_size, limit) + 1)
+    if len(data) > min(status.st_size, limit):
         raise ExternalPortError(f"port's {path.name} grew past {limit} bytes while it was read")
     return data
 
@@ -85,7 +85,7 @@ class ExternalPort:
         self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
         self._stderr: Any = None
-        self._buffer = b""
+        self._buffer = bytearray()
         self._next_id = 0
         self.hello: dict[str, Any] = {}
         self._start()
@@ -108,7 +108,7 @@ class ExternalPort:
             )
         except OSError as exc:
             raise ExternalPortError(f"cannot start {self.command[0]!r}: {exc.strerror or exc}") from None
-        self._buffer = b""
+        self._buffer = bytearray()
         reply = self._request({"op": "hello", "protocol": PROTOCOL_VERSION}, self.startup_timeout_s)
         if reply.get("protocol", PROTOCOL_VERSION) != PROTOCOL_VERSION:
             raise ExternalPortError(f"port speaks protocol {reply.get('protocol')}, harness {PROTOCOL_VERSION}")
@@ -187,7 +187,11 @@ class ExternalPort:
     def _readline(self, deadline: float) -> bytes:
         assert self._process is not None and self._process.stdout is not None
         fd = self._process.stdout.fileno()
-        while b"\n" not in self._buffer:
+        # Only what arrived since the last look is searched for the line's end:
+        # a long reply costs its length, not its length squared.
+        searched = 0
+        while (end := self._buffer.find(b"\n", searched)) < 0:
+            searched = len(self._buffer)
             left = deadline - time.monotonic()
             if left <= 0:
                 raise self._fail(f"port did not answer within {self.timeout_s:g} s")
@@ -211,7 +215,7 @@ class ExternalPort:
                 raise self._fail("port closed its output before answering (it is still running)")
             if code is not None or chunk == b"":
                 raise self._fail(f"port exited (code {code}) before answering")
-        line, _, self._buffer = self._buffer.partition(b"\n")
+        line, self._buffer = bytes(self._buffer[:end]), self._buffer[end + 1 :]
         return line
 
     def _request(self, message: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
@@ -234,7 +238,7 @@ class ExternalPort:
             raise
         try:
             reply = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             raise self._fail(f"port printed something that is not JSON: {line[:80]!r}") from None
         if not isinstance(reply, dict) or reply.get("id") != message["id"]:
             raise self._fail(f"port replied out of turn: {line[:80]!r}")
@@ -247,11 +251,14 @@ class ExternalPort:
 
     def plan_layout(self, case: Case) -> Layout:
         reply = self._request({"op": "layout", "case": case.to_json()})
-        # Bounds the case sets on any layout of it (each chunk holds a context
-        # row; no chunk holds more rows than the batch and the workspace), checked
-        # before anything the reply describes is built.
+        # Bounds the case sets on any layout of it, checked before anything the
+        # reply describes is built: each chunk holds a context row; over the whole
+        # layout token_to_seq names each context row once and the DCP padded rows
+        # are at most a rank's share of them plus an interleave per request; twice
+        # that, so a wrong but sane layout still reaches the comparison.
         context_rows = sum(case.context_lens)
-        max_rows = (context_rows + case.workspace_size) * case.dcp_world_size
+        padding = len(case.context_lens) * case.cp_kv_cache_interleave_size
+        max_rows = 2 * (2 * context_rows + padding + case.workspace_size)
         try:
             return layout_from_json(reply.get("layout"), max_rows=max_rows, max_chunks=context_rows)
         except (ValueError, TypeError) as exc:
@@ -284,9 +291,11 @@ class ExternalPort:
             inputs, outputs = Path(folder) / "inputs.safetensors", Path(folder) / "outputs.safetensors"
             save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(inputs))
             self._request({"op": op, "inputs": str(inputs), "outputs": str(outputs), **extra})
-            # No answer of an op is larger than its question by much: the outputs
-            # repeat the partials' shapes at most twice over.
-            data = read_port_file(outputs, limit=4 * inputs.stat().st_size + (1 << 20), op=op)
+            # No answer of an op is larger than its question by much (the outputs
+            # repeat the partials' shapes at most twice over); the limit is fixed
+            # before the port runs, from what was sent, not from files it can touch.
+            sent = sum(t.nelement() * t.element_size() for t in tensors.values())
+            data = read_port_file(outputs, limit=4 * sent + (1 << 20), op=op)
             # The protocol exchanges host files: the process's results go back to
             # the device its inputs came from (the run's), as its own values.
             device = next(iter(tensors.values())).device if tensors else "cpu"
@@ -335,7 +344,7 @@ class ExternalPort:
         missing = [name for name in expected if name not in returned]
         if missing:
             raise ExternalPortError(
-                f"port's prefill outputs lack {', '.join(missing)} (it wrote {', '.join(returned)})"
+                f"port's prefill outputs lack {', '.join(missing)} (it wrote {', '.join(sorted(returned))})"
             )
         unexpected = sorted(set(returned) - set(expected))
         if unexpected:

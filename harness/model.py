@@ -198,7 +198,8 @@ def chunk_from_json(data: Any, max_rows: int | None = None) -> Chunk:
                     raise ValueError(f"chunk field {name!r} has a negative run length {run[1]}")
             total = sum(count for _, count in value)
             if max_rows is not None and total > max_rows:
-                raise ValueError(f"chunk field {name!r} runs to {total} rows, more than the case's {max_rows}")
+                allowed = f"more than the {max_rows} the case allows it"
+                raise ValueError(f"chunk field {name!r} runs to {total} rows, {allowed}")
             values[name] = tuple(v for v, count in value for _ in range(count))
         elif name == "local_context_lens_allranks":
             if not isinstance(value, list):
@@ -219,8 +220,9 @@ def chunk_from_json(data: Any, max_rows: int | None = None) -> Chunk:
 
 def layout_from_json(data: Any, max_rows: int | None = None, max_chunks: int | None = None) -> Layout:
     """The inverse of :meth:`Layout.to_json`, checking types; ``max_rows`` bounds
-    each chunk's run-length fields (:func:`chunk_from_json`), ``max_chunks`` the
-    number of chunks, both known from the case a port was asked to plan."""
+    the rows of all run-length fields of all chunks together (each field's runs
+    are summed before it is expanded, :func:`chunk_from_json`), ``max_chunks``
+    the number of chunks, both known from the case a port was asked to plan."""
     if not isinstance(data, dict) or not isinstance(data.get("chunks"), list):
         raise ValueError("a layout must be an object with a list of chunks")
     if max_chunks is not None and len(data["chunks"]) > max_chunks:
@@ -229,7 +231,15 @@ def layout_from_json(data: Any, max_rows: int | None = None, max_chunks: int | N
     if not isinstance(slices, list) or not all(isinstance(s, list) and len(s) == 2 for s in slices):
         raise ValueError("empty_token_slices must be a list of [start, stop] pairs")
     pairs = tuple((a, b) for a, b in (_ints(pair, "empty_token_slices") for pair in slices))
-    return Layout(tuple(chunk_from_json(c, max_rows) for c in data["chunks"]), pairs)
+    chunks, rows_left = [], max_rows
+    for c in data["chunks"]:
+        chunk = chunk_from_json(c, rows_left)
+        if rows_left is not None:
+            rows_left -= len(chunk.token_to_seq) + len(chunk.padded_local_token_to_seq or ())
+            if rows_left < 0:
+                raise ValueError(f"the layout's token_to_seq fields run to more than the case's {max_rows} rows")
+        chunks.append(chunk)
+    return Layout(tuple(chunks), pairs)
 
 
 def run_length(values: tuple[int, ...] | list[int]) -> list[list[int]]:

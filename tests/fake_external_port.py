@@ -10,7 +10,8 @@ reply), malformed (a layout lacking a field), wrong-shape, wrong-dtype, nan,
 missing (an output tensor left out), no-file (no outputs file written), fifo
 (a named pipe at the outputs path), close-stdout (closes its output and lives
 on), deaf (answers, then never reads again), huge-run (a layout whose
-token_to_seq runs to 10^12 rows), unrunnable (a layout whose cu_seq_lens do not
+token_to_seq runs to 10^12 rows), many-runs (ten chunks whose rows together
+exceed what the case could need), deep-json (a reply nested 100,000 deep), unrunnable (a layout whose cu_seq_lens do not
 add up),
 write-continuations (a prefill that writes a continuation instead of merging it), none.
 --merge and --prefill add those levels to the hello. With --pid-dir it records
@@ -53,6 +54,9 @@ def commit_process_fault(fault: str, rid: int, where: str) -> bool:
         return True
     if fault == "error":
         print(json.dumps({"id": rid, "ok": False, "error": f"cannot do {where}"}), flush=True)
+        return True
+    if fault == "deep-json":
+        print("[" * 100_000, flush=True)
         return True
     if fault == "close-stdout":
         os.close(sys.stdout.fileno())
@@ -144,6 +148,8 @@ def main() -> None:
                 del layout["chunks"][0]["seq_lens"]
             if faulty and args.fault == "huge-run":
                 layout["chunks"][0]["token_to_seq"] = [[0, 10**12]]
+            if faulty and args.fault == "many-runs":
+                layout["chunks"] = [{**layout["chunks"][0], "token_to_seq": [[0, 1000]]}] * 10
             if faulty and args.fault == "unrunnable":
                 layout["chunks"][0]["cu_seq_lens"][-1] += 1
             reply = {"id": rid, "ok": True, "layout": layout}

@@ -155,7 +155,7 @@ def test_prefill_over_the_protocol_is_judged_as_in_process(tmp_path: Path, capsy
         ("wrong-shape", "output: port gave float16[5, 2, 15], oracle float16[5, 2, 16]"),
         ("wrong-dtype", "output: port gave float64[5, 2, 16], oracle float16[5, 2, 16]"),
         ("nan", "port returned NaN in 'output' (1 elements, oracle 0)"),
-        ("missing", "port's prefill outputs lack output (it wrote context_"),
+        ("missing", "port's prefill outputs lack output (it wrote context_lse, context_output, lse)"),
         ("no-file", "port answered 'prefill' but wrote no outputs.safetensors"),
     ],
 )
@@ -175,7 +175,10 @@ def test_prefill_faults_are_port_errors_and_the_run_goes_on(
     [
         ("fifo", "prefill", "port's outputs.safetensors is not a regular file"),
         ("close-stdout", "prefill", "port closed its output before answering (it is still running)"),
-        ("huge-run", "layout", "chunk field 'token_to_seq' runs to 1000000000000 rows, more than the case's"),
+        ("huge-run", "layout", "chunk field 'token_to_seq' runs to 1000000000000 rows, more than the 3058 the case"),
+        # Three chunks of 1,000 rows fit the case's budget of 2 * (2 * 700 + 1 + 128); the fourth does not.
+        ("many-runs", "layout", "chunk field 'token_to_seq' runs to 1000 rows, more than the 58 the case allows it"),
+        ("deep-json", "prefill", "port printed something that is not JSON: b'[[[["),
         ("unrunnable", "layout", "port's layout cannot be run: layout chunk 0: cu_seq_lens is not the running sum"),
     ],
 )

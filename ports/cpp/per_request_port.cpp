@@ -74,6 +74,15 @@ i64 planner_int(const Json& c, const std::string& key, i64 minimum, std::optiona
   return value;
 }
 
+// The integer field `key` of `c`, at least `minimum`, read as kPlannerLimit past it:
+// for a size whose exact value past the limit cannot change the answer.
+i64 capped_int(const Json& c, const std::string& key, i64 minimum) {
+  const i64 value = c.int_at(key);
+  if (value < minimum)
+    throw std::runtime_error("field '" + key + "' is " + std::to_string(value) + ", below " + std::to_string(minimum));
+  return std::min(value, kPlannerLimit);
+}
+
 // The integer list `key` of `c`: each entry and their total in [minimum, kPlannerLimit].
 std::vector<i64> planner_ints(const Json& c, const std::string& key, i64 minimum) {
   const std::vector<i64> values = c.ints_at(key);
@@ -267,8 +276,9 @@ i64 workspace_size(const Json& c) {
   // 4 * max_num_seqs * block may pass int64 for sizes in range; past the cap its
   // exact value does not matter, so an overflow reads as the cap.
   i64 page_rows;
-  if (__builtin_mul_overflow(4 * planner_int(c, "max_num_seqs", 1), block, &page_rows)) page_rows = kDenseWorkspaceCap;
-  i64 wanted = std::min(std::max(8 * planner_int(c, "max_model_len", 1), page_rows), kDenseWorkspaceCap);
+  // max_num_seqs and max_model_len past 2^40 give the cap as surely as at 2^40.
+  if (__builtin_mul_overflow(4 * capped_int(c, "max_num_seqs", 1), block, &page_rows)) page_rows = kDenseWorkspaceCap;
+  i64 wanted = std::min(std::max(8 * capped_int(c, "max_model_len", 1), page_rows), kDenseWorkspaceCap);
   wanted = std::max(wanted, unit);
   return (wanted + unit - 1) / unit * unit;
 }
