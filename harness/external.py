@@ -66,7 +66,7 @@ def read_port_file(path: Path, limit: int, op: str) -> bytes:
             raise ExternalPortError(f"port's {path.name} holds {status.st_size} bytes, more than the {limit} expected")
         data = file.read(min(status.st_size, limit) + 1)
     if len(data) > min(status.st_size, limit):
-        raise ExternalPortError(f"port's {path.name} grew past {limit} bytes while it was read")
+        raise ExternalPortError(f"port's {path.name} changed size while it was read")
     return data
 
 
