@@ -4,7 +4,7 @@ PYTHON ?= python3
 TOX := $(PYTHON) -m tox
 IN_ENV := $(TOX) exec -q -e oracle --
 
-.PHONY: gate test bench tox cpp-port
+.PHONY: gate test bench tox cpp-port drift
 
 tox:
 	@$(PYTHON) -m tox --version >/dev/null 2>&1 || $(PYTHON) -m pip install -q 'tox>=4.10'
@@ -14,10 +14,17 @@ tox:
 gate: tox
 	$(IN_ENV) python -m harness gate --suite ci --port per_request --out reports/out/gate-per_request
 
-## test: lint, type-check and the test suite (the browser test needs Debian's chromium)
+## test: lint, type-check and the test suite (the browser test needs Debian's chromium); the
+## legacy oracle's environment (vllm==0.27.1, .tox/vllm-0.27.1) is built first: its tests call it
 test: tox
 	tools/ensure_chromium.sh
+	$(TOX) -e vllm-0.27.1 --notest
 	$(TOX) -e oracle
+
+## drift: what upstream changed since the pin, for the newest release set up here (vllm==0.33.0:
+## its environment, about 9.4 GB, is built on first use); writes reports/drift/<date>.md and .json
+drift: tox
+	$(IN_ENV) python -m harness drift --against vllm==0.33.0
 
 ## bench: L1 throughput figures (a script that prints, not a test)
 bench: tox

@@ -285,8 +285,10 @@ class ExternalPort:
     def _tensor_call(self, op: str, tensors: dict[str, torch.Tensor], extra: dict[str, Any]) -> dict[str, torch.Tensor]:
         from safetensors.torch import load, save_file
 
-        if op not in self.hello.get("levels", []):
-            raise ExternalPortError(f"port does not support {op!r} (hello lists {self.hello.get('levels')})")
+        # A hello may list its ops beside its levels; without, each level is its op.
+        supported = self.hello.get("ops", self.hello.get("levels", []))
+        if op not in supported:
+            raise ExternalPortError(f"port does not support {op!r} (hello lists {supported})")
         with tempfile.TemporaryDirectory(prefix="parity-port-") as folder:
             inputs, outputs = Path(folder) / "inputs.safetensors", Path(folder) / "outputs.safetensors"
             save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(inputs))

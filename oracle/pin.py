@@ -28,6 +28,9 @@ from typing import Any
 from oracle.environment import OracleUnavailable, import_vllm_module
 
 PIN_FILE = Path(__file__).with_name("pin.json")
+# The pins of the other releases the harness can call (``--oracle vllm==X``),
+# one file each, same schema; their upstream_commit and upstream_pr may be null.
+OTHER_PINS = Path(__file__).with_name("pins")
 
 MLA = "vllm.model_executor.layers.attention.mla_attention"
 
@@ -75,9 +78,17 @@ class SymbolStatus:
         return f"{self.status:8} {self.symbol}  pinned {self.expected}  installed {found}"
 
 
-def load_pin() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(PIN_FILE.read_text(encoding="utf-8"))
+def load_pin(path: Path = PIN_FILE) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
+
+
+def pin_file_for(release_version: str) -> Path:
+    """The pin of ``release_version``: ``pin.json`` for the pinned release,
+    ``pins/vllm-<version>.json`` for any other (which may not exist yet)."""
+    if release_version == load_pin()["release_version"]:
+        return PIN_FILE
+    return OTHER_PINS / f"vllm-{release_version}.json"
 
 
 def pinned_symbols() -> tuple[str, ...]:
@@ -96,19 +107,19 @@ def installed_version() -> tuple[str, str | None]:
     return version.__version__, getattr(version, "commit_id", None)
 
 
-def check_release() -> SymbolStatus:
-    """The installed vLLM's version and commit id against the pinned release's."""
-    pin = load_pin()
+def check_release(path: Path = PIN_FILE) -> SymbolStatus:
+    """The installed vLLM's version and commit id against the pin's release."""
+    pin = load_pin(path)
     expected = f"{pin['release_version']} {pin['release_commit_id']}"
     version, commit = installed_version()
     found = f"{version} {commit}"
     return SymbolStatus(RELEASE, expected, found, "ok" if found == expected else "mismatch")
 
 
-def check_fingerprints() -> list[SymbolStatus]:
-    """The installed release's status, then every pinned symbol's."""
-    statuses = [check_release()]
-    for symbol, pinned in load_pin()["fingerprints"].items():
+def check_fingerprints(path: Path = PIN_FILE) -> list[SymbolStatus]:
+    """The installed release's status, then every symbol's the pin at ``path`` holds."""
+    statuses = [check_release(path)]
+    for symbol, pinned in load_pin(path)["fingerprints"].items():
         try:
             found: str | None = fingerprint(resolve(symbol))
         except (AttributeError, OSError, TypeError, OracleUnavailable):

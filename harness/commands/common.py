@@ -33,41 +33,82 @@ class UsageError(Exception):
 # -- the oracle, behind its fingerprint check ---------------------------------------------
 
 
-def open_oracle(allow_drift: bool) -> tuple[Port, dict[str, Any]]:
+def open_oracle(allow_drift: bool, oracle: str | None = None) -> tuple[Port, dict[str, Any]]:
     """The oracle side and the provenance every output carries.
 
-    Refuses (UsageError, one line naming the symbol) when an installed oracle
-    symbol's fingerprint differs from the pin, unless ``allow_drift``.
+    ``oracle`` is ``--oracle``: the pinned release in-process (None or its
+    ``vllm==X``, the default), or ``vllm==X`` for any other release served from its own environment
+    (:mod:`oracle.process`). Refuses (UsageError, one line naming the symbol)
+    when an oracle symbol's fingerprint differs from that release's pin, or the
+    release has no pin, unless ``allow_drift``.
     """
     from oracle.environment import OracleUnavailable
-    from oracle.pin import check_fingerprints, installed_version, load_pin
+    from oracle.pin import load_pin
 
-    try:
-        from oracle.side import OracleSide
-
-        version, commit = installed_version()
-        statuses = check_fingerprints()
-        side = OracleSide()
-    except OracleUnavailable as exc:
-        raise UsageError(str(exc)) from None
     pin = load_pin()
-    bad = [s for s in statuses if s.status != "ok"]
+    release = None if oracle is None else _release_of(oracle)
+    if release is None or release == pin["release_version"]:
+        from oracle.pin import check_fingerprints, installed_version
+
+        try:
+            from oracle.side import OracleSide
+
+            version, commit = installed_version()
+            statuses = [(s.symbol, s.status, s.expected, s.found) for s in check_fingerprints()]
+            side: Port = OracleSide()
+        except OracleUnavailable as exc:
+            raise UsageError(str(exc)) from None
+        identity = {k: pin[k] for k in ("upstream_commit", "upstream_pr", "release")}
+    else:
+        side, identity, version, commit, statuses = _oracle_process(release)
+    bad = [s for s in statuses if s[1] != "ok"]
     if bad and not allow_drift:
-        s = bad[0]
+        symbol, status, expected, found = bad[0]
+        close_port(side)
         raise UsageError(
-            f"oracle fingerprint {s.status}: {s.symbol} (pinned {s.expected}, installed {s.found or 'absent'}); "
+            f"oracle fingerprint {status}: {symbol} (pinned {expected}, installed {found or 'absent'}); "
             "pass --allow-oracle-drift to run anyway"
         )
     provenance = {
-        "upstream_commit": pin["upstream_commit"],
-        "upstream_pr": pin["upstream_pr"],
-        "release": pin["release"],
+        **identity,
         "installed_vllm": version,
         "installed_commit_id": commit,
-        "fingerprints": {s.symbol: s.status for s in statuses},
+        "fingerprints": {symbol: status for symbol, status, _, _ in statuses},
         "oracle_drift_overridden": bool(bad),
     }
     return side, provenance
+
+
+def _release_of(oracle: str) -> str:
+    from oracle.process import OracleSpecError, parse_release
+
+    try:
+        return parse_release(oracle)
+    except OracleSpecError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _oracle_process(release: str) -> tuple[Port, dict[str, Any], str, str | None, list[tuple[str, str, str, Any]]]:
+    """Another release's oracle process, its identity and its pin's statuses."""
+    from oracle.process import OracleProcessError, OracleSpecError, open_oracle_process
+
+    try:
+        side, hello = open_oracle_process(release)
+    except (OracleSpecError, OracleProcessError) as exc:
+        raise UsageError(str(exc)) from None
+    commit = hello.get("installed_commit_id")
+    pin = hello.get("pin")
+    identity = {
+        "release": f"vllm=={release}",
+        # A release has no upstream commit of its own beyond the one it was built from.
+        "upstream_commit": (pin or {}).get("upstream_commit") or commit,
+        "upstream_pr": (pin or {}).get("upstream_pr"),
+    }
+    if pin is None:
+        statuses = [(f"oracle/pins/vllm-{release}.json", "missing", "a pin", None)]
+    else:
+        statuses = [(s["symbol"], s["status"], s["expected"], s["found"]) for s in hello.get("fingerprints", [])]
+    return side, identity, str(hello.get("installed_vllm")), commit, statuses
 
 
 def drift_banner(provenance: dict[str, Any]) -> str | None:
@@ -252,7 +293,7 @@ def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] 
         raise
     note_unimplemented(port, levels)
     kernels = select_device(args.device)
-    oracle, provenance = open_oracle(args.allow_oracle_drift)
+    oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle)
     banner = drift_banner(provenance)
     if banner:
         print(banner, file=sys.stderr)

@@ -15,6 +15,7 @@ from harness.commands.common import (
     open_oracle,
     write_output,
 )
+from harness.commands.options import oracle_options
 from harness.suites import load_suite, suite_names
 
 
@@ -23,7 +24,7 @@ def register(sub: Any) -> None:
     p_coverage.add_argument("--suite", default="ci", help=f"one of {', '.join(suite_names())} (default ci)")
     p_coverage.add_argument("--json", metavar="OUT", help="write the measured values and verdicts as JSON")
     p_coverage.add_argument("--targets", metavar="FILE", help="the targets file (default cases/coverage.json)")
-    p_coverage.add_argument("--allow-oracle-drift", action="store_true", help="run despite fingerprint drift")
+    oracle_options(p_coverage)
     p_coverage.set_defaults(func=cmd_coverage)
 
 
@@ -39,7 +40,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     if args.suite not in targets:
         raise UsageError(f"no coverage targets for suite {args.suite} in {display_path(path)}")
     suite = load_suite(args.suite)
-    oracle, provenance = open_oracle(args.allow_oracle_drift)
+    oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle)
     banner = drift_banner(provenance)
     if banner:
         print(banner)

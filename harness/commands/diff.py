@@ -78,7 +78,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
                 f"(it implements {', '.join(port_levels(port))})"
             )
         kernels = select_device(args.device)
-        oracle, provenance = open_oracle(args.allow_oracle_drift)
+        oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle)
         banner = drift_banner(provenance)
         if banner:
             print(banner)

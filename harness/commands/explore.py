@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.commands.common import UsageError, close_port, open_oracle, select_device
 from harness.commands.diff import compare_and_print
-from harness.commands.options import PORT_HELP
+from harness.commands.options import PORT_HELP, oracle_options
 from harness.explore import EXIT_CLEAN, EXIT_FOUND, explore, load_find, replay_kinds
 from harness.kernels import SharedKernels
 from harness.port import Port, load_port, port_levels
@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
     p.add_argument("--out", metavar="DIR", help="output folder (default reports/out/explore-<port>)")
     p.add_argument("--replay", metavar="FILE", help="compare one find file (workspace and merge finds) and stop")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where L2 and L3 run")
-    p.add_argument("--allow-oracle-drift", action="store_true", help="run despite fingerprint drift")
+    oracle_options(p)
     p.set_defaults(func=cmd_explore)
 
 
@@ -53,7 +53,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
             if missing:
                 raise UsageError(f"{args.replay}: port {port.name} does not implement level {missing[0]}")
             kernels = select_device(args.device)
-            oracle, _ = open_oracle(args.allow_oracle_drift)
+            oracle, _ = open_oracle(args.allow_oracle_drift, args.oracle)
             return replay(oracle, port, kind, item, kernels, args.device)
         levels = selected_levels(args.level)
         missing = [lv for lv in levels if lv not in port_levels(port)]
@@ -68,7 +68,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"--out {out_dir}: cannot create the folder ({exc.strerror or exc})") from None
         kernels = select_device(args.device)
-        oracle, provenance = open_oracle(args.allow_oracle_drift)
+        oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle)
         if provenance.get("oracle_drift_overridden"):
             print("WARNING: oracle fingerprints overridden (--allow-oracle-drift)", file=sys.stderr)
         print(f"exploring port {port.name} at level {args.level} for {args.budget_s:g}s (seed {args.seed})")

@@ -13,7 +13,7 @@ from harness.commands.common import (
     guarded_shrink,
     open_oracle,
 )
-from harness.commands.options import non_negative_int
+from harness.commands.options import non_negative_int, oracle_options
 from harness.runner import LEVELS, CaseResult, selected_levels
 from harness.suites import load_suite
 
@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
     p_mutants.add_argument("--only", help="comma-separated mutant names")
     p_mutants.add_argument("--out", metavar="DIR", help="output folder (default reports/out/mutants-<suite>)")
     p_mutants.add_argument("--no-shrink", action="store_true", help="do not shrink the killing cases")
-    p_mutants.add_argument("--allow-oracle-drift", action="store_true", help="run despite fingerprint drift")
+    oracle_options(p_mutants)
     p_mutants.set_defaults(func=cmd_mutants)
 
 
@@ -42,7 +42,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown mutant {unknown[0]!r} (known: {', '.join(MUTANTS)})")
     suite = load_suite(args.suite, size=args.size)
     levels = selected_levels(args.level)
-    oracle, _ = open_oracle(args.allow_oracle_drift)
+    oracle, _ = open_oracle(args.allow_oracle_drift, args.oracle)
     out_dir = Path(args.out or f"reports/out/mutants-{suite.name}")
     kernels = CpuKernels()
     cases = {c.name: c for c in suite.cases}

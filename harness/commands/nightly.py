@@ -16,7 +16,7 @@ from harness.commands.common import (
     progress_bar,
     refuse_empty,
 )
-from harness.commands.options import non_negative_int, non_negative_seconds
+from harness.commands.options import non_negative_int, non_negative_seconds, oracle_options
 from harness.port import load_port
 from harness.runner import LEVELS, count_items, selected_levels
 from harness.suites import load_suite
@@ -58,9 +58,7 @@ def register(sub: Any) -> None:
         help="seconds of parity explore per port after the suite (default 60; 0 leaves it out); "
         "its database lives in <out>/explore/<port>, so each night replays earlier finds",
     )
-    p_nightly.add_argument(
-        "--allow-oracle-drift", action="store_true", help="run even if an oracle fingerprint differs"
-    )
+    oracle_options(p_nightly)
     p_nightly.set_defaults(func=cmd_nightly)
 
 
@@ -102,7 +100,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
                 count_items(suite, levels, shard), f"port {port.name}: {describe_selection(suite, levels, shard)}"
             )
             note_unimplemented(port, levels)
-        oracle, provenance = open_oracle(args.allow_oracle_drift)
+        oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle)
         plan = NightlyPlan(
             date,
             suite,

@@ -49,6 +49,20 @@ class Parser(argparse.ArgumentParser):
 
 def port_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", default="per_request", help=PORT_HELP)
+    oracle_options(p)
+
+
+def oracle_options(p: argparse.ArgumentParser) -> None:
+    from oracle.pin import load_pin
+
+    pinned = load_pin()["release"]
+    p.add_argument(
+        "--oracle",
+        default=pinned,
+        metavar="vllm==X.Y.Z",
+        help=f"the upstream release to compare with: the pin ({pinned}, the default) runs in-process; any other "
+        "in its own environment .tox/vllm-X.Y.Z, built on first use (for example vllm==0.27.1, the legacy grid)",
+    )
     p.add_argument(
         "--allow-oracle-drift",
         action="store_true",

@@ -39,7 +39,7 @@ def cmd_shrink(args: argparse.Namespace) -> int:
     level = "prefill" if args.level == "prefill" else "layout"
     if level == "prefill" and case.numeric is None:
         raise UsageError(f"{args.case}: --level prefill needs a case with a numeric section")
-    oracle, _ = open_oracle(args.allow_oracle_drift)
+    oracle, _ = open_oracle(args.allow_oracle_drift, args.oracle)
     try:
         outcome = shrink(case, checker(oracle, port, level, CpuKernels()), budget=args.budget)
     except ValueError as exc:

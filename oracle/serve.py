@@ -1,0 +1,199 @@
+"""One vLLM release as the harness's oracle, served from inside its own environment.
+
+``python -m oracle.serve`` runs in the tox environment of a release
+(``.tox/vllm-X``, tox.ini) and answers the harness over the external-port
+protocol (docs/external-port-protocol.md: one JSON object per line on stdin and
+stdout), so any release can be the oracle without sharing a process, or a
+torch, with the harness. :class:`oracle.process.OracleProcess` is the other end.
+
+Ops: ``hello`` (the release, its pin's fingerprint statuses and the levels),
+``layout``, ``workspace_size``, ``merge`` and ``oracle_prefill``. The two
+tensor ops read their inputs from a safetensors file the harness wrote and
+write their outputs to another, as a port's do, with one difference: every
+input tensor travels as its whole storage plus its view (shape, stride,
+offset), so the release's code gets the very layout the harness built (the
+merge kernel reads LSEs by their strides). L3 runs the release's own context
+loop and final merge on the harness's shared CPU kernels, inside this process.
+
+An exception raised by the release's code is the oracle refusing that item:
+the reply is ``ok: false`` with the exception's type and first line, and the
+harness records the item ``oracle-error`` with it. Nothing but protocol replies
+reaches stdout: the process's own stdout is sent to stderr before vLLM loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import IO, Any
+
+PROTOCOL_VERSION = 1
+TENSOR_OPS = ("merge", "oracle_prefill")
+# The release whose oracle is not the pinned one's code: its own side module.
+LEGACY_RELEASE = "0.27.1"
+
+
+def side_for(release_version: str) -> Any:
+    """The side that calls ``release_version``'s code (the Port interface)."""
+    if release_version == LEGACY_RELEASE:
+        from oracle.legacy import LegacyOracleSide
+
+        return LegacyOracleSide()
+    from oracle.side import OracleSide
+
+    return OracleSide()
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def hello() -> dict[str, Any]:
+    """The installed release, its pin's statuses (``pin`` null when the release
+    has none) and what this server answers."""
+    from oracle.pin import check_fingerprints, installed_version, load_pin, pin_file_for
+
+    version, commit = installed_version()
+    path = pin_file_for(version)
+    pin: dict[str, Any] | None = None
+    statuses: list[dict[str, Any]] = []
+    if path.is_file():
+        loaded = load_pin(path)
+        pin = {k: loaded.get(k) for k in ("release", "upstream_commit", "upstream_pr")}
+        statuses = [
+            {"symbol": s.symbol, "expected": s.expected, "found": s.found, "status": s.status}
+            for s in check_fingerprints(path)
+        ]
+    return {
+        "protocol": PROTOCOL_VERSION,
+        "name": f"oracle vllm=={version}",
+        "levels": ["layout", "merge", "prefill"],
+        "ops": ["layout", "workspace_size", *TENSOR_OPS],
+        "installed_vllm": version,
+        "installed_commit_id": commit,
+        "pin": pin,
+        "fingerprints": statuses,
+    }
+
+
+def _viewed(stored: dict[str, Any], views: dict[str, Any]) -> dict[str, Any]:
+    """Each tensor as the harness held it: its storage, viewed as it was."""
+    tensors = {}
+    for name, view in views.items():
+        # A fresh allocation, aligned as torch aligns every tensor: a file's
+        # tensors sit at any byte offset, and the CPU matmul takes another path
+        # (other fp32 bits) for a misaligned operand.
+        base = stored[name].clone()
+        tensors[name] = base.as_strided(tuple(view["shape"]), tuple(view["stride"]), int(view["offset"]))
+    return tensors
+
+
+class Server:
+    def __init__(self) -> None:
+        from oracle.pin import installed_version
+
+        self.version, _ = installed_version()
+        self.side = side_for(self.version)
+
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "hello":
+            return hello()
+        if op == "layout":
+            from harness.cases import case_from_json
+
+            layout = self.side.plan_layout(case_from_json(request["case"], "request"))
+            return {"layout": layout.to_json()}
+        if op == "workspace_size":
+            from harness.cases import workspace_config_from_json
+
+            config = workspace_config_from_json(request["config"], "request")
+            return {"workspace_size": int(self.side.workspace_size(config))}
+        if op in TENSOR_OPS:
+            return self._tensor_op(op, request)
+        raise ValueError(f"unknown op {op!r}")
+
+    def _tensor_op(self, op: str, request: dict[str, Any]) -> dict[str, Any]:
+        from safetensors.torch import load_file, save_file
+
+        tensors = _viewed(load_file(request["inputs"]), request["views"])
+        if op == "merge":
+            from harness.numeric import MergeInputs
+
+            output, lse = self.side.merge_states(
+                MergeInputs(
+                    tensors["prefix_output"],
+                    tensors["prefix_lse"],
+                    tensors["suffix_output"],
+                    tensors["suffix_lse"],
+                    request["prefill_tokens_with_context"],
+                )
+            )
+            outputs = {"output": output, "lse": lse}
+        else:
+            from harness.cases import case_from_json, numeric_from_json
+            from harness.kernels import CpuKernels
+            from harness.numeric import PrefillInputs
+
+            scalars = request["scalars"]
+            inputs = PrefillInputs(
+                spec=numeric_from_json(request["spec"], "request"),
+                kv_cache=tensors["kv_cache"],
+                block_table=tensors["block_table"],
+                q=tensors["q"],
+                new_kv_c=tensors["new_kv_c"],
+                new_k_pe=tensors["new_k_pe"],
+                kv_b_weight=tensors["kv_b_weight"],
+                query_start_loc=tensors["query_start_loc"],
+                max_query_len=int(scalars["max_query_len"]),
+                scale=float(scalars["scale"]),
+                poison_block=int(scalars["poison_block"]),
+            )
+            kernels = CpuKernels(scalars["keyless_rows"])
+            outputs = self.side.prefill(case_from_json(request["case"], "request"), inputs, kernels)
+        save_file({k: v.contiguous() for k, v in outputs.items()}, request["outputs"])
+        return {}
+
+
+def serve(requests: IO[str], replies: IO[str]) -> int:
+    server: Server | None = None
+    for line in requests:
+        try:
+            request = json.loads(line)
+        except json.JSONDecodeError:
+            replies.write(json.dumps({"id": None, "ok": False, "error": "request is not JSON"}) + "\n")
+            replies.flush()
+            continue
+        if request.get("op") == "bye":
+            return 0
+        try:
+            if server is None:
+                server = Server()
+            reply = {"ok": True, **server.answer(request)}
+        except Exception as exc:
+            reply = {"ok": False, "error": one_line(exc)}
+        replies.write(json.dumps({"id": request.get("id"), **reply}) + "\n")
+        replies.flush()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m oracle.serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--hello", action="store_true", help="print the hello reply (release, pin statuses) and exit")
+    args = parser.parse_args(argv)
+    # Only protocol replies go to the real stdout; anything vLLM or torch print
+    # goes to stderr, where the harness keeps its tail for error messages.
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    if args.hello:
+        replies.write(json.dumps(hello(), indent=2) + "\n")
+        replies.flush()
+        return 0
+    return serve(sys.stdin, replies)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
