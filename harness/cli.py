@@ -20,7 +20,7 @@ from typing import Any, TextIO
 # before main() runs, and torch takes seconds to import, so a Ctrl-C then must
 # still land in main()'s handler, not in a traceback.
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
-COMMANDS = ("run", "gate", "diff", "nightly", "mutants", "shrink", "coverage", "explore", "list", "oracle")
+COMMANDS = ("run", "gate", "diff", "nightly", "mutants", "shrink", "coverage", "explore", "list", "oracle", "drift")
 
 
 def version_line() -> str:

@@ -57,6 +57,7 @@ from harness.runner import (
 )
 from harness.suites import CASES_DIR, Suite
 from harness.summary import results_table, summarise_table
+from reports.drift_report import latest_drift_report
 
 NIGHT_META = "night.json"
 LOCK_FILE = ".nightly.lock"
@@ -174,6 +175,8 @@ class Night:
     complete: bool = False
     kill_matrix: dict[str, Any] | None = None  # harness.mutants' JSON form
     gpu: tuple[Path, dict[str, Any]] | None = None  # the latest GPU report (:func:`latest_gpu_report`)
+    # The latest ``parity drift`` report (reports/drift_report.py): "Upstream since the pin".
+    drift: tuple[Path, dict[str, Any]] | None = None
     coverage: JudgedCoverage | None = None  # the suite's coverage (harness/coverage.py)
     # One ``parity explore`` per port (harness/explore.py's JSON form plus "markdown").
     explore: list[dict[str, Any]] = field(default_factory=list)
@@ -618,6 +621,7 @@ def _run_locked(
     # Each port's own code (its repository and commit), not the harness's in its place.
     night.provenance["port_repositories"] = {p.name: port_repository(s, p) for p, s in zip(ports, specs, strict=True)}
     night.gpu = latest_gpu_report(plan.gpu_reports)
+    night.drift = latest_drift_report()
     night.baselines = baselines
     # Only the shard that searches (shard 1, or the whole night) owes a search.
     searches = plan.shard is None or plan.shard.number == 1
@@ -780,6 +784,7 @@ def merge_nightly_shards(
             provenance={**first["provenance"], "shard": None, "merged_from": [str(d) for d in directories]},
             complete=all(m["complete"] for m in metas),
             gpu=latest_gpu_report(gpu_reports),
+            drift=latest_drift_report(),
             coverage=next(
                 (JudgedCoverage.from_json(m["coverage"]) for m in metas if m.get("coverage") is not None), None
             ),

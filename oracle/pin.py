@@ -78,8 +78,9 @@ class SymbolStatus:
         return f"{self.status:8} {self.symbol}  pinned {self.expected}  installed {found}"
 
 
-def load_pin(path: Path = PIN_FILE) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+def load_pin(path: Path | None = None) -> dict[str, Any]:
+    """The pin at ``path`` (default: the pinned release's, :data:`PIN_FILE`)."""
+    data: dict[str, Any] = json.loads((path or PIN_FILE).read_text(encoding="utf-8"))
     return data
 
 
@@ -107,7 +108,7 @@ def installed_version() -> tuple[str, str | None]:
     return version.__version__, getattr(version, "commit_id", None)
 
 
-def check_release(path: Path = PIN_FILE) -> SymbolStatus:
+def check_release(path: Path | None = None) -> SymbolStatus:
     """The installed vLLM's version and commit id against the pin's release."""
     pin = load_pin(path)
     expected = f"{pin['release_version']} {pin['release_commit_id']}"
@@ -116,7 +117,7 @@ def check_release(path: Path = PIN_FILE) -> SymbolStatus:
     return SymbolStatus(RELEASE, expected, found, "ok" if found == expected else "mismatch")
 
 
-def check_fingerprints(path: Path = PIN_FILE) -> list[SymbolStatus]:
+def check_fingerprints(path: Path | None = None) -> list[SymbolStatus]:
     """The installed release's status, then every symbol's the pin at ``path`` holds."""
     statuses = [check_release(path)]
     for symbol, pinned in load_pin(path)["fingerprints"].items():

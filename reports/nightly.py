@@ -50,6 +50,7 @@ from harness.nightly import (
 from harness.runner import PARITY
 from reports.coverage import headline, table_rows
 from reports.coverage import render_markdown as coverage_markdown
+from reports.drift_report import upstream_since_pin
 from reports.gpu import (
     environment_line,
     gpu_section_markdown,
@@ -659,6 +660,13 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
                 )
     if night.gpu:
         parts.append(gpu_section_html(night))
+    if night.drift:
+        path, record = night.drift
+        lines = upstream_since_pin(record)
+        parts.append('<h2 id="upstream">Upstream since the pin</h2>')
+        parts.append(f"<p>From <code>{html.escape(str(path))}</code>. {html.escape(lines[0])}</p>")
+        items = "".join(f"<li>{html.escape(line[2:])}</li>" for line in lines if line[:2] == "- ")
+        parts.append(f"<ul>{items}</ul>")
     parts.append("<h2>History</h2>")
     images = [_img(_png(fig), alt) for alt, fig in history_figures(history)]
     parts += images or ["<p>No history yet.</p>"]
@@ -709,6 +717,9 @@ def render_markdown(night: Night, history: pd.DataFrame | None = None) -> str:
         lines += [f"**{stale}**", ""] if stale else []
         lines += [f"From `{path}`.", ""]
         lines += gpu_section_markdown(report, heading="###")
+    if night.drift:
+        path, record = night.drift
+        lines += ["## Upstream since the pin", "", f"From `{path}`.", "", *upstream_since_pin(record), ""]
     oracle = night.provenance.get("oracle", {})
     environment = night.provenance.get("environment", {})
     harness_repo = night.provenance.get("harness_repository", {})

@@ -368,3 +368,40 @@ def test_incomplete_is_never_fixed_and_has_its_own_colour() -> None:
     page = render_html(night_of(incomplete), history)
     colours = {name: page.split(f".{name} {{ background: ")[1].split(";")[0] for name in ("expected", "incomplete")}
     assert colours["expected"] != colours["incomplete"]
+
+
+def test_upstream_since_the_pin_comes_from_the_latest_drift_report(tmp_path: Path) -> None:
+    """The night carries the newest drift report's summary in both forms, and none without one."""
+    import pandas as pd
+
+    from reports.drift_report import latest_drift_report
+    from reports.nightly import render_html, render_markdown
+
+    record = {
+        "date": "2026-11-30",
+        "pin": {"release": "vllm==0.28.0"},
+        "releases": [
+            {
+                "release": "vllm==9.0.0",
+                "symbols": {
+                    "counts": {"changed": 2, "missing": 1, "unchanged": 5},
+                    "drift": [
+                        {"symbol": "m:ContextChunk", "fields_added": ["all_rows_active"], "parameters_added": []}
+                    ],
+                },
+                "parity": {"levels": {"merge": {"verdict": "3 divergent"}}},
+            }
+        ],
+    }
+    for date in ("2026-11-01", "2026-11-30"):
+        (tmp_path / f"{date}.json").write_text(json.dumps({**record, "date": date}), encoding="utf-8")
+    latest = latest_drift_report(tmp_path)
+    assert latest is not None and latest[0].name == "2026-11-30.json"
+    night = night_of(port_night("per_request", clean_rows()))
+    assert "Upstream since the pin" not in render_markdown(night, pd.DataFrame())
+    night.drift = latest
+    markdown = render_markdown(night, pd.DataFrame())
+    page = render_html(night, pd.DataFrame())
+    for text in (markdown, page):
+        assert "Upstream since the pin" in text and "vllm==9.0.0" in text and "all_rows_active" in text
+        assert "3 divergent" in text and "2 of 8 symbols changed, 1 missing" in text
