@@ -4,7 +4,10 @@ This is the scheme a port that has not yet taken vllm PR #50613 still carries
 (seeds/000): every prefill with context gets an equal, block-aligned share of
 the workspace, and chunk ``j`` covers the window ``[j*share, (j+1)*share)`` of
 *every* prefill, so a chunk may carry requests that contribute no rows. It is
-expected to diverge from the oracle; the harness reports by how much.
+expected to diverge from the pinned oracle; the harness reports by how much.
+Its authority is vllm==0.27.1 (``--oracle vllm==0.27.1``): the grid, the DCP
+local windows and the workspace size follow that release exactly wherever it
+can plan and run a batch.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from harness.model import Case, Chunk, Layout, WorkspaceConfig, alignment_unit
+from harness.model import Case, Chunk, Layout, WorkspaceConfig
 
 if TYPE_CHECKING:
     import torch
@@ -21,29 +24,59 @@ if TYPE_CHECKING:
     from harness.numeric import MergeInputs, PrefillInputs
 
 
-def _padded(rows: int, world: int, interleave: int) -> int:
-    if world == 1:
-        return rows
-    stride = world * interleave
-    return -(-rows // stride) * interleave
+def _local_rows(rows: int, world: int, interleave: int) -> int:
+    """Rows of a ``rows``-long context span the fullest DCP rank holds, padded
+    to whole interleave blocks: ``ceil(rows / (I*D)) * I``."""
+    return -(-rows // (world * interleave)) * interleave
 
 
-def grid_layout(case: Case) -> Layout:
-    """``ceil(max context / share)`` chunks, each spanning the whole prefill batch."""
+def _rank_context_lens(context: int, world: int, interleave: int) -> tuple[int, ...]:
+    """Each rank's share of a ``context``-row request, dealt round-robin in
+    interleave blocks of ``I`` rows, rank 0 first."""
+    full_rounds = context // (world * interleave)
+    left = context - full_rounds * world * interleave
+    return tuple(full_rounds * interleave + min(max(left - rank * interleave, 0), interleave) for rank in range(world))
+
+
+def equal_share(case: Case) -> int:
+    """Each prefill's share of the workspace (SPEC 1a): ``W // n`` rounded down to
+    the block size (not widened under DCP), which must stay > 0 and, under DCP,
+    be a multiple of the world size (the legacy DCP gather's requirement)."""
     with_context = sum(1 for c in case.context_lens if c > 0)
-    if with_context == 0:
-        return Layout(chunks=())
-    unit = case.alignment
-    share = case.workspace_size // with_context // unit * unit
+    share = case.workspace_size // with_context
+    if case.align_to_block:
+        share = share // case.block_size * case.block_size
     if share <= 0:
         raise ValueError(
             f"equal share of a {case.workspace_size}-row workspace over {with_context} prefills "
-            f"is below one alignment unit ({unit} rows)"
+            f"is below one block ({case.block_size if case.align_to_block else 1} rows)"
         )
+    if case.dcp_world_size > 1 and share % case.dcp_world_size:
+        raise ValueError(
+            f"equal share of a {case.workspace_size}-row workspace over {with_context} prefills "
+            f"({share} rows) is not a multiple of the DCP world size {case.dcp_world_size}"
+        )
+    return share
+
+
+def grid_layout(case: Case) -> Layout:
+    """``ceil(max context / share)`` chunks, each spanning the whole prefill batch.
+
+    Under DCP every rank's window of chunk ``j`` starts at ``j * local_share``
+    local rows, ``local_share = ceil(share / (I*D)) * I``, and a request's local
+    span is that window cut to its padded local context ``ceil(c / (I*D)) * I``.
+    When ``I*D`` divides the share this is the padded image of the global
+    window; when it does not, the local windows run ahead of the global ones.
+    """
+    if not any(c > 0 for c in case.context_lens):
+        return Layout(chunks=())
+    share = equal_share(case)
     world, interleave = case.dcp_world_size, case.cp_kv_cache_interleave_size
     qsl = case.query_start_loc
     n = case.num_requests
     num_chunks = -(-max(case.context_lens) // share)
+    local_share = _local_rows(share, world, interleave)
+    ranks = tuple(_rank_context_lens(c, world, interleave) for c in case.context_lens)
     chunks = []
     for j in range(num_chunks):
         window = j * share
@@ -51,15 +84,17 @@ def grid_layout(case: Case) -> Layout:
         rows = [r for r, length in enumerate(seq_lens) for _ in range(length)]
         dcp: dict[str, object] = {}
         if world > 1:
+            local_start = j * local_share
             local = [
-                _padded(window + s, world, interleave) - _padded(window, world, interleave) if s else 0
-                for s in seq_lens
+                max(0, min(_local_rows(c, world, interleave), local_start + local_share) - local_start)
+                for c in case.context_lens
             ]
             dcp = {
-                "local_starts": tuple(_padded(window, world, interleave) for _ in seq_lens),
+                "local_starts": tuple([local_start] * n),
                 "padded_local_seq_lens": tuple(local),
                 "padded_local_cu_seq_lens": tuple(accumulate(local, initial=0)),
                 "padded_local_token_to_seq": tuple(r for r, length in enumerate(local) for _ in range(length)),
+                "local_context_lens_allranks": ranks,
                 "num_local_context_tokens": sum(local),
             }
         chunks.append(
@@ -87,12 +122,12 @@ def grid_layout(case: Case) -> Layout:
 
 
 def legacy_workspace_size(config: WorkspaceConfig) -> int:
-    """The legacy sizing keeps the ``max_num_seqs * block_size`` floor: an equal
-    share must give every sequence at least one block."""
-    unit = alignment_unit(config.block_size, config.dcp_world_size, config.cp_kv_cache_interleave_size)
+    """The legacy sizing: the dense heuristic capped at 65,536 rows, then at
+    least one block per sequence (the floor seeds/004 removed later). Neither
+    rounded to an alignment nor widened under DCP: the equal share is rounded
+    per batch instead."""
     size = min(max(8 * config.max_model_len, 4 * config.max_num_seqs * config.block_size), 65536)
-    size = max(size, config.max_num_seqs * config.block_size, unit)
-    return -(-size // unit) * unit
+    return max(size, config.max_num_seqs * config.block_size)
 
 
 class EqualSharePort:

@@ -6,7 +6,9 @@ that contributes no rows to a chunk has its rows' partial neutralised (output 0,
 LSE -inf) before the merge: a finite LSE there was the upstream bug of seeds/003.
 
 The per-chunk device work (the harness's) and the merge kernel did not change in
-b38e111d3e, so this port reuses per_request's merge: whatever differs from the oracle is the grid.
+b38e111d3e, so this port reuses per_request's merge kernel. The final merge is
+the legacy one (vllm==0.27.1's ``forward_mha``): it covers only the tokens
+before ``qsl[number of prefills with context]`` (:func:`tokens_with_context`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from harness.kernels import SharedKernels
 from harness.model import Layout
 from harness.numeric import PrefillInputs, new_token_partial
 from ports.per_request.merge_kernel import merge_partials
-from ports.per_request.prefill import final_merge
 
 
 def rowless_tokens(seq_lens: tuple[int, ...], qsl: tuple[int, ...]) -> torch.Tensor:
@@ -86,6 +87,42 @@ def context_partial(
     return total
 
 
+def tokens_with_context(layout: Layout) -> int:
+    """``qsl[number of prefills with context]``: the legacy final merge covers
+    the tokens before it and takes the suffix as it is from there on.
+
+    The engine of the legacy release orders zero-context prefills last, so that
+    count is a prefix of the batch there; in a batch that places one before a
+    request with context, the later request's tokens lose their context (as
+    vllm==0.27.1's final merge does). Chunk 0 covers every request's first
+    window, so its requests with rows are exactly those with context.
+    """
+    first = layout.chunks[0]
+    return first.query_start_loc[sum(1 for rows in first.seq_lens if rows > 0)]
+
+
+def final_merge(
+    context: tuple[torch.Tensor, torch.Tensor],
+    suffix: tuple[torch.Tensor, torch.Tensor],
+    v_head_dim: int,
+    merged_tokens: int,
+) -> dict[str, torch.Tensor]:
+    """``merge(context partial, suffix partial)`` cut to ``v_head_dim`` over the
+    first ``merged_tokens`` tokens, the suffix copied bit for bit after them."""
+    (context_out, context_lse), (suffix_out, suffix_lse) = context, suffix
+    output, lse = torch.empty_like(suffix_out), torch.empty_like(suffix_lse)
+    merge_partials(
+        context_out[..., :v_head_dim],
+        context_lse,
+        suffix_out[..., :v_head_dim],
+        suffix_lse,
+        out=output,
+        out_lse=lse,
+        tokens_with_context=merged_tokens,
+    )
+    return {"context_output": context_out, "context_lse": context_lse, "output": output, "lse": lse}
+
+
 def prefill(
     layout: Layout, workspace_rows: int, inputs: PrefillInputs, kernels: SharedKernels
 ) -> dict[str, torch.Tensor]:
@@ -93,4 +130,4 @@ def prefill(
     if not layout.chunks:
         return {"output": suffix[0], "lse": suffix[1]}
     context = context_partial(layout, workspace_rows, inputs, kernels)
-    return final_merge(context, suffix, inputs.spec.v_head_dim)
+    return final_merge(context, suffix, inputs.spec.v_head_dim, tokens_with_context(layout))
