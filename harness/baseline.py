@@ -6,6 +6,7 @@ the size it may reach, and why::
 
     {
       "port": "equal_share",
+      "oracle": "vllm==0.28.0",
       "entries": [
         {"family": "skew", "level": "layout", "status": "divergent",
          "field": "num_context_tokens", "reason": "the legacy grid cuts other chunks"},
@@ -21,8 +22,9 @@ Fields of an entry:
 - exactly one of ``case`` (an item name) or ``family``;
 - ``level``: layout, merge or prefill (workspace items are layout, family
   ``workspace-size``);
-- ``status``: ``divergent`` or ``port-error`` (an oracle error, or an item the
-  port did not run, is never expected);
+- ``status``: ``divergent`` or ``port-error``, or ``oracle-error`` in a
+  baseline of another release than the pin (an item the port did not run is
+  never expected, and neither is the pinned oracle failing);
 - ``reason``: why, as measured (a non-empty string);
 - ``port``: per entry, else the file's;
 - for ``divergent`` at merge or prefill, both caps are required: ``max_ulp``
@@ -32,7 +34,15 @@ Fields of an entry:
   ``mismatches / elements``);
 - for ``divergent`` at layout, optionally ``field``: the first divergent field
   the item must report (``num_chunks``, ``request_start``, ``workspace_size``);
-- for ``port-error``, optionally ``error``: a substring the error text must hold.
+- for ``port-error``, optionally ``error``: a substring the error text must hold;
+  for ``oracle-error``, ``error`` is required: the class of refusal, as the
+  release states it (``vllm==0.27.1`` refuses a whole class of batches the new
+  planner plans; each class is named, never "any oracle error").
+
+The file's ``oracle`` (default: the pinned release) is the release the
+baseline was measured against: a gate refuses a baseline of another oracle
+than the one it runs (:func:`check_baseline_oracle`), since what one release
+gets wrong says nothing about another.
 
 No other field is allowed, and a field that does not apply to the entry's
 status and level (a cap on a layout entry, ``field`` on a port error) is bad
@@ -86,11 +96,21 @@ if TYPE_CHECKING:
 
 EXPECTED, NEW, STALE = "expected", "new", "stale"
 # The statuses an entry may expect; anything else an item can be is never expected.
-ENTRY_STATUSES = (DIVERGENT, PORT_ERROR)
+# An oracle error only in a baseline of a release other than the pin.
+ENTRY_STATUSES = (DIVERGENT, PORT_ERROR, ORACLE_ERROR)
 NUMERIC_LEVELS = ("merge", "prefill")
 _FIELDS = {
     "port", "case", "family", "level", "status", "reason", "max_ulp", "max_mismatch_fraction", "field", "error",
 }  # fmt: skip
+
+
+def pinned_release() -> str:
+    """The pinned oracle's ``vllm==X`` (a baseline's default ``oracle``)."""
+    from oracle.pin import load_pin
+
+    return str(load_pin()["release"])
+
+
 # ``Divergence.message()`` (harness/compare.py) starts "chunk N, field F: ..." or
 # "field F: ...": the first divergent field of a layout or workspace item.
 _FIELD_RE = re.compile(r"^(?:chunk \d+, )?field (\w+):")
@@ -101,7 +121,9 @@ class BaselineEntry:
     """One expectation. Invariants (enforced by :func:`load_baseline`): exactly
     one of ``case``/``family``; ``status`` in :data:`ENTRY_STATUSES`; caps set
     exactly for divergent merge/prefill entries; ``field`` only on divergent
-    layout entries; ``error`` only on port-error entries."""
+    layout entries; ``error`` only on port-error and oracle-error entries, and
+    required on the latter, which only a baseline of another release than the
+    pin holds. ``oracle`` is the file's (the release it was measured against)."""
 
     port: str
     level: str
@@ -113,6 +135,7 @@ class BaselineEntry:
     max_mismatch_fraction: float | None = None
     field: str | None = None
     error: str | None = None
+    oracle: str = ""
     # Where the entry came from, for error messages only (not part of its identity).
     source: str = dataclasses.field(default="", compare=False)
     position: int = dataclasses.field(default=-1, compare=False)
@@ -153,7 +176,7 @@ def _nonempty_str(source: str, where: str, value: Any, why: str) -> str:
     return value
 
 
-def _parse_entry(source: str, i: int, item: Any, file_port: Any) -> BaselineEntry:
+def _parse_entry(source: str, i: int, item: Any, file_port: Any, oracle: str) -> BaselineEntry:
     where = f"entries[{i}]"
     if not isinstance(item, dict):
         raise CaseError(source, where, "must be an object")
@@ -203,8 +226,13 @@ def _parse_entry(source: str, i: int, item: Any, file_port: Any) -> BaselineEntr
                 )
     if "field" in item and not (status == DIVERGENT and level == "layout"):
         raise CaseError(source, f"{where}.field", "applies only to divergent layout entries")
-    if "error" in item and status != PORT_ERROR:
-        raise CaseError(source, f"{where}.error", "applies only to port-error entries")
+    if "error" in item and status not in (PORT_ERROR, ORACLE_ERROR):
+        raise CaseError(source, f"{where}.error", "applies only to port-error and oracle-error entries")
+    if status == ORACLE_ERROR:
+        if oracle == pinned_release():
+            raise CaseError(source, f"{where}.status", f"oracle-error is never expected of the pinned oracle {oracle}")
+        if "error" not in item:
+            raise CaseError(source, f"{where}.error", "is required on an oracle-error entry (the class of refusal)")
     first_field = (
         _nonempty_str(source, f"{where}.field", item["field"], "must be a field name") if "field" in item else None
     )
@@ -215,7 +243,7 @@ def _parse_entry(source: str, i: int, item: Any, file_port: Any) -> BaselineEntr
     )
     return BaselineEntry(
         port, level, reason, status, item.get("case"), item.get("family"),
-        max_ulp, fraction, first_field, error, source, i,
+        max_ulp, fraction, first_field, error, oracle, source, i,
     )  # fmt: skip
 
 
@@ -234,13 +262,28 @@ def load_baseline(path: Path) -> list[BaselineEntry]:
         raise CaseError(source, None, "is not UTF-8 text") from None
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         raise CaseError(source, "entries", "a baseline is an object with a list of entries")
-    unknown = sorted(set(data) - {"port", "entries"})
+    unknown = sorted(set(data) - {"port", "oracle", "entries"})
     if unknown:
-        raise CaseError(source, unknown[0], "is not a baseline file field (port, entries)")
+        raise CaseError(source, unknown[0], "is not a baseline file field (port, oracle, entries)")
     file_port = data.get("port")
     if file_port is not None and (not isinstance(file_port, str) or not file_port):
         raise CaseError(source, "port", "must be a port name")
-    return [_parse_entry(source, i, item, file_port) for i, item in enumerate(data["entries"])]
+    oracle = data.get("oracle", pinned_release())
+    if not isinstance(oracle, str) or not re.fullmatch(r"vllm==\d+\.\d+\.\d+", oracle):
+        raise CaseError(source, "oracle", f"must be a release as vllm==X.Y.Z, got {json.dumps(oracle)}")
+    return [_parse_entry(source, i, item, file_port, oracle) for i, item in enumerate(data["entries"])]
+
+
+def check_baseline_oracle(entries: Iterable[BaselineEntry], oracle: str) -> None:
+    """A baseline judges only runs against the release it was measured with
+    (``oracle``: the run's ``vllm==X``). Raises :class:`CaseError` (exit 2) otherwise."""
+    for entry in entries:
+        if entry.oracle != oracle:
+            raise CaseError(
+                entry.source,
+                "oracle",
+                f"the baseline was measured against {entry.oracle}, but this run's oracle is {oracle}",
+            )
 
 
 # -- checking against the suite and the port ----------------------------------------------
@@ -438,9 +481,9 @@ def judge_item(entries: Iterable[BaselineEntry], ports: Collection[str], row: Ma
         return ItemVerdict("", None, "")
     if status == NOT_RUN:
         return ItemVerdict("", None, "not run: the port does not implement this level")
-    if status == ORACLE_ERROR:
-        return ItemVerdict(NEW, None, "an oracle error is never expected")
     covering = [e for e in entries if e.covers(ports, row["level"], row["name"], row["family"])]
+    if status == ORACLE_ERROR and not any(e.status == ORACLE_ERROR for e in covering):
+        return ItemVerdict(NEW, None, "an oracle error is never expected")
     # A case entry is the precise expectation for its case: where one covers the
     # item, the family's entries do not (a looser family cap cannot override it).
     covering = [e for e in covering if e.case is not None] or covering
@@ -520,9 +563,10 @@ def apply_baseline(
 
 
 def measure_entries(table: pd.DataFrame, port: str) -> list[dict[str, Any]]:
-    """The tightest family entries that expect every divergent or port-error row
-    of ``table`` (a results table of one port): one per (level, family, status),
-    split by first divergent field at layout; numeric caps are exactly the
+    """The tightest family entries that expect every divergent, port-error or
+    oracle-error row of ``table`` (a results table of one port): one per (level,
+    family, status), split by first divergent field at layout and by the error's
+    text for an oracle error (its class of refusal); numeric caps are exactly the
     group's largest ``max_ulp`` and ``mismatches / elements``. Each entry's
     ``reason`` is left empty for a person to write from what was measured
     (a baseline without reasons is refused by :func:`load_baseline`)."""
@@ -531,10 +575,16 @@ def measure_entries(table: pd.DataFrame, port: str) -> list[dict[str, Any]]:
         divergent_field(str(d)) if lv == "layout" and s == DIVERGENT else None
         for lv, s, d in zip(failing["level"], failing["status"], failing["detail"], strict=True)
     ]
+    # An oracle error's class is its text: each class a release refuses is its own entry.
+    failing["error"] = [
+        str(d) if s == ORACLE_ERROR else None for s, d in zip(failing["status"], failing["detail"], strict=True)
+    ]
     out: list[dict[str, Any]] = []
-    keys = ["level", "family", "status", "field"]
-    for (level, family, status, first_field), group in failing.groupby(keys, sort=True, dropna=False):
+    keys = ["level", "family", "status", "field", "error"]
+    for (level, family, status, first_field, error), group in failing.groupby(keys, sort=True, dropna=False):
         entry: dict[str, Any] = {"port": port, "family": family, "level": level, "status": status}
+        if isinstance(error, str):
+            entry["error"] = error
         if level in NUMERIC_LEVELS and status == DIVERGENT:
             entry["max_ulp"] = int(group["max_ulp"].max())
             entry["max_mismatch_fraction"] = max(

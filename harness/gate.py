@@ -21,7 +21,9 @@ from harness.baseline import (
     BaselineVerdict,
     SuiteTargets,
     apply_baseline,
+    check_baseline_oracle,
     check_baseline_targets,
+    pinned_release,
     port_names,
 )
 from harness.cases import CaseError
@@ -64,11 +66,15 @@ def judge(table: pd.DataFrame, meta: dict[str, Any], entries: list[BaselineEntry
     return GateOutcome(meta, summary, verdict)
 
 
-def check_gate_baseline(entries: list[BaselineEntry], suite: Suite, port_name: str, port_spec: str | None) -> None:
-    """Before a gate runs: every entry must name the port under test (by name or
-    by ``port_spec``, the ``--port`` spelling) or a known port, and a case or
+def check_gate_baseline(
+    entries: list[BaselineEntry], suite: Suite, port_name: str, port_spec: str | None, oracle: str | None = None
+) -> None:
+    """Before a gate runs: the baseline was measured against the run's ``oracle``
+    (``vllm==X``; None: the pin), every entry names the port under test (by name
+    or by ``port_spec``, the ``--port`` spelling) or a known port, and a case or
     family the whole suite has at the entry's level (whatever ``--level`` or
     ``--shard`` select). Raises :class:`CaseError` (exit 2) otherwise."""
+    check_baseline_oracle(entries, oracle or pinned_release())
     check_baseline_targets(entries, SuiteTargets.of_suite(suite), port_names(port_name, port_spec))
 
 

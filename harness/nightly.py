@@ -38,7 +38,16 @@ from typing import IO, Any
 
 import pandas as pd
 
-from harness.baseline import EXPECTED, NEW, BaselineEntry, apply_baseline, check_baseline_port, load_baseline
+from harness.baseline import (
+    EXPECTED,
+    NEW,
+    BaselineEntry,
+    apply_baseline,
+    check_baseline_oracle,
+    check_baseline_port,
+    load_baseline,
+    pinned_release,
+)
 from harness.baseline import port_names as baseline_port_names
 from harness.cases import CaseError
 from harness.coverage import JudgedCoverage, nightly_coverage
@@ -290,12 +299,19 @@ def _shown(path: Path) -> str:
 
 
 def nightly_baselines(
-    ports: Sequence[Port], specs: Sequence[str], given: Mapping[str, Path | None], suite: str = "nightly"
+    ports: Sequence[Port],
+    specs: Sequence[str],
+    given: Mapping[str, Path | None],
+    suite: str = "nightly",
+    oracle: str | None = None,
 ) -> dict[str, PortBaseline]:
     """Each port's baseline, by port name: the one ``given`` for it (by name or
-    spelling), else its default (:func:`default_baseline`). A file that cannot be
-    read or parsed, a baseline none of whose entries names the port, or a
-    ``given`` port that is not in the night is a :class:`CaseError`."""
+    spelling), else its default (:func:`default_baseline`, measured against the
+    pin: none under another ``oracle``). A file that cannot be read or parsed, a
+    baseline none of whose entries names the port, one measured against another
+    oracle than the night's, or a ``given`` port that is not in the night is a
+    :class:`CaseError`."""
+    oracle = oracle or pinned_release()
     out: dict[str, PortBaseline] = {}
     used: set[str] = set()
     for port, spec in zip(ports, specs, strict=True):
@@ -304,11 +320,14 @@ def nightly_baselines(
         if len(keys) > 1:
             raise CaseError("--baseline", None, f"port {port.name} is given twice ({', '.join(keys)})")
         used.update(keys)
-        path = given[keys[0]] if keys else default_baseline(port, spec, suite)
+        path = given[keys[0]] if keys else None
+        if not keys and oracle == pinned_release():
+            path = default_baseline(port, spec, suite)
         if path is None:
             continue
         entries = load_baseline(path)
         check_baseline_port(entries, names)
+        check_baseline_oracle(entries, oracle)
         out[port.name] = PortBaseline(_shown(path), tuple(entries), names)
     unknown = sorted(set(given) - used)
     if unknown:
@@ -599,7 +618,7 @@ def run_nightly(
     validate_night_date(plan.date)
     specs = list(plan.port_specs or [p.name for p in ports])
     with nightly_lock(plan.out_dir.parent):
-        baselines = nightly_baselines(ports, specs, plan.baselines, plan.suite.name)
+        baselines = nightly_baselines(ports, specs, plan.baselines, plan.suite.name, oracle_provenance.get("release"))
         history = read_history(plan.history)
         return _run_locked(plan, oracle, ports, specs, oracle_provenance, baselines, history, write_report, progress)
 

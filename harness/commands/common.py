@@ -46,7 +46,7 @@ def open_oracle(allow_drift: bool, oracle: str | None = None) -> tuple[Port, dic
     from oracle.pin import load_pin
 
     pin = load_pin()
-    release = None if oracle is None else _release_of(oracle)
+    release = None if oracle is None else release_of(oracle)
     if release is None or release == pin["release_version"]:
         from oracle.pin import check_fingerprints, installed_version
 
@@ -79,7 +79,8 @@ def open_oracle(allow_drift: bool, oracle: str | None = None) -> tuple[Port, dic
     return side, provenance
 
 
-def _release_of(oracle: str) -> str:
+def release_of(oracle: str) -> str:
+    """``--oracle``'s release: ``vllm==X.Y.Z`` -> ``X.Y.Z`` (UsageError otherwise)."""
     from oracle.process import OracleSpecError, parse_release
 
     try:

@@ -19,6 +19,7 @@ from harness.commands.common import (
     execute,
     guarded_shrink,
     harness_identity,
+    release_of,
     write_output,
 )
 from harness.commands.options import device_option, port_options, selection_options
@@ -49,7 +50,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from harness.gate import check_gate_baseline
 
     entries = _baseline_entries(args.baseline)
-    done = execute(args, before_run=lambda port, suite: check_gate_baseline(entries, suite, port.name, args.port))
+    oracle = f"vllm=={release_of(args.oracle)}"
+    done = execute(
+        args, before_run=lambda port, suite: check_gate_baseline(entries, suite, port.name, args.port, oracle)
+    )
     try:
         return _judge_gate(args, done, entries)
     finally:

@@ -1,0 +1,91 @@
+"""Baselines of another oracle than the pin (issue 15): each names the release it
+was measured against, and only there may it expect the oracle to refuse, one
+named class of refusal per entry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from harness.baseline import EXPECTED, NEW, check_baseline_oracle, judge_item, load_baseline, measure_entries
+from harness.cases import CaseError
+from harness.cli import main
+from harness.runner import DIVERGENT, ORACLE_ERROR
+from oracle.pin import load_pin
+
+PINNED = load_pin()["release"]
+LEGACY = "vllm==0.27.1"
+REFUSAL = "0.27.1 refuses: assert max_context_chunk > 0 fails in its build_mla_chunked_context_metadata"
+
+
+def write(tmp_path: Path, entries: list[dict[str, Any]], **fields: Any) -> Path:
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({"port": "equal_share", **fields, "entries": entries}), encoding="utf-8")
+    return path
+
+
+def refusal_entry(**fields: Any) -> dict[str, Any]:
+    return {"family": "skew", "level": "layout", "status": ORACLE_ERROR, "error": REFUSAL, "reason": "why", **fields}
+
+
+def row(status: str, detail: str, family: str = "skew") -> dict[str, Any]:
+    return {"level": "layout", "name": "c", "family": family, "status": status, "detail": detail}
+
+
+def test_the_file_names_its_oracle_and_defaults_to_the_pin(tmp_path: Path) -> None:
+    entry = {"family": "skew", "level": "layout", "status": DIVERGENT, "reason": "r"}
+    assert load_baseline(write(tmp_path, [entry]))[0].oracle == PINNED
+    assert load_baseline(write(tmp_path, [entry], oracle=LEGACY))[0].oracle == LEGACY
+    with pytest.raises(CaseError, match=r"field 'oracle': must be a release as vllm==X.Y.Z"):
+        load_baseline(write(tmp_path, [entry], oracle="0.27.1"))
+
+
+def test_an_oracle_error_is_never_expected_of_the_pin(tmp_path: Path) -> None:
+    with pytest.raises(CaseError, match=r"oracle-error is never expected of the pinned oracle"):
+        load_baseline(write(tmp_path, [refusal_entry()]))
+    with pytest.raises(CaseError, match=r"entries\[0\].error'?: is required on an oracle-error entry"):
+        load_baseline(write(tmp_path, [{k: v for k, v in refusal_entry().items() if k != "error"}], oracle=LEGACY))
+
+
+def test_only_the_named_class_of_refusal_is_expected(tmp_path: Path) -> None:
+    entries = load_baseline(write(tmp_path, [refusal_entry()], oracle=LEGACY))
+    ports = {"equal_share"}
+    named = judge_item(entries, ports, row(ORACLE_ERROR, f"OracleProcessError: vllm==0.27.1: LegacyRefusal: {REFUSAL}"))
+    assert named.label == EXPECTED
+    other = judge_item(entries, ports, row(ORACLE_ERROR, "OracleProcessError: vllm==0.27.1: the process died"))
+    assert other.label == NEW and "does not contain" in other.note
+    elsewhere = judge_item(entries, ports, row(ORACLE_ERROR, REFUSAL, family="uniform"))
+    assert elsewhere.label == NEW and elsewhere.note == "an oracle error is never expected"
+
+
+def test_a_baseline_judges_only_runs_of_its_oracle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    legacy = load_baseline(write(tmp_path, [refusal_entry()], oracle=LEGACY))
+    check_baseline_oracle(legacy, LEGACY)
+    with pytest.raises(CaseError, match=rf"measured against {LEGACY}, but this run's oracle is {PINNED}"):
+        check_baseline_oracle(legacy, PINNED)
+    # The shipped baseline of the pin, given to a gate against the legacy release: refused
+    # before any oracle is started.
+    code = main(["gate", "--suite", "smoke", "--port", "equal_share", "--oracle", LEGACY,
+                 "--baseline", "cases/baselines/equal_share.json", "--out", str(tmp_path / "g")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and f"measured against {PINNED}, but this run's oracle is {LEGACY}" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_measuring_names_each_class_of_refusal() -> None:
+    table = pd.DataFrame(
+        [
+            {**row(ORACLE_ERROR, "E: class one"), "name": "a", "max_ulp": None, "mismatches": None, "elements": None},
+            {**row(ORACLE_ERROR, "E: class one"), "name": "b", "max_ulp": None, "mismatches": None, "elements": None},
+            {**row(ORACLE_ERROR, "E: class two"), "name": "c", "max_ulp": None, "mismatches": None, "elements": None},
+        ]
+    )
+    entries = measure_entries(table, "equal_share")
+    assert [(e["status"], e["error"], e["items"]) for e in entries] == [
+        (ORACLE_ERROR, "E: class one", 2),
+        (ORACLE_ERROR, "E: class two", 1),
+    ]
