@@ -94,6 +94,22 @@ class _SharedGatherOps:
         assert kv_cache_dtype == "auto" and seq_starts is not None
         self._kernels.gather(src_cache, dst, block_table, cu_seq_lens, token_to_seq, seq_starts, num_tokens)
 
+    def gather_mla_context_cache_cpu(
+        self,
+        *,
+        src_cache: torch.Tensor,
+        dst: torch.Tensor,
+        block_table: torch.Tensor,
+        starts: torch.Tensor,
+        cu_seq_lens: torch.Tensor,
+    ) -> None:
+        """The CPU platform's gather of later releases (0.33.0 on): the same rows
+        into ``dst`` (already cut to the chunk's rows), through the shared gather,
+        as the GPU path's op is."""
+        seq_lens = (cu_seq_lens[1:] - cu_seq_lens[:-1]).long()
+        token_to_seq = torch.repeat_interleave(torch.arange(len(seq_lens), device=seq_lens.device), seq_lens)
+        self._kernels.gather(src_cache, dst, block_table, cu_seq_lens, token_to_seq, starts, dst.shape[0])
+
 
 @dataclass
 class _Observed:
