@@ -34,6 +34,7 @@ from pathlib import Path
 from harness.cases import CaseError, load_case_file, load_cases, load_item_file
 from harness.model import Case, MergeCase, WorkspaceConfig
 from harness.port import DEFAULT_PORT_TIMEOUT_S
+from oracle.pin import load_pin
 
 ITEM_KINDS = ("layout", "workspace", "merge", "prefill")
 # The suite name of a run over ``--cases`` files (harness.commands.common.select_suite).
@@ -281,14 +282,16 @@ def reproduce_command(
     allow_oracle_drift: bool = False,
     timeout_s: float | None = None,
     program: Sequence[str] | None = None,
+    oracle: str | None = None,
 ) -> str:
     """The ``parity diff`` command, quoted for a POSIX shell, that compares
     item ``name`` (a bare name or its id ``NAME[KIND]``) of kind ``kind`` again
     as the run did: ``port_spec`` exactly as ``--port`` was given, ``suite`` the
     run's suite (:data:`CASES_SUITE` for a ``--cases`` run, whose
     ``case_paths`` locate the case's file), its ``--size``, ``device`` and
-    drift override, and its ``--timeout`` when it was not the default (a port
-    that needed longer, or was stopped sooner, is diffed with the same limit).
+    drift override, its ``--timeout`` when it was not the default (a port
+    that needed longer, or was stopped sooner, is diffed with the same limit),
+    and its ``--oracle`` (``vllm==X``) when that is not the pin.
     ``program`` defaults to :func:`program_words`."""
     bare = name.removesuffix(f"[{kind}]")
     argv = [*(program or program_words()), "diff"]
@@ -314,6 +317,13 @@ def reproduce_command(
         argv += ["--device", device]
     if timeout_s is not None and timeout_s != DEFAULT_PORT_TIMEOUT_S:
         argv += ["--timeout", f"{timeout_s:g}"]
+    if oracle is not None and oracle != load_pin()["release"]:
+        argv += ["--oracle", oracle]
     if allow_oracle_drift:
         argv.append("--allow-oracle-drift")
     return shlex.join(argv)
+
+
+def oracle_of_pin(pin: str | None) -> str | None:
+    """The release of a run's ``pin`` identity (``vllm==X @ COMMIT``)."""
+    return pin.split(" @ ", 1)[0] if pin else None

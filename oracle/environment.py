@@ -66,6 +66,16 @@ def prepare_cpu_environment() -> None:
     os.environ.update(CPU_ENVIRONMENT)
 
 
+def prepare_environment() -> None:
+    """The selected device's recipe, in this process, without importing vLLM:
+    what a run needs when its oracle lives in another process (the port's
+    Triton kernels read ``TRITON_INTERPRET`` here all the same)."""
+    if _device == "cpu":
+        prepare_cpu_environment()
+    else:
+        os.environ.update(GPU_ENVIRONMENT)
+
+
 def import_vllm_module(name: str) -> ModuleType:
     if _device == "cpu":
         prepare_cpu_environment()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.reproduce import reproduce_command
+from harness.reproduce import oracle_of_pin, reproduce_command
 from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR
 from reports.run_summary import numeric_text
 
@@ -36,7 +36,7 @@ def render_gate_summary(outcome: GateOutcome) -> str:
     lines = [
         f"## Parity gate: {mark}",
         "",
-        f"Port `{meta['port']}` against the pinned oracle ({meta['pin']}), suite `{meta['suite']}`{shard}: "
+        f"Port `{meta['port']}` against the oracle {meta['pin']}, suite `{meta['suite']}`{shard}: "
         f"{summary['items']} items, {len(verdict.new)} new divergences, {len(verdict.expected)} expected "
         f"(baseline), {len(verdict.stale)} stale baseline entries.",
     ]
@@ -87,6 +87,7 @@ def render_gate_summary(outcome: GateOutcome) -> str:
                 case_paths=meta.get("cases"),
                 allow_oracle_drift=bool(meta.get("oracle_drift_overridden")),
                 timeout_s=meta.get("timeout"),
+                oracle=oracle_of_pin(meta.get("pin")),
             )
             lines.append(f"  reproduce: `{command}`")
             if row.id in meta.get("shrunk", {}):

@@ -126,3 +126,29 @@ def test_the_pinned_release_by_name_is_the_in_process_oracle() -> None:
 
     side, provenance = open_oracle(False, f"vllm=={PINNED}")
     assert isinstance(side, OracleSide) and provenance["release"] == f"vllm=={PINNED}"
+
+
+def test_a_run_against_another_release_sets_the_device_recipe_here(tmp_path: Path) -> None:
+    """With the oracle in its own process no vLLM is imported here, yet the port's
+    Triton merge kernel needs the CPU recipe (TRITON_INTERPRET) in this process:
+    without it every merge item was a port-error ("0 active drivers")."""
+    import os
+    import subprocess
+
+    from oracle.process import environment_python
+
+    if not environment_python("0.27.1").is_file():
+        pytest.skip("the legacy oracle's environment .tox/vllm-0.27.1 is not built (make test builds it)")
+    clean = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "VLLM_TARGET_DEVICE")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--suite", "smoke", "--level", "merge",
+         "--port", "equal_share", "--oracle", "vllm==0.27.1", "--json", str(tmp_path / "r.json")],
+        capture_output=True, text=True, env=clean, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    import json
+
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["provenance"]["release"] == "vllm==0.27.1"
+    statuses = {r["status"] for r in report["cases"]}
+    assert statuses == {"parity"} and len(report["cases"]) >= 40

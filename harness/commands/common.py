@@ -91,10 +91,16 @@ def release_of(oracle: str) -> str:
 
 def _oracle_process(release: str) -> tuple[Port, dict[str, Any], str, str | None, list[tuple[str, str, str, Any]]]:
     """Another release's oracle process, its identity and its pin's statuses."""
+    from oracle.environment import OracleUnavailable, prepare_environment
     from oracle.process import OracleProcessError, OracleSpecError, open_oracle_process
 
     try:
+        # No vLLM is imported here, which would have set the device's recipe; the
+        # port's kernels need it all the same.
+        prepare_environment()
         side, hello = open_oracle_process(release)
+    except OracleUnavailable as exc:
+        raise UsageError(str(exc)) from None
     except (OracleSpecError, OracleProcessError) as exc:
         raise UsageError(str(exc)) from None
     commit = hello.get("installed_commit_id")
