@@ -35,9 +35,13 @@ Fields of an entry:
 - for ``divergent`` at layout, optionally ``field``: the first divergent field
   the item must report (``num_chunks``, ``request_start``, ``workspace_size``);
 - for ``port-error``, optionally ``error``: a substring the error text must hold;
-  for ``oracle-error``, ``error`` is required: the class of refusal, as the
-  release states it (``vllm==0.27.1`` refuses a whole class of batches the new
-  planner plans; each class is named, never "any oracle error").
+  for ``oracle-error``, ``error`` and ``items`` are required: ``error`` is
+  the class of refusal exactly as the release states it (``vllm==0.27.1``
+  refuses whole classes of batches the new planner plans; each class is named,
+  never "any oracle error": only a refusal matches, never the oracle's process
+  failing), and ``items`` the number of items of the entry's family or case the
+  release refuses so, exactly (an oracle that came to refuse more batches, or
+  fewer, fails the gate: a refusal is an item not compared).
 
 The file's ``oracle`` (default: the pinned release) is the release the
 baseline was measured against: a gate refuses a baseline of another oracle
@@ -80,6 +84,7 @@ import dataclasses
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +106,7 @@ ENTRY_STATUSES = (DIVERGENT, PORT_ERROR, ORACLE_ERROR)
 NUMERIC_LEVELS = ("merge", "prefill")
 _FIELDS = {
     "port", "case", "family", "level", "status", "reason", "max_ulp", "max_mismatch_fraction", "field", "error",
+    "items",
 }  # fmt: skip
 
 
@@ -135,6 +141,7 @@ class BaselineEntry:
     max_mismatch_fraction: float | None = None
     field: str | None = None
     error: str | None = None
+    items: int | None = None
     oracle: str = ""
     # Where the entry came from, for error messages only (not part of its identity).
     source: str = dataclasses.field(default="", compare=False)
@@ -233,6 +240,12 @@ def _parse_entry(source: str, i: int, item: Any, file_port: Any, oracle: str) ->
             raise CaseError(source, f"{where}.status", f"oracle-error is never expected of the pinned oracle {oracle}")
         if "error" not in item:
             raise CaseError(source, f"{where}.error", "is required on an oracle-error entry (the class of refusal)")
+        count = item.get("items")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            got = json.dumps(count)
+            raise CaseError(source, f"{where}.items", f"must count the items refused (an integer >= 1), got {got}")
+    elif "items" in item:
+        raise CaseError(source, f"{where}.items", "applies only to oracle-error entries")
     first_field = (
         _nonempty_str(source, f"{where}.field", item["field"], "must be a field name") if "field" in item else None
     )
@@ -243,7 +256,7 @@ def _parse_entry(source: str, i: int, item: Any, file_port: Any, oracle: str) ->
     )
     return BaselineEntry(
         port, level, reason, status, item.get("case"), item.get("family"),
-        max_ulp, fraction, first_field, error, oracle, source, i,
+        max_ulp, fraction, first_field, error, item.get("items"), oracle, source, i,
     )  # fmt: skip
 
 
@@ -450,9 +463,24 @@ def _mismatch(entry: BaselineEntry, row: Mapping[str, Any]) -> str | None:
         found = divergent_field(detail)
         if found != entry.field:
             return f"first divergent field {found}, the baseline expects {entry.field}"
+    if entry.status == ORACLE_ERROR:
+        refused = refusal_class(detail, entry.oracle)
+        if refused is None:
+            return "the oracle failed; it did not refuse the batch"
+        if refused != entry.error:
+            return f"the oracle refuses it as {refused!r}, not {entry.error!r}"
+        return None
     if entry.error is not None and entry.error not in detail:
         return f"the error does not contain {entry.error!r}"
     return None
+
+
+def refusal_class(detail: str, oracle: str) -> str | None:
+    """The class of refusal of an ``oracle-error`` item's text, as ``oracle``
+    stated it (``OracleRefusal: vllm==X: <class>``); None when the oracle did not
+    refuse but failed (its process, a timeout, the harness)."""
+    prefix = f"OracleRefusal: {oracle}: "
+    return detail[len(prefix) :] if detail.startswith(prefix) else None
 
 
 def _beyond_caps(entry: BaselineEntry, row: Mapping[str, Any]) -> str | None:
@@ -556,17 +584,25 @@ def apply_baseline(
     stale = []
     if check_stale:
         stale = [e for e in entries if e.port in ports and e.level in levels and e not in live]
+        # A refusal entry counts its items exactly: more or fewer is not what was measured.
+        refused = Counter(v.entry for v in verdicts if v.entry is not None and v.entry.items is not None)
+        stale += [
+            dataclasses.replace(e, reason=f"it counts {e.items} items refused, this run {refused[e]}: {e.reason}")
+            for e in entries
+            if e.items is not None and e in live and e.port in ports and e.level in levels and refused[e] != e.items
+        ]
     return BaselineVerdict(table, stale, check_stale)
 
 
 # -- measuring -----------------------------------------------------------------------------
 
 
-def measure_entries(table: pd.DataFrame, port: str) -> list[dict[str, Any]]:
+def measure_entries(table: pd.DataFrame, port: str, oracle: str | None = None) -> list[dict[str, Any]]:
     """The tightest family entries that expect every divergent, port-error or
     oracle-error row of ``table`` (a results table of one port): one per (level,
     family, status), split by first divergent field at layout and by the error's
-    text for an oracle error (its class of refusal); numeric caps are exactly the
+    text for an oracle error (its class of refusal, as ``oracle`` stated it);
+    numeric caps are exactly the
     group's largest ``max_ulp`` and ``mismatches / elements``. Each entry's
     ``reason`` is left empty for a person to write from what was measured
     (a baseline without reasons is refused by :func:`load_baseline`)."""
@@ -579,12 +615,15 @@ def measure_entries(table: pd.DataFrame, port: str) -> list[dict[str, Any]]:
     failing["error"] = [
         str(d) if s == ORACLE_ERROR else None for s, d in zip(failing["status"], failing["detail"], strict=True)
     ]
+    oracle = oracle or pinned_release()
     out: list[dict[str, Any]] = []
     keys = ["level", "family", "status", "field", "error"]
     for (level, family, status, first_field, error), group in failing.groupby(keys, sort=True, dropna=False):
         entry: dict[str, Any] = {"port": port, "family": family, "level": level, "status": status}
         if isinstance(error, str):
-            entry["error"] = error
+            # The class as the release states it; a failure that is no refusal stays whole
+            # (and no baseline may expect it).
+            entry["error"] = refusal_class(error, oracle) or error
         if level in NUMERIC_LEVELS and status == DIVERGENT:
             entry["max_ulp"] = int(group["max_ulp"].max())
             entry["max_mismatch_fraction"] = max(
@@ -592,7 +631,9 @@ def measure_entries(table: pd.DataFrame, port: str) -> list[dict[str, Any]]:
             )
         if isinstance(first_field, str):
             entry["field"] = first_field
-        entry["items"] = len(group)  # for the person writing the reason; not a baseline field
+        # A baseline field of an oracle-error entry (its exact count); on the others
+        # only for the person writing the reason.
+        entry["items"] = len(group)
         entry["reason"] = ""
         out.append(entry)
     return out

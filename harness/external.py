@@ -43,7 +43,12 @@ MAX_REPLY_BYTES = 256 << 20
 
 
 class ExternalPortError(Exception):
-    """The port failed one request; the message is one line (plus stderr's tail)."""
+    """The port failed one request; the message is one line (plus stderr's tail).
+    ``reply`` is the port's own ``ok: false`` reply, when it sent one."""
+
+    def __init__(self, message: str, reply: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.reply = reply or {}
 
 
 def read_port_file(path: Path, limit: int, op: str) -> bytes:
@@ -244,7 +249,7 @@ class ExternalPort:
             raise self._fail(f"port replied out of turn: {line[:80]!r}")
         if not reply.get("ok", False):
             # A clean error reply leaves the process usable.
-            raise ExternalPortError(f"port error: {reply.get('error', 'no reason given')}")
+            raise ExternalPortError(f"port error: {reply.get('error', 'no reason given')}", reply)
         return reply
 
     # -- the Port interface ----------------------------------------------------------------------

@@ -110,7 +110,13 @@ def _stored(tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
 
 
 class OracleProcessError(RuntimeError):
-    """The release refused an item, or its process failed; one line."""
+    """The release's process failed an item (or failed to start); one line."""
+
+
+class OracleRefusal(RuntimeError):
+    """The release refuses the item: a batch it cannot plan or run, in its own
+    words (one line, ``vllm==X: <its reason>``). The only oracle error a
+    baseline may expect (harness/baseline.py)."""
 
 
 class OracleProcess(ExternalPort):
@@ -126,17 +132,26 @@ class OracleProcess(ExternalPort):
         # The serving environment is the release's own: nothing of this
         # process's interpreter settings (a virtualenv, PYTHONPATH) reaches it.
         saved = {k: os.environ.pop(k) for k in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME") if k in os.environ}
+        first = dict(self.hello)
         try:
             super()._start()
         except ExternalPortError as exc:
             raise OracleProcessError(f"the vllm=={self.release} oracle did not start: {exc}") from None
         finally:
             os.environ.update(saved)
+        # A process restarted after a failure must be the one the run was judged
+        # to have: the same release and the same fingerprint statuses.
+        identity = ("installed_vllm", "installed_commit_id", "pin", "fingerprints")
+        if first and any(self.hello.get(k) != first.get(k) for k in identity):
+            self._kill()
+            raise OracleProcessError(f"the vllm=={self.release} oracle restarted as another release or pin")
 
     def _call(self, method: Any, *args: Any) -> Any:
         try:
             return method(*args)
         except ExternalPortError as exc:
+            if exc.reply.get("refusal") is True:
+                raise OracleRefusal(f"vllm=={self.release}: {exc.reply.get('error')}") from None
             reason = str(exc).removeprefix("port error: ")
             raise OracleProcessError(f"vllm=={self.release}: {reason}") from None
 
@@ -165,6 +180,8 @@ class OracleProcess(ExternalPort):
             },
             {"prefill_tokens_with_context": inputs.prefill_tokens_with_context},
         )
+        if sorted(out) != ["lse", "output"]:
+            raise OracleProcessError(f"vllm=={self.release}: its merge returned {', '.join(sorted(out)) or 'nothing'}")
         return out["output"], out["lse"]
 
     def prefill(self, case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]:
@@ -178,11 +195,20 @@ class OracleProcess(ExternalPort):
             "keyless_rows": getattr(kernels, "keyless_rows", "neg-inf"),
         }
         assert case.numeric is not None
-        return self._viewed_call(
+        out = self._viewed_call(
             "oracle_prefill",
             {name: getattr(inputs, name) for name in names},
             {"case": case.to_json(), "spec": inputs.spec.to_json(), "scalars": scalars},
         )
+        # The tensors an oracle's L3 owes: the comparison covers what came back,
+        # so nothing missing may pass as nothing compared.
+        owed = ("context_output", "context_lse", "output", "lse") if any(case.context_lens) else ("output", "lse")
+        if sorted(out) != sorted(owed):
+            raise OracleProcessError(
+                f"vllm=={self.release}: its prefill returned {', '.join(sorted(out)) or 'nothing'}, "
+                f"not {', '.join(owed)}"
+            )
+        return out
 
 
 def open_oracle_process(release: str) -> tuple[OracleProcess, dict[str, Any]]:

@@ -15,9 +15,11 @@ offset), so the release's code gets the very layout the harness built (the
 merge kernel reads LSEs by their strides). L3 runs the release's own context
 loop and final merge on the harness's shared CPU kernels, inside this process.
 
-An exception raised by the release's code is the oracle refusing that item:
-the reply is ``ok: false`` with the exception's type and first line, and the
-harness records the item ``oracle-error`` with it. Nothing but protocol replies
+An exception the release's side marks as a refusal (``refusal = True``:
+:class:`oracle.legacy.LegacyRefusal`, a batch that release cannot plan or run)
+is replied ``ok: false, refusal: true`` with its message; any other exception
+``ok: false`` with its type and first line. Both make the item
+``oracle-error``; only the first is a class a baseline may expect. Nothing but protocol replies
 reaches stdout: the process's own stdout is sent to stderr before vLLM loads.
 """
 
@@ -174,7 +176,13 @@ def serve(requests: IO[str], replies: IO[str]) -> int:
                 server = Server()
             reply = {"ok": True, **server.answer(request)}
         except Exception as exc:
-            reply = {"ok": False, "error": one_line(exc)}
+            # A refusal (an exception the side marks ``refusal``) is a class of
+            # batches the release cannot plan or run, stated in its own words; any
+            # other exception is the oracle failing, never a class a baseline names.
+            if getattr(exc, "refusal", False):
+                reply = {"ok": False, "error": str(exc).splitlines()[0], "refusal": True}
+            else:
+                reply = {"ok": False, "error": one_line(exc)}
         replies.write(json.dumps({"id": request.get("id"), **reply}) + "\n")
         replies.flush()
     return 0

@@ -93,7 +93,8 @@ def render_gate_summary(outcome: GateOutcome) -> str:
             if row.id in meta.get("shrunk", {}):
                 lines.append(f"  shrunk: {meta['shrunk'][row.id]}")
     if verdict.stale:
-        lines += ["", "### Stale baseline entries (no failing item matches them any more: remove them)", ""]
+        heading = "### Stale or miscounted baseline entries (no failing item matches them, or not as many: re-measure)"
+        lines += ["", heading, ""]
         lines += [f"- {e.label}: {e.reason}" for e in verdict.stale]
     families = [(f, c) for f, c in summary["families"].items() if c[PARITY] != sum(c.values())]
     if families:

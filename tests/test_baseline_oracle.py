@@ -29,7 +29,13 @@ def write(tmp_path: Path, entries: list[dict[str, Any]], **fields: Any) -> Path:
 
 
 def refusal_entry(**fields: Any) -> dict[str, Any]:
-    return {"family": "skew", "level": "layout", "status": ORACLE_ERROR, "error": REFUSAL, "reason": "why", **fields}
+    return {
+        "family": "skew", "level": "layout", "status": ORACLE_ERROR, "error": REFUSAL, "items": 1, "reason": "why",
+        **fields,
+    }  # fmt: skip
+
+
+REFUSED = f"OracleRefusal: {LEGACY}: {REFUSAL}"
 
 
 def row(status: str, detail: str, family: str = "skew") -> dict[str, Any]:
@@ -49,17 +55,46 @@ def test_an_oracle_error_is_never_expected_of_the_pin(tmp_path: Path) -> None:
         load_baseline(write(tmp_path, [refusal_entry()]))
     with pytest.raises(CaseError, match=r"entries\[0\].error'?: is required on an oracle-error entry"):
         load_baseline(write(tmp_path, [{k: v for k, v in refusal_entry().items() if k != "error"}], oracle=LEGACY))
+    with pytest.raises(CaseError, match=r"entries\[0\].items'?: must count the items refused"):
+        load_baseline(write(tmp_path, [{k: v for k, v in refusal_entry().items() if k != "items"}], oracle=LEGACY))
+    with pytest.raises(CaseError, match=r"entries\[0\].items'?: applies only to oracle-error entries"):
+        entry = {"family": "skew", "level": "layout", "status": DIVERGENT, "items": 3, "reason": "r"}
+        load_baseline(write(tmp_path, [entry], oracle=LEGACY))
 
 
 def test_only_the_named_class_of_refusal_is_expected(tmp_path: Path) -> None:
     entries = load_baseline(write(tmp_path, [refusal_entry()], oracle=LEGACY))
     ports = {"equal_share"}
-    named = judge_item(entries, ports, row(ORACLE_ERROR, f"OracleProcessError: vllm==0.27.1: LegacyRefusal: {REFUSAL}"))
-    assert named.label == EXPECTED
-    other = judge_item(entries, ports, row(ORACLE_ERROR, "OracleProcessError: vllm==0.27.1: the process died"))
-    assert other.label == NEW and "does not contain" in other.note
-    elsewhere = judge_item(entries, ports, row(ORACLE_ERROR, REFUSAL, family="uniform"))
+    assert judge_item(entries, ports, row(ORACLE_ERROR, REFUSED)).label == EXPECTED
+    # The oracle failing (its process, a timeout, the harness) is never a refusal,
+    # even when its text holds the class's words.
+    failed = judge_item(entries, ports, row(ORACLE_ERROR, f"OracleProcessError: {LEGACY}: {REFUSAL}"))
+    assert failed.label == NEW and "did not refuse" in failed.note
+    other = judge_item(entries, ports, row(ORACLE_ERROR, f"OracleRefusal: {LEGACY}: 0.27.1 refuses: another class"))
+    assert other.label == NEW and "not '0.27.1 refuses: assert max_context_chunk" in other.note
+    longer = judge_item(entries, ports, row(ORACLE_ERROR, f"{REFUSED} and more"))
+    assert longer.label == NEW
+    elsewhere = judge_item(entries, ports, row(ORACLE_ERROR, REFUSED, family="uniform"))
     assert elsewhere.label == NEW and elsewhere.note == "an oracle error is never expected"
+
+
+def test_a_refusal_entry_counts_its_items_exactly(tmp_path: Path) -> None:
+    """An oracle that came to refuse more batches (or fewer) than were measured
+    fails the gate: each refusal is an item not compared."""
+    from harness.baseline import apply_baseline
+
+    entries = load_baseline(write(tmp_path, [refusal_entry(items=2)], oracle=LEGACY))
+
+    def table(refused: int) -> pd.DataFrame:
+        rows = [{**row(ORACLE_ERROR, REFUSED), "name": f"c{i}"} for i in range(refused)]
+        rows.append({**row("parity", ""), "name": "ok"})
+        return pd.DataFrame([{**r, "max_ulp": None, "mismatches": None, "elements": None} for r in rows])
+
+    assert apply_baseline(table(2), {"equal_share"}, entries, ("layout",)).passed
+    for refused in (1, 3):
+        verdict = apply_baseline(table(refused), {"equal_share"}, entries, ("layout",))
+        assert not verdict.passed and verdict.verdict == "fail"
+        assert [e.reason for e in verdict.stale] == [f"it counts 2 items refused, this run {refused}: why"]
 
 
 def test_a_baseline_judges_only_runs_of_its_oracle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -77,15 +112,19 @@ def test_a_baseline_judges_only_runs_of_its_oracle(tmp_path: Path, capsys: pytes
 
 
 def test_measuring_names_each_class_of_refusal() -> None:
+    blank = {"max_ulp": None, "mismatches": None, "elements": None}
     table = pd.DataFrame(
         [
-            {**row(ORACLE_ERROR, "E: class one"), "name": "a", "max_ulp": None, "mismatches": None, "elements": None},
-            {**row(ORACLE_ERROR, "E: class one"), "name": "b", "max_ulp": None, "mismatches": None, "elements": None},
-            {**row(ORACLE_ERROR, "E: class two"), "name": "c", "max_ulp": None, "mismatches": None, "elements": None},
+            {**row(ORACLE_ERROR, f"OracleRefusal: {LEGACY}: class one"), "name": "a", **blank},
+            {**row(ORACLE_ERROR, f"OracleRefusal: {LEGACY}: class one"), "name": "b", **blank},
+            {**row(ORACLE_ERROR, f"OracleRefusal: {LEGACY}: class two"), "name": "c", **blank},
+            {**row(ORACLE_ERROR, f"OracleProcessError: {LEGACY}: died"), "name": "d", **blank},
         ]
     )
-    entries = measure_entries(table, "equal_share")
+    entries = measure_entries(table, "equal_share", LEGACY)
     assert [(e["status"], e["error"], e["items"]) for e in entries] == [
-        (ORACLE_ERROR, "E: class one", 2),
-        (ORACLE_ERROR, "E: class two", 1),
+        # A failure stays whole: no baseline may expect it (it is no refusal).
+        (ORACLE_ERROR, f"OracleProcessError: {LEGACY}: died", 1),
+        (ORACLE_ERROR, "class one", 2),
+        (ORACLE_ERROR, "class two", 1),
     ]
