@@ -49,7 +49,9 @@ UNCHANGED, CHANGED, MISSING, NEW = "unchanged", "changed", "missing", "new"
 # Item statuses of oracle-vs-oracle parity. The runner's oracle is the pinned
 # release and its "port" the newer one, so its errors are renamed for whose they are.
 PINNED_ERROR, RELEASE_ERROR, BOTH_REFUSE = "pinned-error", "release-error", "both-refuse"
-ITEM_STATUSES = (PARITY, DIVERGENT, BOTH_REFUSE, PINNED_ERROR, RELEASE_ERROR)
+# Both refuse, for different reasons (one may be a crash): not agreement.
+REFUSE_DIFFERENTLY = "refuse-differently"
+ITEM_STATUSES = (PARITY, DIVERGENT, BOTH_REFUSE, REFUSE_DIFFERENTLY, PINNED_ERROR, RELEASE_ERROR)
 AGREEING = (PARITY, BOTH_REFUSE)
 
 
@@ -281,6 +283,8 @@ def error_class(message: str) -> str:
     """An error message with its numbers folded (``N``), so refusals group by kind;
     the release's name (``vllm==X: ``, which the process's errors carry) is dropped."""
     message = re.sub(r"vllm==[\d.]+: ", "", message)
+    # The process's wrapper is not part of what the release said.
+    message = re.sub(r"^(OracleProcessError|OracleRefusal): ", "", message)
     return _NUMBER.sub("N", message)[:200]
 
 
@@ -354,7 +358,12 @@ def item_drift(result: CaseResult, release: Port, item: Any, kernels: SharedKern
     if result.status == ORACLE_ERROR:
         drift.pinned_error = result.error
         drift.release_error = _ask_release(release, result.kind, item, kernels, device)
-        drift.status = BOTH_REFUSE if drift.release_error is not None else PINNED_ERROR
+        if drift.release_error is None:
+            drift.status = PINNED_ERROR
+        elif error_class(drift.release_error) == error_class(result.error or ""):
+            drift.status = BOTH_REFUSE
+        else:
+            drift.status = REFUSE_DIFFERENTLY
         drift.detail = f"pinned: {result.error}" + (
             f"; release: {drift.release_error}" if drift.release_error else "; the release answers"
         )
@@ -396,7 +405,7 @@ class LevelDrift:
         """Per error status, how many items each error class holds."""
         classes: dict[str, Counter[str]] = {}
         for item in self.items:
-            if item.status in (PINNED_ERROR, BOTH_REFUSE):
+            if item.status in (PINNED_ERROR, BOTH_REFUSE, REFUSE_DIFFERENTLY):
                 classes.setdefault(item.status, Counter())[error_class(item.pinned_error or "")] += 1
             elif item.status == RELEASE_ERROR:
                 classes.setdefault(item.status, Counter())[error_class(item.release_error or "")] += 1
@@ -406,7 +415,9 @@ class LevelDrift:
         """``parity`` when every item agrees (answers or refusals both share),
         else the counts of what does not."""
         counts = self.counts()
-        bad = [f"{counts[s]} {s}" for s in ITEM_STATUSES if s not in AGREEING and counts.get(s)]
+        if not self.items:
+            return "no items compared"
+        bad = [f"{n} {s}" for s, n in counts.items() if s not in AGREEING and n]
         return "parity" if not bad else ", ".join(bad)
 
     def to_json(self) -> dict[str, Any]:
@@ -475,6 +486,8 @@ def symbol_counts(drifts: list[SymbolDrift]) -> dict[str, int]:
 
 def parity_verdict(levels: dict[str, LevelDrift]) -> str:
     """``parity`` when every level is, else each level's verdict that is not."""
+    if not levels:
+        return "no level compared"
     bad = [f"{level}: {drift.verdict()}" for level, drift in levels.items() if drift.verdict() != "parity"]
     return "parity" if not bad else "; ".join(bad)
 

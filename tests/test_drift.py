@@ -24,12 +24,15 @@ from harness.drift import (
     MISSING,
     NEW,
     PINNED_ERROR,
+    REFUSE_DIFFERENTLY,
     RELEASE_ERROR,
     UNCHANGED,
+    LevelDrift,
     SourceSnapshot,
     compare_oracles,
     default_releases,
     drift_record,
+    parity_verdict,
     read_sources,
     release_record,
     symbol_drift,
@@ -284,6 +287,26 @@ def test_a_refusal_both_releases_share_is_agreement(oracle: Port) -> None:
     only_pinned = compare_oracles(refusing, oracle, suite, ("layout",), kernels_for("cpu"))["layout"]
     assert only_pinned.counts()[PINNED_ERROR] == odd
     assert only_pinned.verdict() == f"{odd} pinned-error"
+
+
+class CrashingOracle(RefusingOracle):
+    """Fails the same cases as :class:`RefusingOracle`, for another reason."""
+
+    def plan_layout(self, case: Case) -> Layout:
+        if case.num_requests % 2:
+            raise RuntimeError("the process died")
+        return self.oracle.plan_layout(case)
+
+
+def test_refusals_for_different_reasons_are_not_agreement(oracle: Port) -> None:
+    suite = Suite("small", _small_suite().cases, ())
+    odd = sum(1 for c in suite.cases if c.num_requests % 2)
+    drift = compare_oracles(RefusingOracle(oracle), CrashingOracle(oracle), suite, ("layout",), kernels_for("cpu"))
+    layout = drift["layout"]
+    assert layout.counts()[REFUSE_DIFFERENTLY] == odd and layout.counts()[BOTH_REFUSE] == 0
+    assert layout.verdict() == f"{odd} refuse-differently"
+    assert parity_verdict(drift) != "parity" and parity_verdict({}) == "no level compared"
+    assert LevelDrift("layout").verdict() == "no items compared"
 
 
 def test_report_round_trip_names_the_symbol_field_and_verdict(
