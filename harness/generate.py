@@ -586,15 +586,19 @@ def legacy_grid_has_keyless_rows(case: Case) -> bool:
     chunk of the grid (a zero-context request in any chunk, or a short request
     in a later one). Such rows are what seeds/003's neutralisation is for.
 
-    Request ``i`` has rows in chunk ``j`` iff ``c_i > j * share``, so some chunk
-    has a keyless request iff ``min(c) <= (num_chunks - 1) * share``. False when
-    no request has context (no chunks) or the grid cannot plan the case.
+    The share is equal_share's (vllm==0.27.1's): ``W // n`` rounded down to the
+    block size only, never to the DCP-widened alignment. Request ``i`` has rows
+    in chunk ``j`` iff ``c_i > j * share``, so some chunk has a keyless request
+    iff ``min(c) <= (num_chunks - 1) * share``. False when no request has
+    context (no chunks) or the grid cannot plan the case (a share of 0 rows, or
+    under DCP one that is not a multiple of the world size).
     """
     with_context = sum(1 for c in case.context_lens if c > 0)
     if with_context == 0:
         return False
-    share = case.workspace_size // with_context // case.alignment * case.alignment
-    if share <= 0:
+    unit = case.block_size if case.align_to_block else 1
+    share = case.workspace_size // with_context // unit * unit
+    if share <= 0 or (case.dcp_world_size > 1 and share % case.dcp_world_size):
         return False
     num_chunks = -(-max(case.context_lens) // share)
     return min(case.context_lens) <= (num_chunks - 1) * share

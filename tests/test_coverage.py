@@ -346,7 +346,9 @@ def test_partial_targets_file_is_refused_naming_the_feature(capsys: pytest.Captu
 def test_command_fails_when_the_oracle_refuses(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("harness.commands.coverage.open_oracle", lambda allow_drift: (RefusingOracle(), {}))
+    monkeypatch.setattr(
+        "harness.commands.coverage.open_oracle", lambda allow_drift, oracle=None: (RefusingOracle(), {})
+    )
     # Only report-only rows beside the refusals: nothing is left to miss but them.
     path = tmp_path / "targets.json"
     path.write_text(json.dumps({"smoke": complete([])}), encoding="utf-8")

@@ -214,6 +214,10 @@ def test_neutralisation_is_what_keeps_equal_share_exact(oracle: Port, per_reques
     for name, caught_under in (("keyless-finite", {"finite"}), ("keyless-pos-inf", {"finite", "pos-inf"})):
         case = smoke_case(name)
         assert legacy_grid_has_keyless_rows(case)
+        if name == "keyless-finite":
+            # Keyless rows of a request with context: inside the legacy final merge's tokens.
+            with_context = sum(1 for c in case.context_lens if c > 0)
+            assert any(0 in chunk.seq_lens[:with_context] for chunk in grid_layout(case).chunks)
         outputs = []
         for behaviour in KEYLESS_ROWS:
             variant = under(case, behaviour)

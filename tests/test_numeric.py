@@ -200,7 +200,10 @@ def test_finite_lse_on_empty_rows_is_caught(oracle: Port, per_request: Port) -> 
 
 
 def test_equal_share_differs_at_l3_with_a_sane_ulp_report(oracle: Port, equal_share: Port) -> None:
-    case = numeric_case([0, 300, 0, 45], [3, 4, 2, 3], workspace_size=128)
+    # Zero-context requests last, as the legacy engine orders them: its final
+    # merge covers only the tokens before the first of them, so placed earlier
+    # they would cost the later requests their context (thousands of ULP).
+    case = numeric_case([300, 45, 0, 0], [4, 3, 3, 2], workspace_size=128)
     result = compare_prefill(oracle, equal_share, case, KERNELS)
     assert result.status == DIVERGENT
     output = next(t for t in result.tensors if t.name == "output")
@@ -208,9 +211,10 @@ def test_equal_share_differs_at_l3_with_a_sane_ulp_report(oracle: Port, equal_sh
     assert 0 < output.mismatches < 384 and 0 < output.max_ulp < 1000
     buckets = Counter(output.histogram)
     assert buckets["1"] + buckets["2"] + buckets["3-4"] >= 0.8 * output.mismatches
-    assert output.first_mismatch is not None and 3 <= output.first_mismatch["index"]["token"] < 7
-    # Zero-context tokens (0..2, 7..8) take the suffix alone on both sides.
-    assert all(row["token"] in range(3, 7) or row["token"] >= 9 for row in output.worst_rows)
+    # Only the 300-row request (tokens 0..3) is cut differently: the 45-row one
+    # is one piece on both sides, and zero-context tokens (7..11) take the suffix alone.
+    assert output.first_mismatch is not None and output.first_mismatch["index"]["token"] < 4
+    assert all(row["token"] < 4 for row in output.worst_rows)
 
 
 def test_context_partial_single_chunk_fast_path_returns_chunk_partial() -> None:

@@ -12,6 +12,7 @@ change; re-measuring the same run gives the same bytes.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import Counter
 from typing import Any
@@ -44,6 +45,29 @@ FIELD_WHY: dict[str, str] = {
 }
 
 
+# "... over N prefills is below one block (B rows)" or "... over N prefills (S rows)
+# is not a multiple of the DCP world size D": the refusal is the clause after the
+# prefill count, without its numbers.
+REFUSAL = re.compile(r" prefills (?:\(\d+ rows\) )?(?P<refusal>.+?)(?: \(\d+ rows\)| \d+)?$")
+
+
+def refusal_reasons(details: list[str]) -> str:
+    """The port's own refusals, one clause per kind with its item count and an
+    example, most frequent first: what the reason says is what was measured."""
+    by_refusal: dict[str, list[str]] = {}
+    for detail in details:
+        match = REFUSAL.search(detail)
+        assert match is not None, detail
+        by_refusal.setdefault(match["refusal"], []).append(detail)
+    if len(by_refusal) == 1:
+        ((refusal, texts),) = by_refusal.items()
+        return f'the equal share of the workspace {refusal}, e.g. "{min(texts)}"'
+    ranked = sorted(by_refusal.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return "; ".join(
+        f'in {len(texts)} the equal share of the workspace {refusal}, e.g. "{min(texts)}"' for refusal, texts in ranked
+    )
+
+
 def main(argv: list[str]) -> int:
     table = pd.read_parquet(argv[0])
     out = argv[1]
@@ -67,10 +91,7 @@ def main(argv: list[str]) -> int:
             common = "ValueError: equal share of a "
             assert all(t.startswith(common) for t in texts), texts
             e["error"] = common
-            e["reason"] = (
-                f"the legacy grid cannot plan these {n} batches: the equal share of the workspace falls below one "
-                f'alignment unit, e.g. "{texts[0]}"'
-            )
+            e["reason"] = f"the legacy grid cannot plan these {n} batches: " + refusal_reasons(list(g["detail"]))
         elif e["level"] == "layout":
             field = e["field"]
             why = FIELD_WHY.get(field, f"the grid's chunks differ first in {field}")

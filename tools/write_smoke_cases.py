@@ -240,26 +240,29 @@ add(
 )
 
 # Keyless rows (seeds/003): the shared kernels' report on a query row without
-# keys, set per case. One request with context among zero-context ones, where
-# the legacy grid cuts the context where the oracle does: equal_share is
-# bit-exact with the oracle here only because it neutralises those rows.
+# keys, set per case. Requests with context first and zero-context ones last,
+# as the legacy engine orders them (its final merge covers only the tokens of
+# requests before the first zero-context one), on a legacy grid that cuts every
+# request where the oracle does: equal_share is bit-exact with the oracle here
+# only because it neutralises the keyless rows.
 add(
     "keyless-finite",
     "zero-context",
-    "L3, keyless rows with a finite LSE and garbage output: a request split over 3 chunks between "
-    "zero-context ones, on which the legacy grid is bit-exact only if it neutralises them",
-    [0, 40, 0],
+    "L3, keyless rows with a finite LSE and garbage output: a request whose context runs out after the "
+    "first of two legacy chunks, before one split where the oracle splits it and a zero-context one; "
+    "the legacy grid is bit-exact only if it neutralises them",
+    [16, 24, 0],
     [2, 3, 2],
     16,
-    16,
+    32,
     numeric={"preset": "tiny", "seed": 16, "keyless_rows": "finite"},
 )
 add(
     "keyless-pos-inf",
     "zero-context",
-    "L3, keyless rows with FlashAttention's +inf LSE: a one-chunk legacy grid spanning zero-context "
-    "requests keeps +inf in its context LSE unless it neutralises them",
-    [0, 40, 0, 25],
+    "L3, keyless rows with FlashAttention's +inf LSE: a one-chunk legacy grid over two requests with "
+    "context and two zero-context ones keeps +inf in its context LSE unless it neutralises them",
+    [40, 25, 0, 0],
     [2, 3, 1, 2],
     16,
     128,
