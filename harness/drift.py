@@ -55,6 +55,18 @@ ITEM_STATUSES = (PARITY, DIVERGENT, BOTH_REFUSE, REFUSE_DIFFERENTLY, PINNED_ERRO
 AGREEING = (PARITY, BOTH_REFUSE)
 
 
+# Where ``parity drift`` writes by default, and the nightly reads the latest from.
+DRIFT_REPORTS = Path(__file__).resolve().parent.parent / "reports" / "drift"
+
+
+def latest_drift_report(folder: Path = DRIFT_REPORTS) -> tuple[Path, dict[str, Any]] | None:
+    """The newest ``<date>.json`` in ``folder`` and its record; None when there is none."""
+    files = sorted(folder.glob("20*.json")) if folder.is_dir() else []
+    if not files:
+        return None
+    return files[-1], json.loads(files[-1].read_text(encoding="utf-8"))
+
+
 class DriftError(Exception):
     """Bad input or an environment that cannot serve; the message is one line."""
 

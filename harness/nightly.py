@@ -51,6 +51,7 @@ from harness.baseline import (
 from harness.baseline import port_names as baseline_port_names
 from harness.cases import CaseError
 from harness.coverage import JudgedCoverage, nightly_coverage
+from harness.drift import latest_drift_report
 from harness.port import BUILTIN_PORTS, Port
 from harness.provenance import collect, port_repository
 from harness.results_file import items_digest
@@ -66,7 +67,6 @@ from harness.runner import (
 )
 from harness.suites import CASES_DIR, Suite
 from harness.summary import results_table, summarise_table
-from reports.drift_report import latest_drift_report
 
 NIGHT_META = "night.json"
 LOCK_FILE = ".nightly.lock"

@@ -12,7 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-DRIFT_REPORTS = Path(__file__).resolve().parent / "drift"
+from harness.drift import DRIFT_REPORTS, latest_drift_report
+
+__all__ = ["DRIFT_REPORTS", "latest_drift_report"]
+
 LEVEL_NAMES = {"layout": "L1 layout (+ workspace size)", "merge": "L2 merge", "prefill": "L3 prefill"}
 STATUS_COLUMNS = ("parity", "both-refuse", "divergent", "pinned-error", "release-error")
 # Items listed per level beyond the tables; the JSON holds every one.
@@ -166,14 +169,6 @@ def write_reports(record: dict[str, Any], out: Path) -> tuple[Path, Path]:
     data.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     markdown.write_text(render_markdown(record), encoding="utf-8")
     return markdown, data
-
-
-def latest_drift_report(folder: Path = DRIFT_REPORTS) -> tuple[Path, dict[str, Any]] | None:
-    """The newest ``<date>.json`` in ``folder`` and its record; None when there is none."""
-    files = sorted(folder.glob("20*.json")) if folder.is_dir() else []
-    if not files:
-        return None
-    return files[-1], json.loads(files[-1].read_text(encoding="utf-8"))
 
 
 def upstream_since_pin(record: dict[str, Any]) -> list[str]:
