@@ -442,4 +442,4 @@ def test_error_classes_fold_numbers_and_the_release_name() -> None:
 
     first = error_class("OracleProcessError: vllm==0.33.0: ValueError: 12 rows over 3 requests")
     second = error_class("OracleProcessError: vllm==1.2.3: ValueError: 7 rows over 1 requests")
-    assert first == second == "OracleProcessError: ValueError: N rows over N requests"
+    assert first == second == "ValueError: N rows over N requests"
