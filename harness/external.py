@@ -75,6 +75,17 @@ def read_port_file(path: Path, limit: int, op: str) -> bytes:
     return data
 
 
+def merge_request(inputs: MergeInputs) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The ``merge`` op's tensors and fields (docs/external-port-protocol.md)."""
+    tensors = {
+        "prefix_output": inputs.prefix_output,
+        "prefix_lse": inputs.prefix_lse,
+        "suffix_output": inputs.suffix_output,
+        "suffix_lse": inputs.suffix_lse,
+    }
+    return tensors, {"prefill_tokens_with_context": inputs.prefill_tokens_with_context}
+
+
 class ExternalPort:
     """The :class:`harness.port.Port` interface over an external process."""
 
@@ -312,16 +323,7 @@ class ExternalPort:
                 raise ExternalPortError(f"port wrote an unreadable {outputs.name}: {exc}") from None
 
     def merge_states(self, inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self._tensor_call(
-            "merge",
-            {
-                "prefix_output": inputs.prefix_output,
-                "prefix_lse": inputs.prefix_lse,
-                "suffix_output": inputs.suffix_output,
-                "suffix_lse": inputs.suffix_lse,
-            },
-            {"prefill_tokens_with_context": inputs.prefill_tokens_with_context},
-        )
+        out = self._tensor_call("merge", *merge_request(inputs))
         if "output" not in out or "lse" not in out:
             raise ExternalPortError("port's merge outputs lack 'output' or 'lse'")
         return out["output"], out["lse"]

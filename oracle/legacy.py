@@ -378,16 +378,10 @@ class LegacyOracleSide:
     def workspace_size(self, config: WorkspaceConfig) -> int:
         """0.27.1's own sizing; its builder's DCP assertion on the result is
         checked where a case is planned, not here (the sizing function has none)."""
-        vllm_config = SimpleNamespace(
-            model_config=SimpleNamespace(max_model_len=config.max_model_len),
-            scheduler_config=SimpleNamespace(max_num_seqs=config.max_num_seqs),
-            cache_config=SimpleNamespace(block_size=config.block_size),
-            parallel_config=SimpleNamespace(
-                decode_context_parallel_size=config.dcp_world_size,
-                cp_kv_cache_interleave_size=config.cp_kv_cache_interleave_size,
-            ),
-        )
-        return int(self._mla.MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size(vllm_config))
+        from oracle.side import workspace_vllm_config
+
+        sizing = self._mla.MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size
+        return int(sizing(workspace_vllm_config(config)))
 
     # -- L2, L3 ---------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.external import ExternalPort, ExternalPortError
+from harness.external import ExternalPort, ExternalPortError, merge_request
 from harness.model import Case, Layout, WorkspaceConfig
 
 if TYPE_CHECKING:
@@ -170,16 +170,7 @@ class OracleProcess(ExternalPort):
         return {name: t.to(device) for name, t in out.items()}
 
     def merge_states(self, inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self._viewed_call(
-            "merge",
-            {
-                "prefix_output": inputs.prefix_output,
-                "prefix_lse": inputs.prefix_lse,
-                "suffix_output": inputs.suffix_output,
-                "suffix_lse": inputs.suffix_lse,
-            },
-            {"prefill_tokens_with_context": inputs.prefill_tokens_with_context},
-        )
+        out = self._viewed_call("merge", *merge_request(inputs))
         if sorted(out) != ["lse", "output"]:
             raise OracleProcessError(f"vllm=={self.release}: its merge returned {', '.join(sorted(out)) or 'nothing'}")
         return out["output"], out["lse"]

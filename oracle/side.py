@@ -27,6 +27,20 @@ def _optional_ints(values: Any) -> tuple[int, ...] | None:
     return _ints(values) if hasattr(values, "tolist") else tuple(int(v) for v in values)
 
 
+def workspace_vllm_config(config: WorkspaceConfig) -> SimpleNamespace:
+    """The attributes of a VllmConfig that ``determine_chunked_prefill_workspace_size``
+    reads (0.27.1's and 0.28.0's alike); a stand-in avoids building a whole engine config."""
+    return SimpleNamespace(
+        model_config=SimpleNamespace(max_model_len=config.max_model_len),
+        scheduler_config=SimpleNamespace(max_num_seqs=config.max_num_seqs),
+        cache_config=SimpleNamespace(block_size=config.block_size),
+        parallel_config=SimpleNamespace(
+            decode_context_parallel_size=config.dcp_world_size,
+            cp_kv_cache_interleave_size=config.cp_kv_cache_interleave_size,
+        ),
+    )
+
+
 class OracleSide:
     """Upstream b38e111d3e through the installed vllm==0.28.0.
 
@@ -117,15 +131,5 @@ class OracleSide:
         return prefill(case, inputs, kernels)
 
     def workspace_size(self, config: WorkspaceConfig) -> int:
-        # determine_chunked_prefill_workspace_size reads only these attributes of
-        # a VllmConfig; a stand-in avoids building a whole engine config.
-        vllm_config = SimpleNamespace(
-            model_config=SimpleNamespace(max_model_len=config.max_model_len),
-            scheduler_config=SimpleNamespace(max_num_seqs=config.max_num_seqs),
-            cache_config=SimpleNamespace(block_size=config.block_size),
-            parallel_config=SimpleNamespace(
-                decode_context_parallel_size=config.dcp_world_size,
-                cp_kv_cache_interleave_size=config.cp_kv_cache_interleave_size,
-            ),
-        )
-        return int(self._mla.MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size(vllm_config))
+        sizing = self._mla.MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size
+        return int(sizing(workspace_vllm_config(config)))
