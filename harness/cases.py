@@ -21,7 +21,7 @@ of num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, kv_lora_rank,
 dtype (bf16, fp16, fp32) and seed, each overriding the preset, and
 ``keyless_rows`` (neg-inf, the default; pos-inf; finite): what the shared
 attention kernels report for a query row without keys (``harness.model.KEYLESS_ROWS``).
-DCP cases stay layout-only (their numeric path needs real ranks).
+A DCP case with ``numeric`` runs L3 on per-rank caches (see harness/dcp.py).
 
 Anything wrong is a :class:`CaseError` whose message is one line naming the
 file, the field and the reason. Sizes are bounded (:data:`LIMITS`) so that an
@@ -180,8 +180,6 @@ def case_from_json(data: Any, source: str) -> Case:
     if not isinstance(description, str):
         raise CaseError(source, "description", "must be a string")
     numeric = numeric_from_json(data["numeric"], source) if "numeric" in data else None
-    if numeric is not None and world > 1:
-        raise CaseError(source, "numeric", "DCP cases are layout-only (their numeric path needs real ranks)")
     if numeric is not None:
         elements = sum(query_lens) * numeric.num_heads * max(numeric.qk_head_dim, numeric.kv_lora_rank)
         if elements + sum(context_lens) * numeric.latent_dim > LIMITS["numeric_elements"]:

@@ -53,7 +53,7 @@ def chunk_partial(
     chunk's context rows, gathered into ``workspace`` and up-projected: output
     ``[token_end - token_start, heads, v_head_dim]`` in the inputs' dtype, LSE
     ``[heads, token_end - token_start]`` fp32."""
-    chunk, spec = planned.chunk, inputs.spec
+    chunk = planned.chunk
     rows = chunk.num_context_tokens
     kernels.gather(
         inputs.kv_cache,
@@ -64,7 +64,22 @@ def chunk_partial(
         planned.starts,
         rows,
     )
-    latent = workspace[:rows]
+    return context_rows_partial(chunk, planned.query_start_loc, planned.cu_seq_lens, workspace[:rows], inputs, kernels)
+
+
+def context_rows_partial(
+    chunk: Chunk,
+    query_start_loc: torch.Tensor,
+    cu_seq_lens: torch.Tensor,
+    latent: torch.Tensor,
+    inputs: PrefillInputs,
+    kernels: SharedKernels,
+) -> Partial:
+    """The chunk's partial over context rows already gathered in order into
+    ``latent`` ``[num_context_tokens, latent_dim]``: the up-projection, the shared
+    ``k_pe`` and the non-causal attention of the chunk's tokens (``query_start_loc``
+    and ``cu_seq_lens`` on the device)."""
+    spec = inputs.spec
     kv = kernels.kv_b_proj(inputs.kv_b_weight, latent[:, : spec.kv_lora_rank])
     per_head = kv.view(-1, spec.num_heads, spec.qk_nope_head_dim + spec.v_head_dim)
     k_nope, v = torch.split(per_head, [spec.qk_nope_head_dim, spec.v_head_dim], dim=-1)
@@ -72,15 +87,7 @@ def chunk_partial(
     k = torch.cat([k_nope, k_rope], dim=-1)
     q = inputs.q[chunk.token_start : chunk.token_end]
     return kernels.attention(
-        q,
-        k,
-        v,
-        planned.query_start_loc,
-        planned.cu_seq_lens,
-        False,
-        inputs.scale,
-        chunk.max_query_len,
-        chunk.max_seq_len,
+        q, k, v, query_start_loc, cu_seq_lens, False, inputs.scale, chunk.max_query_len, chunk.max_seq_len
     )
 
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.dcp import OneProcessRanks, RankCollective, global_positions, padded_local_len, rank_context_len
 from harness.kernels import SharedKernels
-from harness.model import MergeCase, NumericSpec
+from harness.model import Case, MergeCase, NumericSpec
 
 DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -39,6 +40,40 @@ def randn(shape: tuple[int, ...], seed: int, name: str, dtype: torch.dtype, scal
 
 
 @dataclass(frozen=True)
+class RankCache:
+    """One DCP rank's paged cache: ``kv_cache`` holds exactly the context rows
+    the rank owns (:mod:`harness.dcp`), at their local positions, through its
+    own shuffled ``block_table``; every other row is NaN, and every slot past a
+    request's owned blocks points at ``poison_block`` (all NaN). The table is
+    wide enough for the padded rows a gather reads past a rank's own
+    (:func:`harness.dcp.padded_local_len`), so those read NaN, never another
+    request's data."""
+
+    kv_cache: torch.Tensor
+    block_table: torch.Tensor
+    poison_block: int
+
+
+@dataclass(frozen=True)
+class DcpInputs:
+    """The DCP form of a case's context: every rank's cache this process holds
+    (``caches[r]`` is None for a rank held by another process) and the
+    collective that gathers across ranks. ``rank`` is this process's."""
+
+    world_size: int
+    interleave: int
+    rank: int
+    caches: tuple[RankCache | None, ...]
+    collective: RankCollective
+
+    def cache(self, rank: int) -> RankCache:
+        held = self.caches[rank]
+        if held is None:
+            raise ValueError(f"rank {rank}'s cache is held by another process (this one is rank {self.rank})")
+        return held
+
+
+@dataclass(frozen=True)
 class PrefillInputs:
     """Materialised tensors for one case (all on one device).
 
@@ -50,6 +85,11 @@ class PrefillInputs:
     ``[num_tokens, kv_lora_rank]`` and ``new_k_pe``: ``[num_tokens, 1, rope]``,
     the new tokens' latent rows (``max_query_len`` the longest request's). ``kv_b_weight``:
     ``[num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]``.
+
+    Under DCP (``dcp`` set), ``kv_cache``/``block_table``/``poison_block`` are
+    this process's rank's (:class:`RankCache`): its local rows only, so a loop
+    that ignores DCP and gathers global positions from them reads the wrong
+    rows or NaN. Every rank sees the same ``q`` and new-token rows.
     """
 
     spec: NumericSpec
@@ -64,6 +104,7 @@ class PrefillInputs:
     scale: float
     # An unowned (all-NaN) block: what every unused block-table slot points at.
     poison_block: int = -1
+    dcp: DcpInputs | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -76,7 +117,17 @@ def materialise_prefill(
     block_size: int,
     spec: NumericSpec,
     device: str = "cpu",
+    dcp_world_size: int = 1,
+    interleave: int = 1,
+    collective: RankCollective | None = None,
 ) -> PrefillInputs:
+    """The case's tensors; under DCP (``dcp_world_size > 1``) the context lives
+    in per-rank caches (:func:`materialise_rank_caches`) and ``collective``
+    (default: every rank in this process) says which ranks this process holds."""
+    if dcp_world_size > 1:
+        return _materialise_dcp_prefill(
+            context_lens, query_lens, block_size, spec, device, dcp_world_size, interleave, collective
+        )
     dtype = DTYPES[spec.dtype]
     seed = spec.seed
     blocks_per_request = [-(-c // block_size) for c in context_lens]
@@ -104,14 +155,25 @@ def materialise_prefill(
         tail = context % block_size
         if tail:
             kv_cache[int(block_table[request, blocks_per_request[request] - 1]), tail:] = float("nan")
+    tensors = {"kv_cache": kv_cache, "block_table": block_table, **_query_side(query_lens, spec)}
+    return PrefillInputs(
+        spec=spec,
+        scale=1.0 / math.sqrt(spec.qk_head_dim),
+        max_query_len=max(query_lens, default=0),
+        poison_block=poison_block,
+        **{k: v.to(device) for k, v in tensors.items()},
+    )
+
+
+def _query_side(query_lens: tuple[int, ...], spec: NumericSpec) -> dict[str, torch.Tensor]:
+    """The tensors every rank shares: queries, new latent rows, weights, offsets (CPU)."""
+    dtype, seed = DTYPES[spec.dtype], spec.seed
     num_tokens = sum(query_lens)
     qsl = [0]
     for length in query_lens:
         qsl.append(qsl[-1] + length)
     weight_scale = 1.0 / math.sqrt(spec.kv_lora_rank)
-    tensors = {
-        "kv_cache": kv_cache,
-        "block_table": block_table,
+    return {
         "q": randn((num_tokens, spec.num_heads, spec.qk_head_dim), seed, "q", dtype),
         "new_kv_c": randn((num_tokens, spec.kv_lora_rank), seed, "new-kv-c", dtype),
         "new_k_pe": randn((num_tokens, 1, spec.qk_rope_head_dim), seed, "new-k-pe", dtype),
@@ -124,12 +186,88 @@ def materialise_prefill(
         ),
         "query_start_loc": torch.tensor(qsl, dtype=torch.int32),
     }
+
+
+def materialise_rank_caches(
+    context_lens: tuple[int, ...], block_size: int, spec: NumericSpec, world_size: int, interleave: int
+) -> list[RankCache]:
+    """Every rank's paged cache (CPU). The context's values are drawn once per
+    case, by global position, and dealt out: the same case under any world size
+    holds the same context. Each rank shuffles its own blocks."""
+    dtype, seed = DTYPES[spec.dtype], spec.seed
+    total = sum(context_lens)
+    values = randn((total, spec.latent_dim), seed, "dcp-context", dtype)
+    request_base = [0]
+    for context in context_lens:
+        request_base.append(request_base[-1] + context)
+    width = max(1, *(-(-padded_local_len(c, world_size, interleave) // block_size) for c in context_lens))
+    caches = []
+    for rank in range(world_size):
+        local_lens = [rank_context_len(c, world_size, interleave, rank) for c in context_lens]
+        blocks_per_request = [-(-n // block_size) for n in local_lens]
+        owned = sum(blocks_per_request)
+        num_blocks = owned + max(4, owned // 2)
+        order = torch.randperm(num_blocks, generator=generator(seed, f"dcp-block-order-rank{rank}"))
+        poison_block = int(order[owned])
+        block_table = torch.full((len(context_lens), width), poison_block, dtype=torch.int32)
+        kv_cache = torch.full((num_blocks, block_size, spec.latent_dim), float("nan"), dtype=dtype)
+        next_block = 0
+        for request, (count, local_len) in enumerate(zip(blocks_per_request, local_lens, strict=True)):
+            blocks = order[next_block : next_block + count]
+            block_table[request, :count] = blocks.to(torch.int32)
+            next_block += count
+            if local_len:
+                rows = values[request_base[request] + global_positions(local_len, world_size, interleave, rank)]
+                local = torch.arange(local_len)
+                kv_cache[blocks[local // block_size], local % block_size] = rows
+        caches.append(RankCache(kv_cache, block_table, poison_block))
+    return caches
+
+
+def _materialise_dcp_prefill(
+    context_lens: tuple[int, ...],
+    query_lens: tuple[int, ...],
+    block_size: int,
+    spec: NumericSpec,
+    device: str,
+    world_size: int,
+    interleave: int,
+    collective: RankCollective | None,
+) -> PrefillInputs:
+    ranks = collective if collective is not None else OneProcessRanks(world_size)
+    if ranks.world_size != world_size:
+        raise ValueError(f"the collective spans {ranks.world_size} ranks, the case {world_size}")
+    caches = tuple(
+        RankCache(c.kv_cache.to(device), c.block_table.to(device), c.poison_block) if ranks.holds(r) else None
+        for r, c in enumerate(materialise_rank_caches(context_lens, block_size, spec, world_size, interleave))
+    )
+    own = caches[ranks.rank]
+    assert own is not None
+    shared = {k: v.to(device) for k, v in _query_side(query_lens, spec).items()}
     return PrefillInputs(
         spec=spec,
+        kv_cache=own.kv_cache,
+        block_table=own.block_table,
         scale=1.0 / math.sqrt(spec.qk_head_dim),
         max_query_len=max(query_lens, default=0),
-        poison_block=poison_block,
-        **{k: v.to(device) for k, v in tensors.items()},
+        poison_block=own.poison_block,
+        dcp=DcpInputs(world_size, interleave, ranks.rank, caches, ranks),
+        **shared,
+    )
+
+
+def case_prefill_inputs(case: Case, device: str = "cpu", collective: RankCollective | None = None) -> PrefillInputs:
+    """:func:`materialise_prefill` for a numeric case (its DCP geometry included)."""
+    assert case.numeric is not None, f"case {case.name} has no numeric section"
+    return materialise_prefill(
+        case.context_lens,
+        case.query_lens,
+        case.block_size,
+        case.numeric,
+        device,
+        case.dcp_world_size,
+        case.cp_kv_cache_interleave_size,
+        collective,
     )
 
 

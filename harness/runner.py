@@ -310,7 +310,7 @@ def compare_prefill(
 ) -> CaseResult:
     """L3: both context loops and final merges on identical materialised tensors."""
     from harness.kernels import kernels_for_case
-    from harness.numeric import materialise_prefill
+    from harness.numeric import case_prefill_inputs
 
     assert case.numeric is not None
     # The case's keyless-row behaviour, one kernel object for both sides.
@@ -318,8 +318,7 @@ def compare_prefill(
     result = CaseResult(case.name, case.family, "prefill", PARITY, row_budget=case.row_budget)
 
     def inputs() -> Any:
-        assert case.numeric is not None
-        return materialise_prefill(case.context_lens, case.query_lens, case.block_size, case.numeric, device)
+        return case_prefill_inputs(case, device)
 
     try:
         oracle_out = oracle.prefill(case, inputs(), kernels)  # type: ignore[attr-defined]

@@ -110,6 +110,70 @@ class _SharedGatherOps:
         token_to_seq = torch.repeat_interleave(torch.arange(len(seq_lens), device=seq_lens.device), seq_lens)
         self._kernels.gather(src_cache, dst, block_table, cu_seq_lens, token_to_seq, starts, dst.shape[0])
 
+    def cp_gather_cache(
+        self,
+        src_cache: torch.Tensor,
+        dst: torch.Tensor,
+        block_table: torch.Tensor,
+        cu_seq_lens: torch.Tensor,
+        batch_size: int,
+        seq_starts: torch.Tensor | None = None,
+    ) -> None:
+        """The DCP loop's gather (each rank's local rows, ``dst`` cut to them):
+        request ``b``'s rows ``[cu_seq_lens[b], cu_seq_lens[b+1])`` from its local
+        position ``seq_starts[b]`` on, through the shared gather."""
+        assert seq_starts is not None
+        seq_lens = (cu_seq_lens[1 : batch_size + 1] - cu_seq_lens[:batch_size]).long()
+        token_to_seq = torch.repeat_interleave(torch.arange(batch_size, device=seq_lens.device), seq_lens)
+        self._kernels.gather(src_cache, dst, block_table, cu_seq_lens, token_to_seq, seq_starts, dst.shape[0])
+
+
+class _StandInDcpManager:
+    """Upstream's ``MLADCPManager`` as the DCP loop uses it: only ``kv_gather``,
+    whose contract is the rank-major concatenation of every rank's local buffer.
+
+    The calling rank's buffer is the one upstream's loop gathered; every other
+    rank's is that rank's gather of the same chunk (its own cache, the chunk's
+    own local metadata, the shared gather), or, with real ranks, what the
+    collective brings back from the other processes. Upstream calls
+    ``kv_gather`` once per chunk, in order; the count says which chunk it is.
+    """
+
+    def __init__(self, inputs: PrefillInputs, kernels: SharedKernels, rank: int) -> None:
+        assert inputs.dcp is not None
+        self._inputs, self._kernels, self._rank = inputs, kernels, rank
+        self._chunks: list[Any] = []
+        self.calls = 0
+
+    def serve(self, chunks: list[Any]) -> None:
+        self._chunks, self.calls = chunks, 0
+
+    def _rank_local(self, rank: int, chunk: Any) -> torch.Tensor:
+        assert self._inputs.dcp is not None
+        cache = self._inputs.dcp.cache(rank)
+        rows = chunk.num_local_context_tokens
+        local = torch.empty((rows, cache.kv_cache.shape[-1]), dtype=cache.kv_cache.dtype, device=cache.kv_cache.device)
+        self._kernels.gather(
+            cache.kv_cache,
+            local,
+            cache.block_table[chunk.request_slice],
+            chunk.padded_local_cu_seq_lens,
+            chunk.padded_local_token_to_seq,
+            chunk.starts,
+            rows,
+        )
+        return local
+
+    def kv_gather(self, gathered_kv: torch.Tensor, local_kv: torch.Tensor) -> None:
+        assert self._inputs.dcp is not None
+        assert self.calls < len(self._chunks), "kv_gather called more often than there are chunks"
+        chunk = self._chunks[self.calls]
+        self.calls += 1
+        concatenated = self._inputs.dcp.collective.all_gather(
+            lambda rank: local_kv if rank == self._rank else self._rank_local(rank, chunk)
+        )
+        gathered_kv.copy_(concatenated)
+
 
 @dataclass
 class _Observed:
@@ -182,25 +246,53 @@ class _Upstream:
     kv_cache: torch.Tensor
     k_scale: torch.Tensor
     seen: _Observed
+    dcp_world_size: int = 1
 
     @property
     def has_context(self) -> bool:
         return self.attn_metadata.prefill.chunked_context is not None
 
     def compute_prefill_context(self, q: torch.Tensor) -> Partial:
-        """Upstream's ``_compute_prefill_context`` on the stand-in (context required)."""
+        """Upstream's ``_compute_prefill_context`` (its DCP twin under DCP) on the
+        stand-in (context required)."""
+        if self.dcp_world_size > 1:
+            return self.impl._context_parallel_compute_prefill_context(  # type: ignore[no-any-return]
+                q, self.kv_cache, self.attn_metadata, self.k_scale, dcp_world_size=self.dcp_world_size
+            )
         output, lse = self.impl._compute_prefill_context(q, self.kv_cache, self.attn_metadata, self.k_scale)
         return output, lse
 
 
-def _upstream(case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> _Upstream:
+def _upstream(case: Case, inputs: PrefillInputs, kernels: SharedKernels, rank: int = 0) -> _Upstream:
     """Upstream's metadata for ``case``, built now, on a stand-in impl holding
-    only the attributes ``forward_mha`` and ``_compute_prefill_context`` read."""
+    only the attributes ``forward_mha`` and ``_compute_prefill_context`` read.
+
+    Under DCP the stand-in is rank ``rank``: its cache and block table, and a
+    stand-in DCP manager (:class:`_StandInDcpManager`) for the all-gather. The
+    workspace is what upstream's metadata builder allocates then: ``W + W / D``
+    rows (the local gather's ``W / D`` and the all-gather's ``W``), after its
+    assertion that ``D`` divides ``W``.
+    """
     mla = import_vllm_module(MLA)
     spec = inputs.spec
     device = inputs.q.device
     seen = _Observed()
-    workspace = torch.empty((case.workspace_size, spec.latent_dim), dtype=inputs.q.dtype, device=device)
+    world = case.dcp_world_size
+    rows = case.workspace_size
+    kv_cache, block_table = inputs.kv_cache, inputs.block_table
+    manager = None
+    if world > 1:
+        assert inputs.dcp is not None and inputs.dcp.world_size == world, "a DCP case needs per-rank inputs"
+        # Upstream's MLACommonMetadataBuilder.__init__ under DCP.
+        assert case.workspace_size % world == 0, (
+            f"upstream's builder asserts chunked_prefill_workspace_size % dcp_world_size == 0 "
+            f"({case.workspace_size} % {world})"
+        )
+        rows = case.workspace_size + case.workspace_size // world
+        cache = inputs.dcp.cache(rank)
+        kv_cache, block_table = cache.kv_cache, cache.block_table
+        manager = _StandInDcpManager(inputs, kernels, rank)
+    workspace = torch.empty((rows, spec.latent_dim), dtype=inputs.q.dtype, device=device)
     chunked_context = mla.build_mla_chunked_context_metadata(
         context_lens_cpu=torch.tensor(case.context_lens, dtype=torch.int32),
         prefill_query_start_loc_cpu=inputs.query_start_loc.cpu(),
@@ -209,12 +301,15 @@ def _upstream(case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> _Ups
         block_size=case.block_size,
         align_chunk_to_block=case.align_to_block,
         device=device,
-        dcp_world_size=1,
-        dcp_local_block_size=1,
-        dcp_virtual_block_size=1,
+        dcp_world_size=world,
+        dcp_local_block_size=case.cp_kv_cache_interleave_size,
+        dcp_virtual_block_size=case.cp_kv_cache_interleave_size * world,
+        dcp_manager=manager,
     )
+    if manager is not None and chunked_context is not None:
+        manager.serve(chunked_context.chunks)
     prefill = mla.MLACommonPrefillMetadata(
-        block_table=inputs.block_table,
+        block_table=block_table,
         query_start_loc=inputs.query_start_loc,
         max_query_len=inputs.max_query_len,
         chunked_context=chunked_context,
@@ -228,13 +323,13 @@ def _upstream(case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> _Ups
         kv_lora_rank=spec.kv_lora_rank,
         num_heads=spec.num_heads,
         qk_nope_head_dim=spec.qk_nope_head_dim,
+        qk_rope_head_dim=spec.qk_rope_head_dim,
         v_head_dim=spec.v_head_dim,
         kv_b_proj=_SharedProjection(kernels, inputs.kv_b_weight),
         # Upstream enables FlashInfer's concat kernel only for DeepSeek-V3 shapes
         # when FlashInfer is installed; the copy fallback gives the same values.
         _use_flashinfer_concat_mla_k=False,
-        # L3 runs without decode context parallelism.
-        dcp_world_size=1,
+        dcp_world_size=world,
     )
     base = mla.MLACommonBaseImpl
     impl._concat_k_nope_k_pe = types.MethodType(base._concat_k_nope_k_pe, impl)
@@ -247,10 +342,19 @@ def _upstream(case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> _Ups
         seen.context = (output, lse)
         return output, lse
 
+    def context_parallel_compute_prefill_context(
+        this: SimpleNamespace, q: torch.Tensor, cache: torch.Tensor, metadata: Any, k_scale: torch.Tensor, **kwargs: Any
+    ) -> Partial:
+        # Upstream's DCP twin, unchanged; its result is recorded on the way out.
+        output, lse = base._context_parallel_compute_prefill_context(this, q, cache, metadata, k_scale, **kwargs)
+        seen.context = (output, lse)
+        return output, lse
+
     impl._compute_prefill_context = types.MethodType(compute_prefill_context, impl)
+    impl._context_parallel_compute_prefill_context = types.MethodType(context_parallel_compute_prefill_context, impl)
     attn_metadata = SimpleNamespace(prefill=prefill)
     k_scale = torch.ones((), dtype=torch.float32, device=device)
-    return _Upstream(mla, impl, attn_metadata, inputs.kv_cache, k_scale, seen)
+    return _Upstream(mla, impl, attn_metadata, kv_cache, k_scale, seen, world)
 
 
 @contextlib.contextmanager
@@ -300,9 +404,43 @@ def prefill(case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> dict[s
     context) and ``output`` ``[tokens, heads, v_head_dim]``/``lse``
     ``[heads, tokens]`` (after the final merge; without context, the new-token
     partial).
+
+    Under DCP every rank this process holds runs upstream's DCP loop on its own
+    cache; every rank's tensors must be the same bits (all ranks gather the
+    whole context), or the oracle fails with the first rank and tensor that
+    differ. The result is this process's rank's.
     """
+    if case.dcp_world_size == 1:
+        return _rank_prefill(case, inputs, kernels, 0)
+    assert inputs.dcp is not None, "a DCP case needs per-rank inputs"
+    own = inputs.dcp.rank
+    results = {
+        rank: _rank_prefill(case, inputs, kernels, rank)
+        for rank in range(case.dcp_world_size)
+        if inputs.dcp.collective.holds(rank)
+    }
+    for rank, tensors in results.items():
+        check_ranks_agree(results[own], tensors, own, rank)
+    return results[own]
+
+
+def check_ranks_agree(
+    reference: dict[str, torch.Tensor], other: dict[str, torch.Tensor], reference_rank: int, other_rank: int
+) -> None:
+    """Raise ``AssertionError`` naming the tensor where two ranks' prefill results
+    differ in any bit (shape, dtype or bit pattern)."""
+    from harness.bits import identical_bits
+
+    if reference.keys() != other.keys():
+        raise AssertionError(f"DCP rank {other_rank} returned {sorted(other)}, rank {reference_rank} {sorted(reference)}")
+    for name, tensor in reference.items():
+        if not identical_bits(tensor, other[name]):
+            raise AssertionError(f"DCP rank {other_rank}'s {name} differs from rank {reference_rank}'s in its bits")
+
+
+def _rank_prefill(case: Case, inputs: PrefillInputs, kernels: SharedKernels, rank: int) -> dict[str, torch.Tensor]:
     spec = inputs.spec
-    upstream = _upstream(case, inputs, kernels)
+    upstream = _upstream(case, inputs, kernels, rank)
     # forward_mha writes the layer output flat, as the attention layer hands it over.
     output = torch.empty(
         (inputs.num_tokens, spec.num_heads * spec.v_head_dim), dtype=inputs.q.dtype, device=inputs.q.device

@@ -26,6 +26,7 @@ from harness.context_chunks import DeviceChunk, Partial, chunk_partial, device_c
 from harness.kernels import SharedKernels
 from harness.model import Layout
 from harness.numeric import PrefillInputs, new_token_partial
+from ports.per_request.dcp import dcp_chunk_partial, dcp_device_chunks
 from ports.per_request.merge_kernel import merge_partials
 
 __all__ = [
@@ -51,7 +52,12 @@ def context_partial(
     partial over all prefill tokens (:func:`fold_partials`).
 
     ``planned`` is :func:`device_chunks` of ``layout``, built here when not given.
+    Under DCP (``inputs.dcp``) each chunk's rows come from every rank's cache
+    through the all-gather and the port's reorder (:mod:`ports.per_request.dcp`).
     """
+    if inputs.dcp is not None:
+        dcp_planned = dcp_device_chunks(layout, inputs.dcp.world_size, inputs.q.device)
+        return fold_partials(layout, inputs.num_tokens, (dcp_chunk_partial(c, inputs, kernels) for c in dcp_planned))
     if planned is None:
         planned = device_chunks(layout, inputs.q.device)
     workspace = torch.empty((workspace_rows, inputs.spec.latent_dim), dtype=inputs.q.dtype, device=inputs.q.device)
