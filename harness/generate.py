@@ -552,6 +552,34 @@ def _crowd(rng: random.Random, k: int) -> tuple[list[int], tuple[int, ...], int,
     return contexts, queries, block, workspace, True
 
 
+# L3 under decode context parallelism: the world sizes vLLM is run with (powers
+# of two and the non-powers of two a tensor-parallel size of 6, 12, 24 allows),
+# and interleaves from 1 to 64 (vLLM wants the block size a multiple of it).
+NUMERIC_DCP_FAMILIES = ("dcp",)
+DCP_NUMERIC_WORLDS = (2, 4, 8, 3, 6)
+DCP_NUMERIC_INTERLEAVES = (1, 2, 4, 8, 16, 32, 64, 3)
+
+
+def _dcp_numeric_batch(rng: random.Random, k: int) -> tuple[list[int], tuple[int, ...], int, int, int, int]:
+    """(context_lens, query_lens, block_size, workspace_size, world, interleave)
+    of the ``k``-th DCP L3 case. World sizes and interleaves cycle with ``k``
+    (5 worlds, 8 interleaves: every pairing within 40 cases); the block is a
+    multiple of the interleave; the workspace one to three alignment units, so
+    a multiple of the world (upstream's builder asserts it). A request longer
+    than a chunk's rows is always there (continuations across chunks, padded
+    local windows), beside short, unaligned and zero-context ones."""
+    world = DCP_NUMERIC_WORLDS[k % len(DCP_NUMERIC_WORLDS)]
+    interleave = DCP_NUMERIC_INTERLEAVES[k % len(DCP_NUMERIC_INTERLEAVES)]
+    block = interleave * rng.choice((1, 2)) if interleave >= 16 else rng.choice((16, 32, 48))
+    block = block if block % interleave == 0 else interleave * rng.choice((1, 16))
+    unit = math.lcm(block, world * interleave)
+    workspace = unit * rng.choice((1, 2, 3))
+    n = rng.randint(1, 5)
+    contexts = [rng.choice((0, rng.randint(1, workspace), rng.randint(1, 3 * interleave * world))) for _ in range(n)]
+    contexts.insert(rng.randint(0, n), rng.randint(workspace + 1, 3 * workspace))
+    return contexts, _small_queries(rng, len(contexts)), block, workspace, world, interleave
+
+
 def _coverage_numeric_batch(
     family: str, rng: random.Random, k: int
 ) -> tuple[list[int], tuple[int, ...], int, int, bool]:
@@ -631,7 +659,8 @@ def generate_prefill(
     families: Sequence[str] | None = None,
 ) -> Iterator[Case]:
     """L3 cases (layout and numeric) over ``families`` (default
-    :data:`NUMERIC_FAMILIES`; any of those and :data:`NUMERIC_COVERAGE_FAMILIES`),
+    :data:`NUMERIC_FAMILIES`; any of those, :data:`NUMERIC_COVERAGE_FAMILIES`
+    and :data:`NUMERIC_DCP_FAMILIES`),
     dealt round-robin, each family's dtypes in turn; named
     ``numeric-<family>-<index>``, with the preset after ``numeric`` for any preset
     but ``tiny``. Then, when ``keyless_per_family`` is set, the
@@ -649,7 +678,12 @@ def _prefill_cases(seed: int, count: int, preset: str, families: tuple[str, ...]
         family = families[index % len(families)]
         k = index // len(families)
         rng = random.Random(f"{seed}:prefill:{family}:{index}")
-        if family in NUMERIC_COVERAGE_FAMILIES:
+        world = interleave = 1
+        if family in NUMERIC_DCP_FAMILIES:
+            contexts, queries, block, workspace, world, interleave = _dcp_numeric_batch(rng, k)
+            align = True
+            spec = replace(PRESETS[preset], dtype=NUMERIC_DTYPES[k % 3], seed=rng.randrange(1 << 31))
+        elif family in NUMERIC_COVERAGE_FAMILIES:
             contexts, queries, block, workspace, align = _coverage_numeric_batch(family, rng, k)
             spec = replace(PRESETS[preset], dtype=NUMERIC_DTYPES[k % 3], seed=rng.randrange(1 << 31))
         else:
@@ -663,6 +697,8 @@ def _prefill_cases(seed: int, count: int, preset: str, families: tuple[str, ...]
             query_lens=queries,
             block_size=block,
             workspace_size=workspace,
+            dcp_world_size=world,
+            cp_kv_cache_interleave_size=interleave,
             align_to_block=align,
             numeric=spec,
         )

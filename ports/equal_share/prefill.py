@@ -5,8 +5,9 @@ running partial; every later chunk is merged into it over all tokens. A request
 that contributes no rows to a chunk has its rows' partial neutralised (output 0,
 LSE -inf) before the merge: a finite LSE there was the upstream bug of seeds/003.
 
-The per-chunk device work (the harness's) and the merge kernel did not change in
-b38e111d3e, so this port reuses per_request's merge kernel. The final merge is
+The per-chunk device work (the harness's), the merge kernel and the DCP step of
+a chunk (local gather, all-gather, reorder) did not change in b38e111d3e, so
+this port reuses per_request's merge kernel and DCP step. The final merge is
 the legacy one (vllm==0.27.1's ``forward_mha``): it covers only the tokens
 before ``qsl[number of prefills with context]`` (:func:`tokens_with_context`).
 """
@@ -21,6 +22,7 @@ from harness.context_chunks import DeviceChunk, chunk_partial, device_chunks
 from harness.kernels import SharedKernels
 from harness.model import Layout
 from harness.numeric import PrefillInputs, new_token_partial
+from ports.per_request.dcp import dcp_chunk_partial, dcp_device_chunks
 from ports.per_request.merge_kernel import merge_partials
 
 
@@ -75,9 +77,13 @@ def context_partial(
     if planned is None:
         planned = grid_chunks(layout, device)
     workspace = torch.empty((workspace_rows, inputs.spec.latent_dim), dtype=inputs.q.dtype, device=device)
+    dcp_planned = dcp_device_chunks(layout, inputs.dcp.world_size, device) if inputs.dcp is not None else None
     total: tuple[torch.Tensor, torch.Tensor] | None = None
-    for item in planned:
-        out, lse = chunk_partial(item.planned, inputs, kernels, workspace)
+    for index, item in enumerate(planned):
+        if dcp_planned is not None:
+            out, lse = dcp_chunk_partial(dcp_planned[index], inputs, kernels)
+        else:
+            out, lse = chunk_partial(item.planned, inputs, kernels, workspace)
         neutralise_empty_rows(item.rowless, out, lse)
         if total is None:
             total = (out, lse)
