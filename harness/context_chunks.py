@@ -134,14 +134,110 @@ def check_runnable(layout: Layout, case: Case) -> None:
             raise ValueError(f"{where}: max_query_len {chunk.max_query_len} is not within [longest, {tokens} tokens]")
 
 
+def check_runnable_dcp(layout: Layout, case: Case) -> None:
+    """:func:`check_runnable` for a DCP layout's local fields: every local window
+    a rank's gather reads must lie inside what the per-rank caches hold for the
+    request (:func:`harness.dcp.padded_local_len` rows), the local offsets must be
+    the running sums of the padded lengths, and the per-rank row counts must be
+    ``D`` entries per request."""
+    from harness.dcp import padded_local_len
+
+    world, interleave = case.dcp_world_size, case.cp_kv_cache_interleave_size
+    for i, chunk in enumerate(layout.chunks):
+        where, requests = f"layout chunk {i}", chunk.request_end - chunk.request_start
+        local = (
+            chunk.local_starts,
+            chunk.padded_local_seq_lens,
+            chunk.padded_local_cu_seq_lens,
+            chunk.padded_local_token_to_seq,
+            chunk.local_context_lens_allranks,
+            chunk.num_local_context_tokens,
+        )
+        if any(field is None for field in local):
+            raise ValueError(f"{where} lacks its DCP fields under DCP world size {world}")
+        starts, lens, cu, token_to_seq, allranks, rows = local
+        assert starts is not None and lens is not None and cu is not None and token_to_seq is not None
+        assert allranks is not None and rows is not None
+        if len(starts) != requests or len(lens) != requests or len(cu) != requests + 1 or len(allranks) != requests:
+            raise ValueError(f"{where}: its DCP fields do not hold one entry per request ({requests})")
+        if not 0 <= rows <= case.row_budget or cu[0] != 0 or cu[-1] != rows:
+            raise ValueError(
+                f"{where}: num_local_context_tokens {rows} is not the padded lengths' sum within {case.row_budget}"
+            )
+        if any(cu[k + 1] - cu[k] != lens[k] for k in range(requests)):
+            raise ValueError(f"{where}: padded_local_cu_seq_lens is not the running sum of padded_local_seq_lens")
+        if token_to_seq[:rows] != tuple(k for k in range(requests) for _ in range(lens[k])) or len(token_to_seq) < rows:
+            raise ValueError(f"{where}: padded_local_token_to_seq does not name each local row's request")
+        for k in range(requests):
+            context = case.context_lens[chunk.request_start + k]
+            if starts[k] < 0 or lens[k] < 0 or starts[k] + lens[k] > padded_local_len(context, world, interleave):
+                raise ValueError(f"{where}: request {chunk.request_start + k}'s local window lies outside its cache")
+            if len(allranks[k]) != world or min(allranks[k], default=0) < 0:
+                raise ValueError(f"{where}: local_context_lens_allranks has no {world} counts for request {k}")
+
+
+def dcp_context_rows(chunk: Chunk, inputs: PrefillInputs, kernels: SharedKernels) -> torch.Tensor:
+    """A DCP chunk's context rows as its layout's DCP fields place them, for a
+    port outside this process (in process, a port gathers and reorders its own):
+    every rank's local gather (``local_starts``, ``padded_local_cu_seq_lens``,
+    ``padded_local_token_to_seq`` on its own cache), the rank-major all-gather,
+    then for each request and each rank its real rows (``min(max(0,
+    local_context_lens_allranks[k][rank] - local_starts[k]),
+    padded_local_seq_lens[k])``) with the padding dropped: upstream's order."""
+    dcp, device = inputs.dcp, inputs.q.device
+    assert dcp is not None and chunk.num_local_context_tokens is not None
+    assert chunk.local_starts is not None and chunk.padded_local_seq_lens is not None
+    assert chunk.padded_local_cu_seq_lens is not None and chunk.padded_local_token_to_seq is not None
+    assert chunk.local_context_lens_allranks is not None
+    rows = chunk.num_local_context_tokens
+
+    def index(values: tuple[int, ...]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int32).to(device)
+
+    cu, token_to_seq = index(chunk.padded_local_cu_seq_lens), index(chunk.padded_local_token_to_seq)
+    starts = index(chunk.local_starts)
+
+    def local_rows(rank: int) -> torch.Tensor:
+        cache = dcp.cache(rank)
+        local = torch.empty((rows, inputs.spec.latent_dim), dtype=inputs.q.dtype, device=device)
+        block_table = cache.block_table[chunk.request_start : chunk.request_end]
+        kernels.gather(cache.kv_cache, local, block_table, cu, token_to_seq, starts, rows)
+        return local
+
+    gathered = dcp.collective.all_gather(local_rows)
+    kept: list[int] = []
+    for k, held_by_rank in enumerate(chunk.local_context_lens_allranks):
+        for rank, held in enumerate(held_by_rank):
+            first = rank * rows + chunk.padded_local_cu_seq_lens[k]
+            kept.extend(range(first, first + min(max(held - chunk.local_starts[k], 0), chunk.padded_local_seq_lens[k])))
+    if len(kept) != chunk.num_context_tokens:
+        raise ValueError(
+            f"layout chunk {chunk.index}: its DCP fields place {len(kept)} rows, num_context_tokens says "
+            f"{chunk.num_context_tokens}"
+        )
+    return gathered.index_select(0, torch.tensor(kept, dtype=torch.long, device=device))
+
+
 def planned_chunk_partials(layout: Layout, case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> list[Partial]:
     """Every chunk's partial, in layout order, for a layout planned by a port
     outside this process; each is a fresh tensor (no chunk's buffer is reused).
 
     The layout is the port's: one the kernels cannot run for ``case``
-    (:func:`check_runnable`) raises ``ValueError`` naming the chunk before any
-    kernel runs (the item is the port's error).
+    (:func:`check_runnable`, and :func:`check_runnable_dcp` under DCP) raises
+    ``ValueError`` naming the chunk before any kernel runs (the item is the
+    port's error). Under DCP a chunk's rows are :func:`dcp_context_rows`.
     """
     check_runnable(layout, case)
+    if inputs.dcp is not None:
+        check_runnable_dcp(layout, case)
+        partials = []
+        for planned in device_chunks(layout, inputs.q.device):
+            latent = dcp_context_rows(planned.chunk, inputs, kernels)
+            partials.append(
+                context_rows_partial(
+                    planned.chunk, planned.query_start_loc, planned.cu_seq_lens, latent, inputs, kernels
+                )
+            )
+        return partials
     workspace = torch.empty((case.workspace_size, inputs.spec.latent_dim), dtype=inputs.q.dtype, device=inputs.q.device)
     return [chunk_partial(planned, inputs, kernels, workspace) for planned in device_chunks(layout, inputs.q.device)]

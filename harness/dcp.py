@@ -94,6 +94,8 @@ class TorchDistributedRanks:
         import torch.distributed as dist
 
         local = local_of(self.rank).contiguous()
-        gathered = torch.empty((self.world_size * local.shape[0], *local.shape[1:]), dtype=local.dtype, device=local.device)
+        gathered = torch.empty(
+            (self.world_size * local.shape[0], *local.shape[1:]), dtype=local.dtype, device=local.device
+        )
         dist.all_gather_into_tensor(gathered, local, group=self.group)
         return gathered

@@ -155,13 +155,29 @@ def materialise_prefill(
         tail = context % block_size
         if tail:
             kv_cache[int(block_table[request, blocks_per_request[request] - 1]), tail:] = float("nan")
-    tensors = {"kv_cache": kv_cache, "block_table": block_table, **_query_side(query_lens, spec)}
+    return _prefill_inputs(
+        spec, query_lens, RankCache(kv_cache.to(device), block_table.to(device), poison_block), device
+    )
+
+
+def _prefill_inputs(
+    spec: NumericSpec, query_lens: tuple[int, ...], cache: RankCache, device: str, dcp: DcpInputs | None = None
+) -> PrefillInputs:
+    """The inputs around ``cache`` (this process's; its tensors on ``device``)."""
+    shared = {k: v.to(device) for k, v in _query_side(query_lens, spec).items()}
     return PrefillInputs(
         spec=spec,
-        scale=1.0 / math.sqrt(spec.qk_head_dim),
+        kv_cache=cache.kv_cache,
+        block_table=cache.block_table,
+        q=shared["q"],
+        new_kv_c=shared["new_kv_c"],
+        new_k_pe=shared["new_k_pe"],
+        kv_b_weight=shared["kv_b_weight"],
+        query_start_loc=shared["query_start_loc"],
         max_query_len=max(query_lens, default=0),
-        poison_block=poison_block,
-        **{k: v.to(device) for k, v in tensors.items()},
+        scale=1.0 / math.sqrt(spec.qk_head_dim),
+        poison_block=cache.poison_block,
+        dcp=dcp,
     )
 
 
@@ -243,17 +259,7 @@ def _materialise_dcp_prefill(
     )
     own = caches[ranks.rank]
     assert own is not None
-    shared = {k: v.to(device) for k, v in _query_side(query_lens, spec).items()}
-    return PrefillInputs(
-        spec=spec,
-        kv_cache=own.kv_cache,
-        block_table=own.block_table,
-        scale=1.0 / math.sqrt(spec.qk_head_dim),
-        max_query_len=max(query_lens, default=0),
-        poison_block=own.poison_block,
-        dcp=DcpInputs(world_size, interleave, ranks.rank, caches, ranks),
-        **shared,
-    )
+    return _prefill_inputs(spec, query_lens, own, device, DcpInputs(world_size, interleave, ranks.rank, caches, ranks))
 
 
 def case_prefill_inputs(case: Case, device: str = "cpu", collective: RankCollective | None = None) -> PrefillInputs:

@@ -29,6 +29,7 @@ from harness.port import (
 
 if TYPE_CHECKING:
     from harness.bits import TensorComparison
+    from harness.dcp_ranks import RealRanks
     from harness.kernels import SharedKernels
     from harness.suites import Suite
 
@@ -307,8 +308,14 @@ def compare_prefill(
     kernels: SharedKernels,
     device: str = "cpu",
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
+    real_ranks: RealRanks | None = None,
 ) -> CaseResult:
-    """L3: both context loops and final merges on identical materialised tensors."""
+    """L3: both context loops and final merges on identical materialised tensors.
+
+    A DCP case with ``real_ranks`` runs on one process per rank
+    (:mod:`harness.dcp_ranks`: the pinned oracle and the port ``real_ranks``
+    names, each rank on its own cache, the device's own shared kernels); its
+    rank 0's tensors are judged here as one process's are."""
     from harness.kernels import kernels_for_case
     from harness.numeric import case_prefill_inputs
 
@@ -316,6 +323,17 @@ def compare_prefill(
     # The case's keyless-row behaviour, one kernel object for both sides.
     kernels = kernels_for_case(kernels, case)
     result = CaseResult(case.name, case.family, "prefill", PARITY, row_budget=case.row_budget)
+    if real_ranks is not None and case.dcp_world_size > 1:
+        from harness.dcp_ranks import prefill_on_ranks
+
+        ranked = prefill_on_ranks(case, real_ranks, device, timeout_s)
+        if ranked.oracle_error is not None or ranked.oracle is None:
+            result.status, result.error = ORACLE_ERROR, printable(ranked.oracle_error or "no oracle tensors")
+            return result
+        if ranked.port_error is not None or ranked.port is None:
+            result.status, result.error = PORT_ERROR, printable(ranked.port_error or "no port tensors")
+            return result
+        return _tensor_verdict(result, ranked.oracle, ranked.port)
 
     def inputs() -> Any:
         return case_prefill_inputs(case, device)
@@ -395,9 +413,11 @@ def run_item(
     kernels: SharedKernels,
     device: str = "cpu",
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
+    real_ranks: RealRanks | None = None,
 ) -> CaseResult:
     """One item; the numeric levels run on ``device`` (layouts are host work).
-    An item at a level the port does not implement is ``not-run``."""
+    An item at a level the port does not implement is ``not-run``. A DCP
+    prefill item runs on real ranks when ``real_ranks`` says how (only those)."""
     if ("layout" if kind == "workspace" else kind) not in port_levels(port):
         return not_run(port, kind, item)
     if kind == "layout":
@@ -406,7 +426,7 @@ def run_item(
         return compare_workspace(oracle, port, item, timeout_s)
     if kind == "merge":
         return compare_merge(oracle, port, item, device, timeout_s)
-    return compare_prefill(oracle, port, item, kernels, device, timeout_s)
+    return compare_prefill(oracle, port, item, kernels, device, timeout_s, real_ranks)
 
 
 def run_items(
@@ -419,11 +439,13 @@ def run_items(
     skip: frozenset[str] = frozenset(),
     device: str = "cpu",
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
+    real_ranks: RealRanks | None = None,
 ) -> Iterator[CaseResult]:
     """Run the items of ``suite`` this shard owns, skipping the item ids in
     ``skip`` (those a resumed results file holds); the numeric levels on
     ``device`` with its shared kernels unless ``kernels``; each port call
-    limited to ``timeout_s`` seconds."""
+    limited to ``timeout_s`` seconds; DCP prefill items on real ranks when
+    ``real_ranks`` says how."""
     if kernels is None:
         from harness.kernels import kernels_for
 
@@ -431,7 +453,7 @@ def run_items(
     for index, (kind, item) in enumerate(plan_items(suite, levels)):
         if (shard is not None and not shard.owns(index)) or item_id(kind, item.name) in skip:
             continue
-        result = run_item(oracle, port, kind, item, kernels, device, timeout_s)
+        result = run_item(oracle, port, kind, item, kernels, device, timeout_s, real_ranks)
         result.index = index
         yield result
 

@@ -18,9 +18,15 @@ two attentions and ``kv_b_proj`` are the harness's shared kernels. Two more
 substitutions, neither of which changes a value 0.27.1 computes: its builder
 allocates its host tensors with ``pin_memory=True``, which a CPU-only torch has
 no allocator for, so the flag is dropped inside the builder's module; and under
-decode context parallelism its loop all-gathers across ranks, which one process
-stands in for (every rank gathers the same number of rows, so the gathered
-buffer has ``D`` times the local rows: the shape is all its assertions read).
+decode context parallelism its loop all-gathers across ranks
+(``get_dcp_group().all_gather``), which the harness's collective stands in for.
+At the layout level that stand-in only needs the shape (every rank gathers the
+same number of rows, so the gathered buffer has ``D`` times the local rows: the
+shape is all its assertions read). At L3 it is numeric
+(:class:`_NumericDcpGroup`): the rank-major concatenation of every rank's local
+gather of the chunk, each from that rank's own cache; 0.27.1's
+``_context_parallel_compute_prefill_context`` and its ``reorg_kvcache`` run once
+per rank, and every rank must give the same bits.
 
 Refusals. A case 0.27.1 refuses, or plans but cannot run, raises
 :class:`LegacyRefusal` with a one-line reason that is the same for every case of
@@ -48,6 +54,7 @@ import sys
 import traceback
 import types
 from collections.abc import Iterator
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 from unittest import mock
@@ -392,7 +399,7 @@ class LegacyOracleSide:
         return merge_states(inputs)
 
     def prefill(self, case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]:
-        """L3: 0.27.1's ``forward_mha`` on the shared kernels (without DCP)."""
+        """L3: 0.27.1's ``forward_mha`` on the shared kernels (under DCP on every rank's cache)."""
         return legacy_prefill(self, case, inputs, kernels)
 
 
@@ -436,7 +443,8 @@ class _LegacySharedBackend(_SharedAttentionBackend):
 
 
 class _LegacyGatherOps(_SharedGatherOps):
-    """The shared gather; 0.27.1 hands the row count as a 0-d tensor without DCP."""
+    """The shared gather; 0.27.1 hands the row count as a 0-d tensor without
+    DCP, and its DCP loop's gather the whole workspace."""
 
     def gather_and_maybe_dequant_cache(
         self,
@@ -454,25 +462,130 @@ class _LegacyGatherOps(_SharedGatherOps):
             src_cache, dst, block_table, cu_seq_lens, token_to_seq, int(num_tokens), kv_cache_dtype, scale, seq_starts
         )
 
+    def cp_gather_cache(
+        self,
+        src_cache: torch.Tensor,
+        dst: torch.Tensor,
+        block_table: torch.Tensor,
+        cu_seq_lens: torch.Tensor,
+        batch_size: int,
+        seq_starts: torch.Tensor | None = None,
+    ) -> None:
+        """0.27.1's DCP loop hands its whole workspace as ``dst``; the gather
+        writes the chunk's local rows, ``cu_seq_lens[batch_size]``, from its start."""
+        rows = int(cu_seq_lens[batch_size])
+        super().cp_gather_cache(src_cache, dst[:rows], block_table, cu_seq_lens, batch_size, seq_starts)
+
+
+class _NumericDcpGroup:
+    """0.27.1's DCP group as its context loop uses it, for rank ``rank``:
+    ``all_gather(local, dim=0)`` returns the rank-major concatenation of every
+    rank's local gather of the same chunk.
+
+    The calling rank's buffer is the one 0.27.1's loop gathered; every other
+    rank's is that rank's gather of the chunk (its own cache and block table,
+    0.27.1's own local metadata of the chunk, the shared gather), or, with real
+    ranks, what the collective brings back. 0.27.1's builder takes no rank, so
+    every rank's metadata is the same one. Its loop skips a chunk with no
+    local rows (``toks == 0``) without calling the group, so the ``k``-th call
+    is the ``k``-th chunk with rows.
+    """
+
+    def __init__(self, inputs: PrefillInputs, kernels: SharedKernels, rank: int, chunked: Any) -> None:
+        assert inputs.dcp is not None
+        self.world_size = inputs.dcp.world_size
+        self._inputs, self._kernels, self._rank, self._chunked = inputs, kernels, rank, chunked
+        self._chunk_of_call = [j for j, toks in enumerate(chunked.seq_tot) if int(toks) != 0]
+        self.calls = 0
+
+    def _rank_local(self, rank: int, chunk: int) -> torch.Tensor:
+        import torch
+
+        assert self._inputs.dcp is not None
+        cache = self._inputs.dcp.cache(rank)
+        chunked, toks = self._chunked, int(self._chunked.seq_tot[chunk])
+        local = torch.empty((toks, cache.kv_cache.shape[-1]), dtype=cache.kv_cache.dtype, device=cache.kv_cache.device)
+        self._kernels.gather(
+            cache.kv_cache,
+            local,
+            cache.block_table,
+            chunked.padded_local_cu_seq_lens[chunk],
+            chunked.padded_local_token_to_seq[chunk],
+            chunked.starts[chunk],
+            toks,
+        )
+        return local
+
+    def all_gather(self, tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
+        assert self._inputs.dcp is not None
+        assert dim == 0, f"0.27.1's DCP loop all-gathers along dim 0, not {dim}"
+        assert self.calls < len(self._chunk_of_call), "all_gather called more often than there are chunks with rows"
+        chunk = self._chunk_of_call[self.calls]
+        self.calls += 1
+        assert tensor.shape[0] == int(self._chunked.seq_tot[chunk]), "the local buffer is not the chunk's rows"
+        return self._inputs.dcp.collective.all_gather(
+            lambda rank: tensor if rank == self._rank else self._rank_local(rank, chunk)
+        )
+
 
 def legacy_prefill(
     side: LegacyOracleSide, case: Case, inputs: PrefillInputs, kernels: SharedKernels
 ) -> dict[str, torch.Tensor]:
     """0.27.1's ``forward_mha`` for ``case``, keys as :func:`oracle.numeric.prefill`:
     ``context_output``/``context_lse`` (its ``_compute_prefill_context``'s
-    result; absent without context) and ``output``/``lse`` after its final merge."""
+    result, or under DCP its ``_context_parallel_compute_prefill_context``'s;
+    absent without context) and ``output``/``lse`` after its final merge.
+
+    Under DCP a plan 0.27.1 refuses at the layout level is refused here with
+    the same class (its builder, then the shape-only run of its loop,
+    :meth:`LegacyOracleSide.check_dcp_loop`); otherwise every rank this
+    process holds runs 0.27.1's DCP loop on its own cache, every rank's
+    tensors must be the same bits (:func:`oracle.numeric.check_ranks_agree`),
+    and the result is this process's rank's.
+    """
+    from oracle.numeric import check_ranks_agree
+
+    if case.dcp_world_size == 1:
+        return _legacy_rank_prefill(side, case, inputs, kernels, 0)
+    if inputs.dcp is None or inputs.dcp.world_size != case.dcp_world_size:
+        raise ValueError(f"a DCP case (world {case.dcp_world_size}) needs per-rank inputs of that world")
+    metadata = side.upstream_metadata(case)
+    if metadata is not None:
+        side.check_dcp_loop(case, metadata)
+    own = inputs.dcp.rank
+    results = {
+        rank: _legacy_rank_prefill(side, case, inputs, kernels, rank)
+        for rank in range(case.dcp_world_size)
+        if inputs.dcp.collective.holds(rank)
+    }
+    for rank, tensors in results.items():
+        check_ranks_agree(results[own], tensors, own, rank)
+    return results[own]
+
+
+def _legacy_rank_prefill(
+    side: LegacyOracleSide, case: Case, inputs: PrefillInputs, kernels: SharedKernels, rank: int
+) -> dict[str, torch.Tensor]:
+    """0.27.1's ``forward_mha`` as DCP rank ``rank`` runs it (the only rank without DCP)."""
     import torch
 
-    if case.dcp_world_size > 1:
-        raise ValueError("the legacy oracle runs L3 without decode context parallelism (the harness's limit)")
     mla, spec, device = side._mla, inputs.spec, inputs.q.device
+    world = case.dcp_world_size
     seen = _Observed()
-    workspace = torch.empty((case.workspace_size, spec.latent_dim), dtype=inputs.q.dtype, device=device)
+    kv_cache, block_table, rows = inputs.kv_cache, inputs.block_table, case.workspace_size
+    if world > 1:
+        assert inputs.dcp is not None
+        cache = inputs.dcp.cache(rank)
+        kv_cache, block_table = cache.kv_cache, cache.block_table
+        # Its builder's __init__ allocates W + W // D rows under DCP: W / D for
+        # the local gather, W for the all-gather.
+        rows = case.workspace_size + case.workspace_size // world
+    workspace = torch.empty((rows, spec.latent_dim), dtype=inputs.q.dtype, device=device)
     chunked = side.upstream_metadata(case, workspace)
     backend = _LegacySharedBackend(kernels, inputs.scale, inputs.query_start_loc, inputs.max_query_len, seen)
     backend.chunked = chunked
     prefill = mla.MLACommonPrefillMetadata(
-        block_table=inputs.block_table,
+        block_table=block_table,
         query_start_loc=inputs.query_start_loc,
         max_query_len=inputs.max_query_len,
         chunked_context=chunked,
@@ -489,7 +602,7 @@ def legacy_prefill(
         kv_b_proj=_SharedProjection(kernels, inputs.kv_b_weight),
         # The copy fallback of _concat_k_nope_k_pe, as for the pinned oracle.
         _use_flashinfer_concat_mla_k=False,
-        dcp_world_size=1,
+        dcp_world_size=world,
     )
     base = mla.MLACommonBaseImpl
     impl._concat_k_nope_k_pe = types.MethodType(base._concat_k_nope_k_pe, impl)
@@ -500,7 +613,16 @@ def legacy_prefill(
         seen.context = (output, lse)
         return output, lse
 
+    def context_parallel_compute_prefill_context(
+        this: SimpleNamespace, q: torch.Tensor, cache: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> Any:
+        # 0.27.1's DCP twin, unchanged; its result is recorded on the way out.
+        output, lse = base._context_parallel_compute_prefill_context(this, q, cache, *args, **kwargs)
+        seen.context = (output, lse)
+        return output, lse
+
     impl._compute_prefill_context = types.MethodType(compute_prefill_context, impl)
+    impl._context_parallel_compute_prefill_context = types.MethodType(context_parallel_compute_prefill_context, impl)
     attn_metadata = SimpleNamespace(prefill=prefill, num_prefills=case.num_requests)
     k_scale = torch.ones((), dtype=torch.float32, device=device)
     output = torch.empty((inputs.num_tokens, spec.num_heads * spec.v_head_dim), dtype=inputs.q.dtype, device=device)
@@ -513,13 +635,16 @@ def legacy_prefill(
             seen.merged_lse.append(kwargs["output_lse"])
         merge(**kwargs)
 
-    with (
-        mock.patch.object(mla, "ops", _LegacyGatherOps(kernels)),
-        mock.patch.object(mla, "merge_attn_states", merge_with_lse),
-    ):
-        base.forward_mha(
-            impl, inputs.q, inputs.new_kv_c, inputs.new_k_pe, inputs.kv_cache, attn_metadata, k_scale, output
-        )
+    group = _NumericDcpGroup(inputs, kernels, rank, chunked) if world > 1 and chunked is not None else None
+    with contextlib.ExitStack() as patches:
+        patches.enter_context(mock.patch.object(mla, "ops", _LegacyGatherOps(kernels)))
+        patches.enter_context(mock.patch.object(mla, "merge_attn_states", merge_with_lse))
+        if group is not None:
+            patches.enter_context(mock.patch.object(mla, "get_dcp_group", lambda: group))
+        base.forward_mha(impl, inputs.q, inputs.new_kv_c, inputs.new_k_pe, kv_cache, attn_metadata, k_scale, output)
+    if group is not None:
+        # Every chunk with local rows went through the all-gather, once.
+        assert group.calls == sum(1 for toks in chunked.seq_tot if int(toks) != 0), "a chunk skipped the all-gather"
     result = {"output": output.view(-1, spec.num_heads, spec.v_head_dim)}
     if chunked is None:
         assert seen.suffix_lse is not None and seen.context is None and not seen.merged_lse
@@ -553,7 +678,7 @@ def trace_legacy() -> dict[str, list[str]]:
     """Every 0.27.1 symbol this side enters at every level (the trace cases of
     :mod:`oracle.trace` plus :func:`refusal_cases`), with the levels that enter it."""
     from harness.kernels import CpuKernels
-    from harness.numeric import materialise_merge, materialise_prefill
+    from harness.numeric import case_prefill_inputs, materialise_merge, materialise_prefill
     from oracle.trace import layout_cases, merge_case, prefill_cases, tracing, workspace_configs
 
     side = LegacyOracleSide()
@@ -573,6 +698,9 @@ def trace_legacy() -> dict[str, list[str]]:
             assert case.numeric is not None
             inputs = materialise_prefill(case.context_lens, case.query_lens, case.block_size, case.numeric)
             side.prefill(case, inputs, kernels)
+        # Its DCP loop on every rank's cache: two chunks over two ranks.
+        dcp = replace(prefill_cases()[-1], context_lens=(40, 23, 0), workspace_size=64, dcp_world_size=2)
+        side.prefill(dcp, case_prefill_inputs(dcp), kernels)
     return {symbol: sorted(levels) for symbol, levels in sorted(trace.entered.items())}
 
 

@@ -432,7 +432,9 @@ def check_ranks_agree(
     from harness.bits import identical_bits
 
     if reference.keys() != other.keys():
-        raise AssertionError(f"DCP rank {other_rank} returned {sorted(other)}, rank {reference_rank} {sorted(reference)}")
+        raise AssertionError(
+            f"DCP rank {other_rank} returned {sorted(other)}, rank {reference_rank} {sorted(reference)}"
+        )
     for name, tensor in reference.items():
         if not identical_bits(tensor, other[name]):
             raise AssertionError(f"DCP rank {other_rank}'s {name} differs from rank {reference_rank}'s in its bits")

@@ -184,6 +184,9 @@ class OracleProcess(ExternalPort):
             "scale": inputs.scale,
             "poison_block": inputs.poison_block,
             "keyless_rows": getattr(kernels, "keyless_rows", "neg-inf"),
+            # Under DCP the cache sent is this rank's; the process rebuilds every
+            # rank's (oracle.serve.rank_caches) and checks this one against it.
+            "dcp_rank": inputs.dcp.rank if inputs.dcp is not None else 0,
         }
         assert case.numeric is not None
         out = self._viewed_call(

@@ -14,6 +14,9 @@ input tensor travels as its whole storage plus its view (shape, stride,
 offset), so the release's code gets the very layout the harness built (the
 merge kernel reads LSEs by their strides). L3 runs the release's own context
 loop and final merge on the harness's shared CPU kernels, inside this process.
+Under decode context parallelism only the harness's own rank's cache travels;
+the process rebuilds every rank's by the harness's deterministic code and
+checks the sent one against it bit for bit (:func:`rank_caches`).
 
 An exception the release's side marks as a refusal (``refusal = True``:
 :class:`oracle.legacy.LegacyRefusal`, a batch that release cannot plan or run)
@@ -29,6 +32,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from typing import IO, Any
 
 PROTOCOL_VERSION = 1
@@ -93,6 +97,40 @@ def _viewed(stored: dict[str, Any], views: dict[str, Any]) -> dict[str, Any]:
     return tensors
 
 
+def rank_caches(case: Any, inputs: Any, rank: int) -> Any:
+    """Every DCP rank's cache of ``case``, rebuilt here by the harness's own
+    deterministic code (:func:`harness.numeric.materialise_rank_caches`, the
+    case's seed), with every rank held by this process.
+
+    Only rank ``rank``'s cache crosses the process boundary (as ``kv_cache``,
+    ``block_table``, ``poison_block``); the rebuilt one must be the same bits,
+    or the harness and this process disagree on the inputs and the item fails
+    (never as a refusal).
+    """
+    import torch
+
+    from harness.bits import identical_bits
+    from harness.dcp import OneProcessRanks
+    from harness.numeric import DcpInputs, materialise_rank_caches
+
+    world, interleave = case.dcp_world_size, case.cp_kv_cache_interleave_size
+    if not 0 <= rank < world:
+        raise ValueError(f"DCP rank {rank} is outside the case's world of {world}")
+    caches = materialise_rank_caches(case.context_lens, case.block_size, inputs.spec, world, interleave)
+    own = caches[rank]
+    sent = inputs.kv_cache.cpu(), inputs.block_table.cpu(), inputs.poison_block
+    if not (
+        identical_bits(own.kv_cache, sent[0]) and torch.equal(own.block_table, sent[1]) and own.poison_block == sent[2]
+    ):
+        raise ValueError(
+            f"case {case.name}: DCP rank {rank}'s cache rebuilt here differs from the one the harness sent "
+            "(kv_cache, block_table or poison_block)"
+        )
+    device = inputs.kv_cache.device
+    held = tuple(replace(c, kv_cache=c.kv_cache.to(device), block_table=c.block_table.to(device)) for c in caches)
+    return DcpInputs(world, interleave, rank, held, OneProcessRanks(world, rank))
+
+
 class Server:
     def __init__(self) -> None:
         from oracle.pin import installed_version
@@ -154,8 +192,11 @@ class Server:
                 scale=float(scalars["scale"]),
                 poison_block=int(scalars["poison_block"]),
             )
+            case = case_from_json(request["case"], "request")
+            if case.dcp_world_size > 1:
+                inputs = replace(inputs, dcp=rank_caches(case, inputs, int(scalars.get("dcp_rank", 0))))
             kernels = CpuKernels(scalars["keyless_rows"])
-            outputs = self.side.prefill(case_from_json(request["case"], "request"), inputs, kernels)
+            outputs = self.side.prefill(case, inputs, kernels)
         save_file({k: v.contiguous() for k, v in outputs.items()}, request["outputs"])
         return {}
 

@@ -24,7 +24,7 @@ import torch
 from harness.compare import first_layout_divergence
 from harness.kernels import kernels_for, kernels_for_case
 from harness.model import PRESETS, Case, Layout, layout_from_json
-from harness.numeric import materialise_merge, materialise_prefill
+from harness.numeric import case_prefill_inputs, materialise_merge, materialise_prefill
 from harness.suites import load_suite, workspace_grids
 from ports.equal_share import PORT
 
@@ -184,7 +184,7 @@ import torch
 from harness.kernels import kernels_for, kernels_for_case
 from harness.merge_cases import generate_merge
 from harness.model import Case, MergeCase, NumericSpec
-from harness.numeric import materialise_merge, materialise_prefill
+from harness.numeric import case_prefill_inputs, materialise_merge, materialise_prefill
 from oracle.legacy import LegacyOracleSide, LegacyRefusal
 side = LegacyOracleSide()
 out, refused = {}, {}
@@ -276,6 +276,153 @@ def test_zero_context_first_loses_context_in_0_27_1(legacy_numeric: dict[str, An
     first = case.query_lens[0]
     assert torch.equal(bits(pinned["output"][:first]), bits(legacy["output"][:first]))
     assert not torch.equal(bits(pinned["output"][first:]), bits(legacy["output"][first:]))
+
+
+# -- L3 under decode context parallelism ---------------------------------------------------------
+
+DCP_SCRIPT = """
+import torch
+from harness.kernels import kernels_for, kernels_for_case
+from harness.model import Case, NumericSpec
+from harness.numeric import case_prefill_inputs
+from oracle.legacy import LegacyOracleSide, LegacyRefusal
+side = LegacyOracleSide()
+out, RESULT = {}, {}
+for i, data in enumerate(ARGUMENT["cases"]):
+    numeric = NumericSpec(**data.pop("numeric"))
+    case = Case(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}, numeric=numeric)
+    layout = None
+    try:
+        layout = side.plan_layout(case)
+    except LegacyRefusal as exc:
+        layout = str(exc)
+    try:
+        out[str(i)] = side.prefill(case, case_prefill_inputs(case), kernels_for_case(kernels_for("cpu"), case))
+        prefill = None
+    except LegacyRefusal as exc:
+        prefill = str(exc)
+    RESULT[str(i)] = {
+        "layout_refusal": layout if isinstance(layout, str) else None,
+        "chunks": len(layout.chunks) if not isinstance(layout, str) else 0,
+        "prefill_refusal": prefill,
+    }
+torch.save(out, ARGUMENT["path"])
+"""
+
+
+def dcp_cases() -> list[Case]:
+    """DCP batches 0.27.1 plans and runs (worlds 2 and 3, interleaves 1 and 2,
+    each several chunks, so every later chunk merges into the running partial)
+    and one whose plan its DCP loop cannot run (local windows overflowing the
+    all-gather slot)."""
+    tiny = PRESETS["tiny"]
+    return [
+        Case("legacy-dcp-w2", (40, 23), (2, 3), 16, 64, dcp_world_size=2, numeric=replace(tiny, seed=11)),
+        Case(
+            "legacy-dcp-w2-i2",
+            (70, 0, 33),
+            (1, 2, 2),
+            16,
+            64,
+            dcp_world_size=2,
+            cp_kv_cache_interleave_size=2,
+            numeric=replace(tiny, seed=12, dtype="fp32"),
+        ),
+        Case("legacy-dcp-w3", (50, 20), (3, 1), 16, 96, dcp_world_size=3, numeric=replace(tiny, seed=13)),
+        Case(
+            "legacy-dcp-loop-fails",
+            (100, 37),
+            (1, 1),
+            16,
+            64,
+            dcp_world_size=2,
+            cp_kv_cache_interleave_size=64,
+            numeric=replace(tiny, seed=14),
+        ),
+    ]
+
+
+@pytest.fixture(scope="module")
+def legacy_dcp(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    path = tmp_path_factory.mktemp("legacy-dcp") / "dcp.pt"
+    result = run_legacy(DCP_SCRIPT, {"cases": [case_argument(c) for c in dcp_cases()], "path": str(path)})
+    return {"result": result, "tensors": torch.load(path)}
+
+
+def test_dcp_prefill_is_bit_exact_with_0_27_1s_dcp_loop(legacy_dcp: dict[str, Any]) -> None:
+    """0.27.1's own DCP loop (once per rank, on every rank's cache) and equal_share
+    agree bit for bit wherever 0.27.1 runs the plan, several chunks included."""
+    compared = set()
+    for i, case in enumerate(dcp_cases()):
+        outcome = legacy_dcp["result"][str(i)]
+        if outcome["prefill_refusal"] is not None:
+            continue
+        assert case.numeric is not None and outcome["chunks"] > 1, case.name
+        inputs = case_prefill_inputs(case)
+        assert inputs.dcp is not None and inputs.dcp.world_size == case.dcp_world_size
+        expected = legacy_dcp["tensors"][str(i)]
+        got = PORT.prefill(case, inputs, kernels_for_case(kernels_for("cpu"), case))
+        assert set(got) == set(expected) == {"context_output", "context_lse", "output", "lse"}, case.name
+        for name, tensor in expected.items():
+            assert torch.equal(bits(got[name]), bits(tensor)), f"{case.name}: {name}"
+        compared.add(case.dcp_world_size)
+    assert compared == {2, 3}
+
+
+def test_dcp_prefill_needs_the_other_ranks_rows(legacy_dcp: dict[str, Any]) -> None:
+    """The legacy context partial depends on every rank's cache: with one other
+    rank's context rows changed, equal_share's partial moves, so the bit-exact
+    match above is not a match of rank 0's rows alone."""
+    case = dcp_cases()[0]
+    inputs = case_prefill_inputs(case)
+    assert inputs.dcp is not None
+    other = inputs.dcp.cache(1)
+    shifted = replace(other, kv_cache=other.kv_cache * 2)
+    caches = (inputs.dcp.caches[0], shifted)
+    moved = replace(inputs, dcp=replace(inputs.dcp, caches=caches))
+    kernels = kernels_for_case(kernels_for("cpu"), case)
+    expected = legacy_dcp["tensors"]["0"]
+    got = PORT.prefill(case, moved, kernels)
+    assert not torch.equal(bits(got["context_output"]), bits(expected["context_output"]))
+
+
+def test_dcp_prefill_refuses_as_the_layout_level_does(legacy_dcp: dict[str, Any]) -> None:
+    """A plan 0.27.1's DCP loop cannot run is refused at L3 with the class the
+    layout level gives it; a plan it runs is refused at neither."""
+    from oracle.legacy import LOOP_FAILS
+
+    refused = 0
+    for i, case in enumerate(dcp_cases()):
+        outcome = legacy_dcp["result"][str(i)]
+        assert outcome["prefill_refusal"] == outcome["layout_refusal"], case.name
+        if outcome["prefill_refusal"] is not None:
+            assert outcome["prefill_refusal"].startswith(LOOP_FAILS), case.name
+            refused += 1
+    assert refused == 1
+
+
+def test_served_dcp_prefill_rebuilds_the_ranks_and_checks_the_sent_cache() -> None:
+    """Through the served process (as ``--oracle vllm==0.27.1`` runs it): the
+    result is the in-process one's bits, and a cache that is not the case's
+    own fails the item loudly, never as a refusal."""
+    from oracle.process import OracleProcessError, OracleRefusal, open_oracle_process
+
+    case = dcp_cases()[2]
+    kernels = kernels_for_case(kernels_for("cpu"), case)
+    process, _ = open_oracle_process("0.27.1")
+    try:
+        served = process.prefill(case, case_prefill_inputs(case), kernels)
+        expected = PORT.prefill(case, case_prefill_inputs(case), kernels)
+        for name, tensor in expected.items():
+            assert torch.equal(bits(served[name]), bits(tensor)), name
+        inputs = case_prefill_inputs(case)
+        tampered = inputs.kv_cache.clone()
+        tampered.view(-1)[torch.isfinite(tampered.view(-1)).nonzero()[0]] += 1
+        with pytest.raises(OracleProcessError, match="rebuilt here differs") as raised:
+            process.prefill(case, replace(inputs, kv_cache=tampered), kernels)
+        assert not isinstance(raised.value, OracleRefusal)
+    finally:
+        process.close()
 
 
 # -- the pin --------------------------------------------------------------------------------

@@ -64,6 +64,10 @@ KILL_LEVEL: dict[str, str] = {
     "merge-lse-token-stride-one": "merge",
     "merge-tokens-with-context-falsy": "merge",
     "continuation-merges-previous-chunk": "prefill",
+    # Issue 16: the DCP step of a chunk.
+    "dcp-reorder-context-order": "prefill",
+    "dcp-reorder-keeps-padding": "prefill",
+    "dcp-segment-uncapped": "prefill",
 }
 
 # -- issue 12: one small item of the input class each new mutant is aimed at --------------------

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cases import load_cases
 from harness.kernels import SharedKernels
@@ -22,6 +22,9 @@ from harness.model import Case
 from harness.port import Port, load_port
 from harness.runner import RunResult, Shard, reraise_interrupt, run_items, selected_levels, unfinished_items
 from harness.suites import Suite, load_suite
+
+if TYPE_CHECKING:
+    from harness.dcp_ranks import RealRanks
 
 EXIT_PARITY, EXIT_DIVERGENT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -142,6 +145,51 @@ def select_device(device: str) -> SharedKernels:
     except OracleUnavailable as exc:
         raise UsageError(f"--device {device}: {exc}") from None
     return kernels_for(device)
+
+
+def dcp_backend_of(args: argparse.Namespace) -> str:
+    """The run's ``--dcp-backend`` (one-process for a command without it)."""
+    backend: str = getattr(args, "dcp_backend", "one-process")
+    return backend
+
+
+def dcp_settings(args: argparse.Namespace) -> dict[str, str]:
+    """How the run played DCP ranks at L3, for its settings and provenance: on
+    real ranks the backend and what the oracle's all-gather was; nothing for
+    the default, one process, so a default run's records stay as they were
+    (a results file written before the option resumes)."""
+    backend = dcp_backend_of(args)
+    if backend == "one-process":
+        return {}
+    from harness.dcp_ranks import ORACLE_KV_GATHER
+
+    return {"dcp_backend": backend, "dcp_oracle_kv_gather": ORACLE_KV_GATHER}
+
+
+def real_ranks_of(args: argparse.Namespace) -> RealRanks | None:
+    """``--dcp-backend`` as the runner takes it: None for one process, else how
+    each rank runs (UsageError, one line, for a backend the device or the
+    oracle cannot serve). A command without the option plays ranks in one process."""
+    backend = dcp_backend_of(args)
+    if backend == "one-process":
+        return None
+    from harness.dcp_ranks import RealRanks
+    from oracle.pin import load_pin
+
+    wanted = {"nccl": "cuda", "gloo": "cpu"}[backend]
+    if args.device != wanted:
+        other = "gloo" if backend == "nccl" else "nccl"
+        raise UsageError(
+            f"--dcp-backend {backend} runs on --device {wanted}, not {args.device} (use --dcp-backend {other} "
+            f"or one-process there)"
+        )
+    oracle = getattr(args, "oracle", None)
+    if oracle is not None and release_of(oracle) != load_pin()["release_version"]:
+        raise UsageError(
+            f"--dcp-backend {backend}: real ranks run the pinned oracle only, not --oracle {oracle} "
+            "(use --dcp-backend one-process)"
+        )
+    return RealRanks(backend, args.port)
 
 
 # -- case selection ------------------------------------------------------------------------
@@ -286,6 +334,7 @@ def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] 
 
     if args.resume and not args.results:
         raise UsageError("--resume needs --results FILE (the file to resume)")
+    real_ranks = real_ranks_of(args)
     port = load_port(args.port, args.timeout)
     suite = select_suite(args)
     levels = selected_levels(args.level)
@@ -316,6 +365,7 @@ def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] 
             "port_spec": args.port,
             "port": port.name,
             "device": args.device,
+            **dcp_settings(args),
             "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
             "oracle_drift_overridden": provenance["oracle_drift_overridden"],
             **harness_identity(),
@@ -327,7 +377,7 @@ def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] 
     started = time.perf_counter()
     interrupted = False
     try:
-        for item in run_items(oracle, port, suite, levels, shard, kernels, skip, args.device, args.timeout):
+        for item in run_items(oracle, port, suite, levels, shard, kernels, skip, args.device, args.timeout, real_ranks):
             result.results.append(item)
             if writer is not None:
                 writer.write(result_row(item))
@@ -343,7 +393,7 @@ def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] 
         if writer is not None:
             writer.close()
     result.seconds = time.perf_counter() - started
-    result.provenance = provenance
+    result.provenance = {**provenance, **dcp_settings(args)}
     rows = (writer.done if writer else []) + [result_row(r) for r in result.results]
     if interrupted:
         finished = skip | {r.id for r in result.results}

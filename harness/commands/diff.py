@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.commands.common import (
     EXIT_DIVERGENT,
@@ -20,23 +20,35 @@ from harness.commands.common import (
     EXIT_USAGE,
     UsageError,
     close_port,
+    dcp_settings,
     drift_banner,
     open_oracle,
+    real_ranks_of,
     select_device,
     write_output,
 )
-from harness.commands.options import device_option, non_negative_int, port_options, positive_seconds
+from harness.commands.options import (
+    dcp_backend_option,
+    device_option,
+    non_negative_int,
+    port_options,
+    positive_seconds,
+)
 from harness.kernels import SharedKernels
 from harness.model import Case, MergeCase, WorkspaceConfig
 from harness.port import DEFAULT_PORT_TIMEOUT_S, Port, load_port, port_levels
 from harness.reproduce import ResolvedItem, level_of, resolve_item
 from harness.runner import LEVELS, CaseResult, run_item, selected_levels
 
+if TYPE_CHECKING:
+    from harness.dcp_ranks import RealRanks
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("diff", help="one item of the oracle and a port side by side (chunks, sizes, ULPs)")
     port_options(p)
     device_option(p)
+    dcp_backend_option(p)
     p.add_argument(
         "case",
         metavar="ITEM",
@@ -68,6 +80,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     json_path = Path(args.json) if args.json else None
     if json_path is not None and not json_path.parent.is_dir():
         raise UsageError(f"--json {json_path}: folder {json_path.parent} does not exist")
+    real_ranks = real_ranks_of(args)
     port = load_port(args.port, args.timeout)
     try:
         chosen = args.level is not None or resolved.wanted is not None
@@ -86,7 +99,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             f"oracle {provenance['release']} (upstream {provenance['upstream_commit']})  vs  port {port.name}"
             f"  on {args.device}  ({resolved.item.name}, from {resolved.source})"
         )
-        results = compare_and_print(oracle, port, resolved.item, kinds, kernels, args.device, args.timeout)
+        results = compare_and_print(oracle, port, resolved.item, kinds, kernels, args.device, args.timeout, real_ranks)
     finally:
         close_port(port)
     code = EXIT_PARITY if all(r.ok for r in results) else EXIT_DIVERGENT
@@ -100,6 +113,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             "port": port.name,
             "port_spec": args.port,
             "device": args.device,
+            **dcp_settings(args),
             "provenance": provenance,
             "exit_code": code,
         }
@@ -154,6 +168,7 @@ def compare_and_print(
     kernels: SharedKernels,
     device: str,
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
+    real_ranks: RealRanks | None = None,
 ) -> list[CaseResult]:
     """Compare ``item`` at each of ``kinds`` and print what ``parity diff``
     prints (also ``parity explore --replay``'s output); return the results."""
@@ -172,7 +187,7 @@ def compare_and_print(
     elif isinstance(item, Case) and "layout" not in kinds:
         print("\n".join(case_lines(item)))
     for kind in kinds:
-        result = run_item(oracle, port, kind, item, kernels, device, timeout_s)
+        result = run_item(oracle, port, kind, item, kernels, device, timeout_s, real_ranks)
         results.append(result)
         if isinstance(item, Case) and kind == "layout":
             print(format_diff(item, result))

@@ -16,13 +16,14 @@ from harness.commands.common import (
     Execution,
     UsageError,
     close_port,
+    dcp_settings,
     execute,
     guarded_shrink,
     harness_identity,
     release_of,
     write_output,
 )
-from harness.commands.options import device_option, port_options, selection_options
+from harness.commands.options import dcp_backend_option, device_option, port_options, selection_options
 
 
 def register(sub: Any) -> None:
@@ -30,6 +31,7 @@ def register(sub: Any) -> None:
     port_options(p_gate)
     selection_options(p_gate)
     device_option(p_gate)
+    dcp_backend_option(p_gate)
     p_gate.add_argument("--baseline", metavar="FILE", help="expected divergences (JSON, see harness/baseline.py)")
     p_gate.add_argument("--out", metavar="DIR", help="output folder (default reports/out/gate-<port>)")
     p_gate.set_defaults(func=cmd_gate)
@@ -132,6 +134,7 @@ def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
         "size": args.size,
         "shard": args.shard,
         "device": args.device,
+        **dcp_settings(args),
         "port_spec": args.port,
         # Case files a --cases run read, so its reproduce lines can name them.
         "cases": args.cases,

@@ -79,6 +79,18 @@ def device_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def dcp_backend_option(p: argparse.ArgumentParser) -> None:
+    from harness.dcp import DCP_BACKENDS
+
+    p.add_argument(
+        "--dcp-backend",
+        choices=DCP_BACKENDS,
+        default="one-process",
+        help="how a DCP case's L3 plays its ranks: one-process (every rank in this process, the default), "
+        "gloo (one process per rank over torch.distributed on the CPU) or nccl (one per rank and GPU, --device cuda)",
+    )
+
+
 def selection_options(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--suite", default="ci", help=f"one of {', '.join(suite_names())} (default ci)")

@@ -10,12 +10,19 @@ from harness.commands.common import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     close_port,
+    dcp_backend_of,
     drift_banner,
     execute,
     verdict_code,
     write_output,
 )
-from harness.commands.options import device_option, non_negative_int, port_options, selection_options
+from harness.commands.options import (
+    dcp_backend_option,
+    device_option,
+    non_negative_int,
+    port_options,
+    selection_options,
+)
 from reports.run_summary import format_summary
 
 
@@ -24,6 +31,7 @@ def register(sub: Any) -> None:
     port_options(p)
     selection_options(p)
     device_option(p)
+    dcp_backend_option(p)
     p.add_argument("--json", metavar="OUT", help="write the full results as JSON")
     p.add_argument("--show", type=non_negative_int, default=10, help="divergences listed in the summary (default 10)")
     p.set_defaults(func=cmd_run)
@@ -45,6 +53,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary["seconds"] = round(done.result.seconds, 3)
     if args.device != "cpu":
         summary["device"] = args.device
+    if dcp_backend_of(args) != "one-process":
+        # A pass says how its DCP cases' ranks ran.
+        summary["device"] = f"{args.device}, DCP ranks over {dcp_backend_of(args)}"
     print(format_summary(summary, failures))
     code = EXIT_INTERRUPTED if done.interrupted else verdict_code(summary["verdict"])
     if done.interrupted:
