@@ -424,9 +424,9 @@ def _run_job(
         conn.send((ORACLE, f"cannot join the {backend} group as DCP rank {rank}: {_one_line(exc)}"))
         return
     try:
-        kernels = kernels_for_case(kernels_for(device), case)
-        collective = TorchDistributedRanks(world, rank, backend)
         try:
+            kernels = kernels_for_case(kernels_for(device), case)
+            collective = TorchDistributedRanks(world, rank, backend)
             with upstream_kv_gather(case, dist.group.WORLD) as managers:
                 oracle_out = oracle.prefill(case, case_prefill_inputs(case, device, collective), kernels)
             if any(case.context_lens) and not any(manager.calls for manager in managers):

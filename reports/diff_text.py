@@ -194,6 +194,73 @@ def format_tensor_verdict(label: str, result: CaseResult) -> str:
     return "\n".join(lines)
 
 
+# -- DCP: which rank contributed which rows ------------------------------------------------
+
+
+def _runs(positions: Sequence[int]) -> list[tuple[int, int]]:
+    """Consecutive positions as ``[start, stop)`` runs, in order."""
+    runs: list[tuple[int, int]] = []
+    for p in positions:
+        if runs and runs[-1][1] == p:
+            runs[-1] = (runs[-1][0], p + 1)
+        else:
+            runs.append((p, p + 1))
+    return runs
+
+
+def _runs_text(runs: Sequence[tuple[int, int]], limit: int = 6) -> str:
+    shown = ", ".join(f"{a}" if b == a + 1 else f"{a}-{b - 1}" for a, b in runs[:limit])
+    return shown + (f", ... ({len(runs)} runs)" if len(runs) > limit else "")
+
+
+def first_mismatch_token(result: CaseResult) -> int | None:
+    """The token of the first mismatching element of the first tensor whose bits differ."""
+    for t in result.tensors:
+        if not t.exact and t.first_mismatch and "token" in t.first_mismatch.get("index", {}):
+            return int(t.first_mismatch["index"]["token"])
+    return None
+
+
+def format_rank_picture(case: Case, layout: Layout, result: CaseResult, side: str = "oracle") -> str:
+    """Under DCP, when a prefill's bits differ: for each chunk of ``layout`` that
+    holds the first mismatching token's request, which rank contributed which
+    context rows (global positions) and how many padding rows it dropped, in
+    the order the attention takes them (request by request, rank by rank).
+    Empty without DCP, without a token-indexed mismatch, or when the request
+    has no context."""
+    from harness.dcp import global_positions
+
+    token = first_mismatch_token(result)
+    if case.dcp_world_size == 1 or token is None:
+        return ""
+    qsl = case.query_start_loc
+    request = max(i for i in range(case.num_requests) if qsl[i] <= token)
+    world, interleave = case.dcp_world_size, case.cp_kv_cache_interleave_size
+    lines = [
+        f"DCP picture (world {world}, interleave {interleave}; {side}'s layout): request {request}, "
+        f"which holds the first mismatching token {token}"
+    ]
+    for chunk in layout.chunks:
+        if not chunk.request_start <= request < chunk.request_end or chunk.local_starts is None:
+            continue
+        k = request - chunk.request_start
+        assert chunk.padded_local_seq_lens is not None and chunk.local_context_lens_allranks is not None
+        rows = chunk.seq_lens[k]
+        local_start, padded = chunk.local_starts[k], chunk.padded_local_seq_lens[k]
+        lines.append(
+            f"  chunk {chunk.index}: {rows} of its context rows, local rows [{local_start}, {local_start + padded}) "
+            f"on every rank"
+        )
+        for rank, held in enumerate(chunk.local_context_lens_allranks[k]):
+            real = min(max(held - local_start, 0), padded)
+            positions = global_positions(local_start + real, world, interleave, rank)[local_start:].tolist()
+            lines.append(
+                f"    rank {rank}: {real} rows -> context rows {_runs_text(_runs(positions)) or 'none'}"
+                f" ({padded - real} padding rows dropped)"
+            )
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
 # -- the --json record ---------------------------------------------------------------------
 
 

@@ -175,6 +175,7 @@ def compare_and_print(
     from reports.diff_text import (
         case_lines,
         format_diff,
+        format_rank_picture,
         format_tensor_verdict,
         format_workspace_diff,
         merge_case_lines,
@@ -195,5 +196,10 @@ def compare_and_print(
             print(format_workspace_diff(item, result))
         else:
             print(format_tensor_verdict("L2 merge" if kind == "merge" else "L3 prefill", result))
+            if isinstance(item, Case) and kind == "prefill" and item.dcp_world_size > 1 and result.tensors:
+                # The oracle's layout: the rows each rank should have contributed.
+                picture = format_rank_picture(item, oracle.plan_layout(item), result)  # type: ignore[attr-defined]
+                if picture:
+                    print(picture)
     print(verdict_line(results))
     return results
