@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import CaseError
-from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES, Case, MergeCase, WorkspaceConfig
+from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES, Case, Chunk, MergeCase, WorkspaceConfig
 from harness.port import Port
 from harness.suites import CASES_DIR, Suite
 
@@ -170,6 +170,12 @@ FEATURES: tuple[Feature, ...] = (
     _f("prefill.keyless_rows", "set", "keyless-row behaviours on L3 cases with keyless rows", labels=KEYLESS_ROWS),
     _f("prefill.block_sizes", "set", "L3 block sizes", element="int"),
     _f("prefill.non_pow2_block_cases", "count", "L3 cases whose block size is not a power of two"),
+    _f("prefill.dcp_cases", "count", "DCP L3 cases (per-rank caches, the all-gather and the reorder)"),
+    _f("prefill.dcp_worlds", "set", "DCP world sizes at L3", element="int"),
+    _f("prefill.dcp_interleaves", "set", "DCP interleaves at L3", element="int"),
+    _f("prefill.dcp_dtypes", "set", "dtypes of DCP L3 cases", labels=NUMERIC_DTYPES),
+    _f("prefill.dcp_continuations", "count", "DCP L3 chunks that continue a request (local starts past 0)"),
+    _f("prefill.dcp_padded_segments", "count", "DCP L3 (chunk, request, rank) segments with padding to drop"),
 )
 FEATURE_BY_ID = {f.id: f for f in FEATURES}
 
@@ -246,6 +252,7 @@ class _Chunk:
     starts: tuple[int, ...]
     seq_lens: tuple[int, ...]
     local_rows: int | None  # the last padded local cumulative offset, under DCP
+    full: Chunk | None = None  # the whole chunk, under DCP
 
 
 def oracle_chunks(oracle: Port, case: Case) -> list[_Chunk]:
@@ -262,6 +269,7 @@ def oracle_chunks(oracle: Port, case: Case) -> list[_Chunk]:
             c.starts,
             c.seq_lens,
             c.padded_local_cu_seq_lens[-1] if c.padded_local_cu_seq_lens else None,
+            c if case.dcp_world_size > 1 else None,
         )
         for c in oracle.plan_layout(case).chunks
     ]
@@ -317,10 +325,10 @@ def _measure_case(tally: _Tally, case: Case, chunks: list[_Chunk]) -> None:
             ),
         )
     if case.numeric is not None:
-        _measure_prefill(tally, case, pieces)
+        _measure_prefill(tally, case, pieces, chunks)
 
 
-def _measure_prefill(tally: _Tally, case: Case, pieces: Counter[int]) -> None:
+def _measure_prefill(tally: _Tally, case: Case, pieces: Counter[int], chunks: list[_Chunk]) -> None:
     from harness.generate import legacy_grid_has_keyless_rows
 
     assert case.numeric is not None
@@ -335,6 +343,31 @@ def _measure_prefill(tally: _Tally, case: Case, pieces: Counter[int]) -> None:
         tally.add("prefill.keyless_rows", case.numeric.keyless_rows)
     tally.add("prefill.block_sizes", case.block_size)
     tally.count("prefill.non_pow2_block_cases", not _pow2(case.block_size))
+    if case.dcp_world_size > 1:
+        _measure_dcp_prefill(tally, case, [c.full for c in chunks if c.full is not None])
+
+
+def _measure_dcp_prefill(tally: _Tally, case: Case, chunks: list[Chunk]) -> None:
+    assert case.numeric is not None
+    tally.count("prefill.dcp_cases")
+    tally.add("prefill.dcp_worlds", case.dcp_world_size)
+    tally.add("prefill.dcp_interleaves", case.cp_kv_cache_interleave_size)
+    tally.add("prefill.dcp_dtypes", case.numeric.dtype)
+    for chunk in chunks:
+        if chunk.local_starts is None or chunk.padded_local_seq_lens is None:
+            continue
+        assert chunk.local_context_lens_allranks is not None
+        tally.count("prefill.dcp_continuations", chunk.is_continuation)
+        tally.count(
+            "prefill.dcp_padded_segments",
+            sum(
+                min(max(held - start, 0), padded) < padded
+                for start, padded, ranks in zip(
+                    chunk.local_starts, chunk.padded_local_seq_lens, chunk.local_context_lens_allranks, strict=True
+                )
+                for held in ranks
+            ),
+        )
 
 
 def _measure_config(tally: _Tally, oracle: Port, config: WorkspaceConfig) -> None:

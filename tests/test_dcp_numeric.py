@@ -124,7 +124,7 @@ def test_external_dcp_chunks_follow_the_ports_fields(per_request: Port) -> None:
     from ports.per_request.dcp import dcp_chunk_partial, dcp_device_chunks
 
     case = CASES[0]
-    layout = per_request.plan_layout(case)  # type: ignore[attr-defined]
+    layout = per_request.plan_layout(case)
     inputs = case_prefill_inputs(case)
     kernels = CpuKernels()
     harness_side = planned_chunk_partials(layout, case, inputs, kernels)
