@@ -191,7 +191,7 @@ def test_l3_big_enough_to_matter(ci: Suite, planned: list[Planned]) -> None:
     assert max(sum(p.case.query_lens) for p in numeric) >= 256
     assert all(max(p.case.query_lens) <= 4 for p in numeric)
     assert any(not _pow2(p.case.block_size) for p in numeric)
-    assert all(p.case.dcp_world_size == 1 for p in numeric)  # DCP stays layout-only
+    assert all(p.case.dcp_world_size == 1 for p in numeric)  # DCP at L3 is the dcp family's (test_dcp_numeric.py)
     for family in NUMERIC_COVERAGE_FAMILIES:
         dtypes = {p.case.numeric.dtype for p in numeric if p.case.family == family and p.case.numeric}
         assert dtypes == set(NUMERIC_DTYPES), family

@@ -99,6 +99,16 @@ PREFILL_KILLS: dict[str, Case] = {
     "continuation-merges-previous-chunk": make_case(
         [100], [3], workspace_size=32, numeric=dataclasses.replace(TINY, seed=2, dtype="fp32")
     ),
+    # Issue 16: one chunk, one request, its rows on both ranks.
+    "dcp-reorder-context-order": make_case(
+        [40], [3], workspace_size=64, dcp_world_size=2, numeric=dataclasses.replace(TINY, seed=3, dtype="fp32")
+    ),
+    # One chunk: 17 rows over 3 ranks 4 at a time, padded to 8 a rank; rank 2 holds 4.
+    "dcp-reorder-keeps-padding": make_case(
+        [17], [2], workspace_size=48, dcp_world_size=3, cp_kv_cache_interleave_size=4, numeric=TINY
+    ),
+    # One request continued over several chunks.
+    "dcp-segment-uncapped": make_case([300], [2], workspace_size=64, dcp_world_size=2, numeric=TINY),
 }
 
 NEG_INF = float("-inf")
