@@ -15,7 +15,8 @@ reports/gpu.py). Sections:
 * the merge kernel: upstream's Triton kernel and the port's, in GB/s, next to
   the device's copy bandwidth;
 * the prefill context loop on the batches of cases/gpu/bench.json: the legacy
-  grid (equal_share), per_request and upstream's own loop, chunks and ms.
+  grid (equal_share), per_request and upstream's own loop, chunks and ms;
+* with two GPUs, DCP at L3 on real ranks over NCCL (benchmarks/gpu_dcp.py).
 
 Timings are CUDA events around one call each, after warm-up, medians over
 repeats; layouts and device metadata are built before timing (upstream builds
@@ -235,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--skip-parity", action="store_true", help="benchmarks only")
+    parser.add_argument("--dcp-only", action="store_true", help="only the DCP row (two GPUs: world size 2 over NCCL)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     if not torch.cuda.is_available():
@@ -247,10 +249,15 @@ def main(argv: list[str] | None = None) -> int:
     kernels = CudaKernels()
     report: dict[str, Any] = {"date": args.date, "command": "tools/gpu_report.sh"}
     run_section(report, "environment", environment)
-    if not args.skip_parity:
+    if not args.skip_parity and not args.dcp_only:
         run_section(report, "parity", lambda: parity_section(kernels))
-    run_section(report, "merge", lambda: merge_section(args.warmup, args.repeats))
-    run_section(report, "prefill", lambda: prefill_section(kernels, args.warmup, args.repeats))
+    if not args.dcp_only:
+        run_section(report, "merge", lambda: merge_section(args.warmup, args.repeats))
+        run_section(report, "prefill", lambda: prefill_section(kernels, args.warmup, args.repeats))
+    if torch.cuda.device_count() >= 2 or args.dcp_only:
+        from benchmarks.gpu_dcp import dcp_section
+
+        run_section(report, "dcp", dcp_section)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.date}.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")

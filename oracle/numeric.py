@@ -247,6 +247,7 @@ class _Upstream:
     k_scale: torch.Tensor
     seen: _Observed
     dcp_world_size: int = 1
+    dcp_manager: _StandInDcpManager | None = None
 
     @property
     def has_context(self) -> bool:
@@ -256,6 +257,9 @@ class _Upstream:
         """Upstream's ``_compute_prefill_context`` (its DCP twin under DCP) on the
         stand-in (context required)."""
         if self.dcp_world_size > 1:
+            assert self.dcp_manager is not None
+            # Every run of the loop gathers its chunks afresh, from the first.
+            self.dcp_manager.calls = 0
             return self.impl._context_parallel_compute_prefill_context(  # type: ignore[no-any-return]
                 q, self.kv_cache, self.attn_metadata, self.k_scale, dcp_world_size=self.dcp_world_size
             )
@@ -263,7 +267,7 @@ class _Upstream:
         return output, lse
 
 
-def _upstream(case: Case, inputs: PrefillInputs, kernels: SharedKernels, rank: int = 0) -> _Upstream:
+def _upstream(case: Case, inputs: PrefillInputs, kernels: SharedKernels, rank: int | None = None) -> _Upstream:
     """Upstream's metadata for ``case``, built now, on a stand-in impl holding
     only the attributes ``forward_mha`` and ``_compute_prefill_context`` read.
 
@@ -280,6 +284,8 @@ def _upstream(case: Case, inputs: PrefillInputs, kernels: SharedKernels, rank: i
     world = case.dcp_world_size
     rows = case.workspace_size
     kv_cache, block_table = inputs.kv_cache, inputs.block_table
+    if rank is None:
+        rank = inputs.dcp.rank if inputs.dcp is not None else 0
     manager = None
     if world > 1:
         assert inputs.dcp is not None and inputs.dcp.world_size == world, "a DCP case needs per-rank inputs"
@@ -354,7 +360,7 @@ def _upstream(case: Case, inputs: PrefillInputs, kernels: SharedKernels, rank: i
     impl._context_parallel_compute_prefill_context = types.MethodType(context_parallel_compute_prefill_context, impl)
     attn_metadata = SimpleNamespace(prefill=prefill)
     k_scale = torch.ones((), dtype=torch.float32, device=device)
-    return _Upstream(mla, impl, attn_metadata, kv_cache, k_scale, seen, world)
+    return _Upstream(mla, impl, attn_metadata, kv_cache, k_scale, seen, world, manager)
 
 
 @contextlib.contextmanager

@@ -123,6 +123,19 @@ def _timing_line(report: dict[str, Any]) -> str:
     )
 
 
+def dcp_table(report: dict[str, Any]) -> pd.DataFrame:
+    """The DCP row: each case on two real ranks over NCCL."""
+    rows = report.get("dcp", {}).get("rows", [])
+    frame = pd.DataFrame(
+        rows,
+        columns=[
+            "case", "heads", "latent", "dtype", "interleave", "chunks", "ranks_agree", "bit_exact", "max_ulp",
+            "oracle_ms", "port_ms", "error",
+        ],
+    )  # fmt: skip
+    return frame.dropna(axis=1, how="all")
+
+
 def gpu_section_markdown(report: dict[str, Any], heading: str = "##") -> list[str]:
     """The three tables with their headings, as Markdown lines."""
     lines = [f"{heading} Parity on the GPU", ""]
@@ -157,6 +170,24 @@ def gpu_section_markdown(report: dict[str, Any], heading: str = "##") -> list[st
             prefill_table(report).to_markdown(index=False),
             "",
         ]
+    if "dcp" in report:
+        lines += [f"{heading} DCP at L3 on real ranks", ""]
+        section = report["dcp"]
+        problem = section_problem(section)
+        if problem:
+            lines += [f"DCP {problem}", ""]
+        elif "skipped" in section:
+            lines += [f"DCP skipped: {section['skipped']}", ""]
+        else:
+            lines += [
+                f"World size {section.get('world_size')} over {section.get('backend')}, one GPU per rank, each "
+                "rank's own cache; the all-gather a real all_gather_into_tensor. ranks_agree: both ranks of each "
+                "side gave the same bits; bit_exact: rank 0's per_request against upstream's DCP loop; ms: the "
+                "context loop, the slower rank's median.",
+                "",
+                dcp_table(report).to_markdown(index=False),
+                "",
+            ]
     return lines
 
 
