@@ -51,6 +51,9 @@ if TYPE_CHECKING:
     from harness.numeric import PrefillInputs
 
 REAL_RANK_BACKENDS = ("gloo", "nccl")
+# ``--dcp-backend``'s values (:data:`harness.dcp.DCP_BACKENDS`, named here so the
+# CLI's parser does not import torch).
+DCP_BACKEND_CHOICES = ("one-process", *REAL_RANK_BACKENDS)
 # The longest a fresh worker may take to import the pinned vLLM and say so.
 STARTUP_S = 300.0
 # What the oracle's all-gather is under real ranks, for the run's settings.
@@ -90,6 +93,7 @@ class RankOutcome:
 class _Worker:
     process: Any
     conn: Connection
+    ready: bool = False
 
 
 @dataclass
@@ -107,11 +111,10 @@ class RankPool:
         self.backend, self.device = backend, device
         self._workers: list[_Worker] = []
 
-    def take(self, count: int, startup_s: float) -> list[_Worker]:
-        """The first ``count`` workers, started now if there are fewer; raises
-        :class:`RuntimeError` (one line) if one cannot start."""
+    def start(self, count: int) -> None:
+        """Spawn workers until there are ``count``, without waiting for them:
+        their imports overlap whatever the caller does next."""
         context = multiprocessing.get_context("spawn")
-        fresh = []
         while len(self._workers) < count:
             parent_end, child_end = context.Pipe()
             rank = len(self._workers)
@@ -123,11 +126,16 @@ class RankPool:
             )
             process.start()
             child_end.close()
-            worker = _Worker(process, parent_end)
-            self._workers.append(worker)
-            fresh.append((rank, worker))
+            self._workers.append(_Worker(process, parent_end))
+
+    def take(self, count: int, startup_s: float) -> list[_Worker]:
+        """The first ``count`` workers, started now if there are fewer, once each
+        said it is ready; raises :class:`RuntimeError` (one line) if one cannot start."""
+        self.start(count)
         deadline = time.monotonic() + startup_s
-        for rank, worker in fresh:
+        for rank, worker in enumerate(self._workers[:count]):
+            if worker.ready:
+                continue
             message = _receive(worker, deadline)
             if message is None:
                 self.close()
@@ -136,6 +144,7 @@ class RankPool:
                 self.close()
                 reason = message[1] if message[0] == "ready" else f"unexpected message {message[0]!r}"
                 raise RuntimeError(f"DCP rank {rank}'s process could not start: {reason}")
+            worker.ready = True
         return self._workers[:count]
 
     def close(self) -> None:
@@ -161,6 +170,12 @@ def close_pools() -> None:
 
 
 atexit.register(close_pools)
+
+
+def prestart(ranks: RealRanks, device: str, count: int) -> None:
+    """Begin spawning the ``count`` workers a run will need (the largest DCP
+    world among its prefill items), so their start overlaps the run's own."""
+    _pool(ranks.backend, device).start(count)
 
 
 def _pool(backend: str, device: str) -> RankPool:

@@ -18,7 +18,8 @@ import torch
 
 from harness.bits import identical_bits
 from harness.cases import write_case_file
-from harness.dcp_ranks import RealRanks, close_pools, prefill_on_ranks
+from harness.dcp import DCP_BACKENDS
+from harness.dcp_ranks import DCP_BACKEND_CHOICES, RealRanks, close_pools, prefill_on_ranks, prestart
 from harness.generate import generate_prefill
 from harness.kernels import kernels_for, kernels_for_case
 from harness.model import Case
@@ -42,8 +43,11 @@ def _dcp_cases() -> list[Case]:
 CASES = _dcp_cases()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _end_rank_workers() -> Iterator[None]:
+@pytest.fixture(scope="session", autouse=True)
+def _rank_workers() -> Iterator[None]:
+    # Session-wide so it comes before the oracle fixture: the workers' imports
+    # of the pinned vLLM overlap this process's.
+    prestart(GLOO, "cpu", max(c.dcp_world_size for c in CASES))
     yield
     close_pools()
 
@@ -123,6 +127,10 @@ def test_cli_run_with_gloo_ranks_exits_0_at_parity(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert code == 0, out
     assert "DCP ranks over gloo" in out and "PASS" in out.upper()
+
+
+def test_the_cli_offers_every_backend() -> None:
+    assert DCP_BACKEND_CHOICES == DCP_BACKENDS
 
 
 def test_nccl_needs_cuda_one_line_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

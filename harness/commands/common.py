@@ -166,6 +166,19 @@ def dcp_settings(args: argparse.Namespace) -> dict[str, str]:
     return {"dcp_backend": backend, "dcp_oracle_kv_gather": ORACLE_KV_GATHER}
 
 
+def largest_dcp_world(suite: Suite, levels: tuple[str, ...], shard: Shard | None) -> int:
+    """The most DCP ranks any prefill item of this shard runs on (0: none is DCP)."""
+    from harness.runner import plan_items
+
+    worlds = [
+        item.dcp_world_size
+        for index, (kind, item) in enumerate(plan_items(suite, levels))
+        if kind == "prefill" and (shard is None or shard.owns(index))
+    ]
+    largest = max(worlds, default=1)
+    return largest if largest > 1 else 0
+
+
 def real_ranks_of(args: argparse.Namespace) -> RealRanks | None:
     """``--dcp-backend`` as the runner takes it: None for one process, else how
     each rank runs (UsageError, one line, for a backend the device or the
@@ -349,6 +362,11 @@ def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] 
         raise
     note_unimplemented(port, levels)
     kernels = select_device(args.device)
+    if real_ranks is not None:
+        from harness.dcp_ranks import prestart
+
+        # The rank workers import the oracle while this process opens its own.
+        prestart(real_ranks, args.device, largest_dcp_world(suite, levels, shard))
     oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle)
     banner = drift_banner(provenance)
     if banner:

@@ -80,11 +80,11 @@ def device_option(p: argparse.ArgumentParser) -> None:
 
 
 def dcp_backend_option(p: argparse.ArgumentParser) -> None:
-    from harness.dcp import DCP_BACKENDS
+    from harness.dcp_ranks import DCP_BACKEND_CHOICES
 
     p.add_argument(
         "--dcp-backend",
-        choices=DCP_BACKENDS,
+        choices=DCP_BACKEND_CHOICES,
         default="one-process",
         help="how a DCP case's L3 plays its ranks: one-process (every rank in this process, the default), "
         "gloo (one process per rank over torch.distributed on the CPU) or nccl (one per rank and GPU, --device cuda)",
