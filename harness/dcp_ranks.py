@@ -102,6 +102,13 @@ class _RankState:
 
     reported: dict[str, str | None] = field(default_factory=dict)  # side -> None (ok) or its error
     done: bool = False
+    # Its process ended: the cause of any error the other ranks then report.
+    died: bool = False
+
+    def mark_death(self, rank: int, exitcode: int | None) -> None:
+        phase = PORT if ORACLE in self.reported else ORACLE
+        self.reported[phase] = f"DCP rank {rank}'s process ended (exit code {exitcode}) during the {phase}'s prefill"
+        self.done = self.died = True
 
 
 class RankPool:
@@ -281,19 +288,21 @@ def _run_item(
                     message = worker.conn.recv()
             if message is None:
                 if not worker.process.is_alive():
-                    phase = PORT if ORACLE in state.reported else ORACLE
-                    state.reported.setdefault(
-                        phase,
-                        f"DCP rank {rank}'s process ended (exit code {worker.process.exitcode}) "
-                        f"during the {phase}'s prefill",
-                    )
-                    state.done = True
+                    state.mark_death(rank, worker.process.exitcode)
                 continue
             kind = message[0]
             if kind == "done":
                 state.done = True
             elif kind in (ORACLE, PORT):
                 state.reported[kind] = message[1]
+    # A rank's death shows first as another's broken collective: look for it
+    # among the ranks still out, briefly, so the error names the cause.
+    out = [(rank, worker) for rank, worker in enumerate(workers) if not states[rank].done]
+    if out:
+        wait([worker.process.sentinel for _, worker in out], timeout=1.0)
+        for rank, worker in out:
+            if not worker.process.is_alive():
+                states[rank].mark_death(rank, worker.process.exitcode)
     return states
 
 
@@ -320,7 +329,9 @@ def _judge(
     from oracle.numeric import check_ranks_agree
 
     for side in (ORACLE, PORT):
-        errors = [(rank, s.reported[side]) for rank, s in enumerate(states) if s.reported.get(side) is not None]
+        # A rank that died first: its death is the cause of the others' errors.
+        ordered = sorted(enumerate(states), key=lambda pair: not pair[1].died)
+        errors = [(rank, s.reported[side]) for rank, s in ordered if s.reported.get(side) is not None]
         missing = [rank for rank, s in enumerate(states) if side not in s.reported]
         error = None
         if errors:
