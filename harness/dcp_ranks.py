@@ -38,7 +38,6 @@ import signal
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
@@ -48,7 +47,6 @@ if TYPE_CHECKING:
     import torch
 
     from harness.model import Case
-    from harness.numeric import PrefillInputs
 
 REAL_RANK_BACKENDS = ("gloo", "nccl")
 # ``--dcp-backend``'s values (:data:`harness.dcp.DCP_BACKENDS`, named here so the
@@ -219,9 +217,13 @@ def prefill_on_ranks(case: Case, ranks: RealRanks, device: str, timeout_s: float
     except RuntimeError as exc:
         outcome.oracle_error = str(exc)
         return outcome
+    except Exception as exc:  # spawning itself failed (no processes, no pipes)
+        pool.close()
+        outcome.oracle_error = f"cannot start the DCP rank processes: {_one_line(exc)}"
+        return outcome
     folder = tempfile.mkdtemp(prefix="parity-dcp-")
     try:
-        states = _run_item(pool, workers, case, ranks, device, timeout_s, folder)
+        states = _run_item(workers, case, ranks, timeout_s, folder)
         if not all(state.done for state in states):
             # Some rank may be stuck in a collective: only a fresh pool is safe.
             pool.close()
@@ -234,15 +236,7 @@ def prefill_on_ranks(case: Case, ranks: RealRanks, device: str, timeout_s: float
     return outcome
 
 
-def _run_item(
-    pool: RankPool,
-    workers: list[_Worker],
-    case: Case,
-    ranks: RealRanks,
-    device: str,
-    timeout_s: float,
-    folder: str,
-) -> list[_RankState]:
+def _run_item(workers: list[_Worker], case: Case, ranks: RealRanks, timeout_s: float, folder: str) -> list[_RankState]:
     """Hand the item to every rank and collect what they report until each is
     done, some rank's side failed, or a deadline passed."""
     world = len(workers)
@@ -287,6 +281,9 @@ def _run_item(
                 if worker.conn.poll():
                     message = worker.conn.recv()
             if message is None:
+                # Its sentinel or a closed pipe: the process is ending (reaping
+                # it can lag its closed sockets by a moment).
+                worker.process.join(timeout=1.0)
                 if not worker.process.is_alive():
                     state.mark_death(rank, worker.process.exitcode)
                 continue
@@ -299,9 +296,10 @@ def _run_item(
     # among the ranks still out, briefly, so the error names the cause.
     out = [(rank, worker) for rank, worker in enumerate(workers) if not states[rank].done]
     if out:
-        wait([worker.process.sentinel for _, worker in out], timeout=1.0)
+        ended = wait([worker.process.sentinel for _, worker in out], timeout=1.0)
         for rank, worker in out:
-            if not worker.process.is_alive():
+            if worker.process.sentinel in ended:
+                worker.process.join(timeout=1.0)
                 states[rank].mark_death(rank, worker.process.exitcode)
     return states
 
@@ -440,6 +438,7 @@ def _run_job(
     from harness.dcp import TorchDistributedRanks
     from harness.kernels import kernels_for, kernels_for_case
     from harness.numeric import case_prefill_inputs
+    from oracle.numeric import UpstreamKvGather
 
     case, rank, world, folder = job["case"], job["rank"], job["world_size"], job["folder"]
     timeout = timedelta(seconds=job["timeout_s"])
@@ -453,9 +452,9 @@ def _run_job(
         try:
             kernels = kernels_for_case(kernels_for(device), case)
             collective = TorchDistributedRanks(world, rank, backend)
-            with upstream_kv_gather(case, dist.group.WORLD) as managers:
-                oracle_out = oracle.prefill(case, case_prefill_inputs(case, device, collective), kernels)
-            if any(case.context_lens) and not any(manager.calls for manager in managers):
+            gathers_before = UpstreamKvGather.calls
+            oracle_out = oracle.prefill(case, case_prefill_inputs(case, device, collective), kernels)
+            if any(case.context_lens) and UpstreamKvGather.calls == gathers_before:
                 raise AssertionError("the oracle's DCP loop never called upstream's MLADCPManager.kv_gather")
             _save(oracle_out, folder, ORACLE, rank)
         except BaseException as exc:
@@ -502,66 +501,3 @@ def _save(tensors: dict[str, torch.Tensor], folder: str, side: str, rank: int) -
     # the bits are unchanged.
     host = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in tensors.items()}
     save_file(host, _path(folder, side, rank), metadata={"order": json.dumps(list(tensors))})
-
-
-class _GroupCoordinator:
-    """The two attributes of vLLM's ``GroupCoordinator`` that ``init_kv_gather``
-    reads; hashed by identity, as upstream caches its workspace per group."""
-
-    def __init__(self, world_size: int, device_group: Any) -> None:
-        self.world_size, self.device_group = world_size, device_group
-
-
-class UpstreamKvGather:
-    """The oracle's DCP manager under real ranks: upstream's ``MLADCPManager``,
-    only its ``kv_gather`` set up, by its own ``init_kv_gather`` over ``group``
-    (the rest of the manager serves the decode path, which L3 never reaches).
-    Built as the oracle builds its stand-in, ``(inputs, kernels, rank)``."""
-
-    def __init__(self, workspace_size: int, group: Any, inputs: PrefillInputs) -> None:
-        import torch
-
-        from oracle.environment import import_vllm_module
-
-        assert inputs.dcp is not None
-        world = inputs.dcp.world_size
-        dcp_utils = import_vllm_module("vllm.v1.attention.ops.dcp_utils")
-        manager = object.__new__(dcp_utils.MLADCPManager)
-        # What init_kv_gather reads of a manager built by its constructor (which
-        # needs vLLM's own initialised DCP group and an engine config).
-        manager.group = _GroupCoordinator(world, group)
-        manager.num_ubatches = 1
-        workspace = torch.empty(
-            (workspace_size + workspace_size // world, inputs.spec.latent_dim),
-            dtype=inputs.q.dtype,
-            device=inputs.q.device,
-        )
-        manager.init_kv_gather(workspace, workspace_size)
-        self.manager = manager
-        self.calls = 0
-
-    def serve(self, chunks: list[Any]) -> None:
-        self.calls = 0
-
-    def kv_gather(self, gathered_kv: torch.Tensor, local_kv: torch.Tensor) -> object:
-        self.calls += 1
-        return self.manager.kv_gather(gathered_kv, local_kv)
-
-
-@contextlib.contextmanager
-def upstream_kv_gather(case: Case, group: Any) -> Iterator[list[UpstreamKvGather]]:
-    """While open, the oracle's prefill builds :class:`UpstreamKvGather` where it
-    builds its one-process stand-in; yields the managers built."""
-    from unittest import mock
-
-    import oracle.numeric as oracle_numeric
-
-    built: list[UpstreamKvGather] = []
-
-    def build(inputs: PrefillInputs, kernels: Any, rank: int) -> UpstreamKvGather:
-        manager = UpstreamKvGather(case.workspace_size, group, inputs)
-        built.append(manager)
-        return manager
-
-    with mock.patch.object(oracle_numeric, "_StandInDcpManager", build):
-        yield built

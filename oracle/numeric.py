@@ -175,6 +175,41 @@ class _StandInDcpManager:
         gathered_kv.copy_(concatenated)
 
 
+class _GroupCoordinator:
+    """The two attributes of vLLM's ``GroupCoordinator`` that ``init_kv_gather``
+    reads; hashed by identity, as upstream caches its workspace per group."""
+
+    def __init__(self, world_size: int, device_group: Any) -> None:
+        self.world_size, self.device_group = world_size, device_group
+
+
+class UpstreamKvGather:
+    """The DCP manager with real ranks: upstream's own ``MLADCPManager``, only its
+    ``kv_gather`` set up, by its own ``init_kv_gather`` over the collective's
+    process group (the rest of the manager serves the decode path, which L3
+    never reaches; its constructor needs vLLM's initialised DCP group and an
+    engine config). ``calls`` counts this rank's all-gathers, over every
+    manager built in the process (a run that never reached it is a fault the
+    caller can see)."""
+
+    calls = 0
+
+    def __init__(self, workspace: torch.Tensor, workspace_size: int, world_size: int, group: Any) -> None:
+        dcp_utils = import_vllm_module("vllm.v1.attention.ops.dcp_utils")
+        manager = object.__new__(dcp_utils.MLADCPManager)
+        manager.group = _GroupCoordinator(world_size, group)
+        manager.num_ubatches = 1
+        manager.init_kv_gather(workspace, workspace_size)
+        self._manager = manager
+
+    def serve(self, chunks: list[Any]) -> None:
+        """Nothing to track: the collective brings every rank's buffer itself."""
+
+    def kv_gather(self, gathered_kv: torch.Tensor, local_kv: torch.Tensor) -> object:
+        UpstreamKvGather.calls += 1
+        return self._manager.kv_gather(gathered_kv, local_kv)
+
+
 @dataclass
 class _Observed:
     """What the run hands back beyond ``forward_mha``'s ``output``: the context
@@ -247,7 +282,7 @@ class _Upstream:
     k_scale: torch.Tensor
     seen: _Observed
     dcp_world_size: int = 1
-    dcp_manager: _StandInDcpManager | None = None
+    dcp_manager: _StandInDcpManager | UpstreamKvGather | None = None
 
     @property
     def has_context(self) -> bool:
@@ -259,7 +294,7 @@ class _Upstream:
         if self.dcp_world_size > 1:
             assert self.dcp_manager is not None
             # Every run of the loop gathers its chunks afresh, from the first.
-            self.dcp_manager.calls = 0
+            self.dcp_manager.serve(self.attn_metadata.prefill.chunked_context.chunks)
             return self.impl._context_parallel_compute_prefill_context(  # type: ignore[no-any-return]
                 q, self.kv_cache, self.attn_metadata, self.k_scale, dcp_world_size=self.dcp_world_size
             )
@@ -286,7 +321,7 @@ def _upstream(case: Case, inputs: PrefillInputs, kernels: SharedKernels, rank: i
     kv_cache, block_table = inputs.kv_cache, inputs.block_table
     if rank is None:
         rank = inputs.dcp.rank if inputs.dcp is not None else 0
-    manager = None
+    manager: _StandInDcpManager | UpstreamKvGather | None = None
     if world > 1:
         assert inputs.dcp is not None and inputs.dcp.world_size == world, "a DCP case needs per-rank inputs"
         # Upstream's MLACommonMetadataBuilder.__init__ under DCP.
@@ -297,8 +332,17 @@ def _upstream(case: Case, inputs: PrefillInputs, kernels: SharedKernels, rank: i
         rows = case.workspace_size + case.workspace_size // world
         cache = inputs.dcp.cache(rank)
         kv_cache, block_table = cache.kv_cache, cache.block_table
-        manager = _StandInDcpManager(inputs, kernels, rank)
     workspace = torch.empty((rows, spec.latent_dim), dtype=inputs.q.dtype, device=device)
+    if world > 1:
+        assert inputs.dcp is not None
+        collective = inputs.dcp.collective
+        # With real ranks, upstream's own kv_gather over their process group;
+        # in one process, the stand-in that builds the concatenation.
+        manager = (
+            _StandInDcpManager(inputs, kernels, rank)
+            if collective.backend == "one-process"
+            else UpstreamKvGather(workspace, case.workspace_size, world, getattr(collective, "group", None))
+        )
     chunked_context = mla.build_mla_chunked_context_metadata(
         context_lens_cpu=torch.tensor(case.context_lens, dtype=torch.int32),
         prefill_query_start_loc_cpu=inputs.query_start_loc.cpu(),

@@ -198,7 +198,7 @@ def compare_and_print(
             print(format_tensor_verdict("L2 merge" if kind == "merge" else "L3 prefill", result))
             if isinstance(item, Case) and kind == "prefill" and item.dcp_world_size > 1 and result.tensors:
                 # The oracle's layout: the rows each rank should have contributed.
-                picture = format_rank_picture(item, oracle.plan_layout(item), result)  # type: ignore[attr-defined]
+                picture = format_rank_picture(item, oracle.plan_layout(item), result)
                 if picture:
                     print(picture)
     print(verdict_line(results))
