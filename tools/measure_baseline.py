@@ -68,6 +68,19 @@ def refusal_reasons(details: list[str]) -> str:
     )
 
 
+EQUAL_SHARE_REFUSAL = "ValueError: equal share of a "
+# Each kind of error equal_share may raise, by the text every such error holds,
+# and the reason its entry gives.
+PORT_ERRORS: dict[str, str] = {
+    EQUAL_SHARE_REFUSAL: "",
+    "of its rows, its layout says": (
+        "under DCP the legacy grid's local windows place another number of rows on the ranks than its chunk "
+        "holds, so its DCP step cannot reorder them (vllm 0.27.1, whose windows these are, refuses every one of "
+        'these batches too, by its DCP loop\'s assertions); measured: {n} items, e.g. "{example}"'
+    ),
+}
+
+
 def main(argv: list[str]) -> int:
     table = pd.read_parquet(argv[0])
     out = argv[1]
@@ -76,6 +89,7 @@ def main(argv: list[str]) -> int:
 
     entries = measure_entries(table, "equal_share")
     failing = table[table["status"].isin(["divergent", "port-error"])]
+    extra: list[dict[str, Any]] = []
 
     for e in entries:
         g = failing[
@@ -87,11 +101,20 @@ def main(argv: list[str]) -> int:
         assert n == e["items"], (e, n)
         e.pop("items")
         if e["status"] == "port-error":
-            texts = sorted(set(g["detail"]))
-            common = "ValueError: equal share of a "
-            assert all(t.startswith(common) for t in texts), texts
-            e["error"] = common
-            e["reason"] = f"the legacy grid cannot plan these {n} batches: " + refusal_reasons(list(g["detail"]))
+            kinds = {kind: [str(d) for d in g["detail"] if kind in str(d)] for kind in PORT_ERRORS}
+            unknown = set(map(str, g["detail"])) - {t for texts in kinds.values() for t in texts}
+            assert not unknown, f"port errors of no known kind: {sorted(unknown)}"
+            split = []
+            for kind, texts in kinds.items():
+                if texts:
+                    reason = (
+                        f"the legacy grid cannot plan these {len(texts)} batches: " + refusal_reasons(texts)
+                        if kind == EQUAL_SHARE_REFUSAL
+                        else PORT_ERRORS[kind].format(n=len(texts), example=min(texts))
+                    )
+                    split.append({**e, "error": kind, "reason": reason})
+            e.update(split[0])
+            extra += split[1:]
         elif e["level"] == "layout":
             field = e["field"]
             why = FIELD_WHY.get(field, f"the grid's chunks differ first in {field}")
@@ -123,6 +146,10 @@ def main(argv: list[str]) -> int:
         e_sorted = {k: e[k] for k in order if k in e}
         e.clear()
         e.update(e_sorted)
+    for e in extra:
+        e.pop("port", None)
+    entries += extra
+    entries.sort(key=lambda e: (e["family"], e["level"], e["status"], e.get("field", ""), e.get("error", "")))
 
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"port": "equal_share", "entries": entries}, f, indent=2)
