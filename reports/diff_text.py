@@ -209,6 +209,13 @@ def _runs(positions: Sequence[int]) -> list[tuple[int, int]]:
 
 
 def _runs_text(runs: Sequence[tuple[int, int]], limit: int = 6) -> str:
+    """Runs as ``a-b`` (or ``a``); a regular pattern of three or more equal runs
+    at a fixed stride, as the interleave deals rows, as ``first-last in runs of
+    L every S``."""
+    lengths = {b - a for a, b in runs}
+    strides = {runs[i + 1][0] - runs[i][0] for i in range(len(runs) - 1)}
+    if len(runs) >= 3 and len(lengths) == 1 and len(strides) == 1:
+        return f"{runs[0][0]}-{runs[-1][1] - 1} in runs of {lengths.pop()} every {strides.pop()}"
     shown = ", ".join(f"{a}" if b == a + 1 else f"{a}-{b - 1}" for a, b in runs[:limit])
     return shown + (f", ... ({len(runs)} runs)" if len(runs) > limit else "")
 
@@ -221,44 +228,76 @@ def first_mismatch_token(result: CaseResult) -> int | None:
     return None
 
 
-def format_rank_picture(case: Case, layout: Layout, result: CaseResult, side: str = "oracle") -> str:
-    """Under DCP, when a prefill's bits differ: for each chunk of ``layout`` that
-    holds the first mismatching token's request, which rank contributed which
-    context rows (global positions) and how many padding rows it dropped, in
-    the order the attention takes them (request by request, rank by rank).
-    Empty without DCP, without a token-indexed mismatch, or when the request
-    has no context."""
+def _rank_lines(chunk: Chunk, k: int, world: int, interleave: int) -> list[str]:
+    """One line per rank: the context rows (global positions) it contributes
+    for chunk-local request ``k``, and the padding rows it drops."""
     from harness.dcp import global_positions
 
+    assert chunk.local_starts is not None and chunk.padded_local_seq_lens is not None
+    assert chunk.local_context_lens_allranks is not None
+    local_start, padded = chunk.local_starts[k], chunk.padded_local_seq_lens[k]
+    lines = []
+    for rank, held in enumerate(chunk.local_context_lens_allranks[k]):
+        real = min(max(held - local_start, 0), padded)
+        positions = global_positions(local_start + real, world, interleave, rank)[local_start:].tolist()
+        lines.append(
+            f"    rank {rank}: {real} rows -> context rows {_runs_text(_runs(positions)) or 'none'}"
+            f" ({padded - real} padding rows dropped)"
+        )
+    return lines
+
+
+def format_rank_picture(case: Case, expected: Layout, port_layout: Layout | None, result: CaseResult) -> str:
+    """Under DCP, when a prefill's bits differ: for each chunk of the oracle's
+    layout (``expected``) that holds the first mismatching token's request,
+    which rank should contribute which context rows (global positions) and how
+    many padding rows it should drop, in the order the attention takes them
+    (request by request, rank by rank). Where the port's layout places that
+    request's rows differently, its picture follows; where it places them the
+    same, the difference lies in how the port gathers, all-gathers, reorders or
+    folds them, which the layout cannot show. Empty without DCP, without a
+    token-indexed mismatch, or when the request has no context."""
     token = first_mismatch_token(result)
     if case.dcp_world_size == 1 or token is None:
         return ""
     qsl = case.query_start_loc
     request = max(i for i in range(case.num_requests) if qsl[i] <= token)
     world, interleave = case.dcp_world_size, case.cp_kv_cache_interleave_size
+
+    def pictures(layout: Layout) -> list[tuple[int, list[str]]]:
+        out = []
+        for chunk in layout.chunks:
+            if chunk.request_start <= request < chunk.request_end and chunk.local_starts is not None:
+                k = request - chunk.request_start
+                heading = (
+                    f"  chunk {chunk.index}: {chunk.seq_lens[k]} of its context rows, local rows "
+                    f"[{chunk.local_starts[k]}, {chunk.local_starts[k] + (chunk.padded_local_seq_lens or ())[k]}) "
+                    "on every rank"
+                )
+                out.append((chunk.index, [heading, *_rank_lines(chunk, k, world, interleave)]))
+        return out
+
+    expected_pictures = pictures(expected)
+    if not expected_pictures:
+        return ""
     lines = [
-        f"DCP picture (world {world}, interleave {interleave}; {side}'s layout): request {request}, "
-        f"which holds the first mismatching token {token}"
+        f"DCP picture (world {world}, interleave {interleave}): request {request}, which holds the first "
+        f"mismatching token {token}; the rows each rank should contribute (the oracle's layout):"
     ]
-    for chunk in layout.chunks:
-        if not chunk.request_start <= request < chunk.request_end or chunk.local_starts is None:
-            continue
-        k = request - chunk.request_start
-        assert chunk.padded_local_seq_lens is not None and chunk.local_context_lens_allranks is not None
-        rows = chunk.seq_lens[k]
-        local_start, padded = chunk.local_starts[k], chunk.padded_local_seq_lens[k]
-        lines.append(
-            f"  chunk {chunk.index}: {rows} of its context rows, local rows [{local_start}, {local_start + padded}) "
-            f"on every rank"
-        )
-        for rank, held in enumerate(chunk.local_context_lens_allranks[k]):
-            real = min(max(held - local_start, 0), padded)
-            positions = global_positions(local_start + real, world, interleave, rank)[local_start:].tolist()
+    for _, block in expected_pictures:
+        lines += block
+    if port_layout is not None:
+        port_pictures = pictures(port_layout)
+        if port_pictures == expected_pictures:
             lines.append(
-                f"    rank {rank}: {real} rows -> context rows {_runs_text(_runs(positions)) or 'none'}"
-                f" ({padded - real} padding rows dropped)"
+                "The port's layout places the same rows: the difference lies in how it gathers, all-gathers, "
+                "reorders or folds them."
             )
-    return "\n".join(lines) if len(lines) > 1 else ""
+        else:
+            lines.append("The port's layout places them so:")
+            for _, block in port_pictures:
+                lines += block
+    return "\n".join(lines)
 
 
 # -- the --json record ---------------------------------------------------------------------

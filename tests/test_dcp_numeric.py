@@ -145,8 +145,34 @@ def test_diff_prints_the_per_rank_picture(capsys: pytest.CaptureFixture[str]) ->
     )  # fmt: skip
     out = capsys.readouterr().out
     assert status == 1
-    assert "DCP picture (world 3, interleave 4; oracle's layout)" in out
+    assert "DCP picture (world 3, interleave 4): request 1" in out
+    assert "The port's layout places the same rows" in out
     # Request 1 (17 rows over 3 ranks, 4 at a time): rank 1 holds 4-7 and 16.
     assert "rank 1: 5 rows -> context rows 4-7, 16 (3 padding rows dropped)" in out
     assert main(["diff", "cases/smoke/numeric-dcp3-interleave4.json", "--port", "per_request"]) == 0
     assert "DCP picture" not in capsys.readouterr().out
+
+
+def test_the_picture_shows_a_port_layout_that_places_rows_otherwise(per_request: Port, equal_share: Port) -> None:
+    """Where the port's layout cuts the request elsewhere (the legacy grid), its
+    picture follows the oracle's; each names the rows of every rank."""
+    from harness.bits import compare_bits
+    from harness.runner import DIVERGENT, CaseResult
+    from reports.diff_text import format_rank_picture
+
+    case = dcp_case((40, 70), 2, 1, 64)
+    expected, legacy = per_request.plan_layout(case), equal_share.plan_layout(case)
+    assert expected != legacy
+    oracle_lse, port_lse = torch.zeros(2, 4), torch.zeros(2, 4)
+    port_lse[0, 3] = 1.0  # token 3: request 1's
+    result = CaseResult(case.name, case.family, "prefill", DIVERGENT)
+    result.tensors = [compare_bits("lse", oracle_lse, port_lse, ("head", "token"))]
+    picture = format_rank_picture(case, expected, legacy, result)
+    assert "request 1, which holds the first mismatching token 3" in picture
+    assert "The port's layout places them so:" in picture
+    # Request 1's 70 rows over 2 ranks one at a time: rank 1 holds the odd ones;
+    # the oracle's first chunk takes 16 of them, the grid's 32.
+    should, placed = picture.split("The port's layout places them so:")
+    assert "rank 1: 8 rows -> context rows 1-15 in runs of 1 every 2 (0 padding rows dropped)" in should
+    assert "rank 1: 16 rows -> context rows 1-31 in runs of 1 every 2 (0 padding rows dropped)" in placed
+    assert format_rank_picture(case, expected, expected, result).endswith("reorders or folds them.")

@@ -35,7 +35,7 @@ from harness.commands.options import (
     positive_seconds,
 )
 from harness.kernels import SharedKernels
-from harness.model import Case, MergeCase, WorkspaceConfig
+from harness.model import Case, Layout, MergeCase, WorkspaceConfig
 from harness.port import DEFAULT_PORT_TIMEOUT_S, Port, load_port, port_levels
 from harness.reproduce import ResolvedItem, level_of, resolve_item
 from harness.runner import LEVELS, CaseResult, run_item, selected_levels
@@ -160,6 +160,14 @@ def diff_kinds(resolved: ResolvedItem, spec: str, level: str | None) -> list[str
     return kinds
 
 
+def _port_layout(port: Port, case: Case) -> Layout | None:
+    """The port's layout of ``case``, or None where it cannot give one."""
+    try:
+        return port.plan_layout(case)
+    except Exception:
+        return None
+
+
 def compare_and_print(
     oracle: Port,
     port: Port,
@@ -197,8 +205,8 @@ def compare_and_print(
         else:
             print(format_tensor_verdict("L2 merge" if kind == "merge" else "L3 prefill", result))
             if isinstance(item, Case) and kind == "prefill" and item.dcp_world_size > 1 and result.tensors:
-                # The oracle's layout: the rows each rank should have contributed.
-                picture = format_rank_picture(item, oracle.plan_layout(item), result)
+                # The oracle's layout: the rows each rank should contribute; the port's beside it.
+                picture = format_rank_picture(item, oracle.plan_layout(item), _port_layout(port, item), result)
                 if picture:
                     print(picture)
     print(verdict_line(results))
