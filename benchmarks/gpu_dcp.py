@@ -4,8 +4,10 @@ Two processes (world size 2), each on its own GPU with its own rank's cache
 (harness.numeric.case_prefill_inputs with a TorchDistributedRanks collective):
 the all-gather of every chunk is a real ``all_gather_into_tensor`` over NCCL,
 the shared kernels are the CUDA ones (harness.kernels.CudaKernels), the
-oracle is upstream's DCP loop (oracle.numeric) and the port per_request's own
-DCP step. Every rank writes its tensors; the parent checks that both ranks of
+oracle is upstream's DCP loop (oracle.numeric) with upstream's own
+``MLADCPManager.kv_gather`` set up over the NCCL group (its calls are counted
+and must be more than 0), and the port per_request's own DCP step over
+``all_gather_into_tensor``. Every rank writes its tensors; the parent checks that both ranks of
 each side gave the same bits and compares rank 0's oracle and port tensors bit
 for bit (harness.bits.compare_bits). Each rank also times both context loops
 (CUDA events, median over repeats, the same calls on both ranks, since every
@@ -44,6 +46,7 @@ def _rank_main(rank: int, cases_path: str, scratch: str, warmup: int, repeats: i
     else:
         prepare_environment()
     import torch.distributed as dist
+
     from harness.cases import load_case_file
     from harness.dcp import TorchDistributedRanks
     from harness.kernels import CpuKernels, CudaKernels
@@ -63,7 +66,11 @@ def _rank_main(rank: int, cases_path: str, scratch: str, warmup: int, repeats: i
     for case in load_case_file(Path(cases_path)):
         record: dict[str, Any] = {"case": case.name}
         try:
+            gathers_before = oracle_numeric.UpstreamKvGather.calls
             oracle_out = oracle_numeric.prefill(case, case_prefill_inputs(case, device, ranks), kernels)
+            # Real ranks: the oracle's all-gathers are upstream's own kv_gather.
+            record["oracle_kv_gathers"] = oracle_numeric.UpstreamKvGather.calls - gathers_before
+            assert record["oracle_kv_gathers"] > 0, "the oracle's DCP loop never called upstream's kv_gather"
             port_out = PORT.prefill(case, case_prefill_inputs(case, device, ranks), kernels)
             tensors = {f"oracle.{k}": v.contiguous().cpu() for k, v in oracle_out.items()}
             tensors |= {f"port.{k}": v.contiguous().cpu() for k, v in port_out.items()}
@@ -146,6 +153,7 @@ def dcp_section(
             row["bit_exact"] = all(t.exact for t in tensors)
             row["max_ulp"] = max(t.max_ulp for t in tensors)
             row["chunks"] = records[0]["chunks"]
+            row["oracle_kv_gathers"] = records[0]["oracle_kv_gathers"]
             if on_gpu:
                 row["oracle_ms"] = max(r["oracle_ms"] for r in records)
                 row["port_ms"] = max(r["port_ms"] for r in records)

@@ -129,8 +129,8 @@ def dcp_table(report: dict[str, Any]) -> pd.DataFrame:
     frame = pd.DataFrame(
         rows,
         columns=[
-            "case", "heads", "latent", "dtype", "interleave", "chunks", "ranks_agree", "bit_exact", "max_ulp",
-            "oracle_ms", "port_ms", "error",
+            "case", "heads", "latent", "dtype", "interleave", "chunks", "oracle_kv_gathers", "ranks_agree",
+            "bit_exact", "max_ulp", "oracle_ms", "port_ms", "error",
         ],
     )  # fmt: skip
     return frame.dropna(axis=1, how="all")
@@ -181,7 +181,9 @@ def gpu_section_markdown(report: dict[str, Any], heading: str = "##") -> list[st
         else:
             lines += [
                 f"World size {section.get('world_size')} over {section.get('backend')}, one GPU per rank, each "
-                "rank's own cache; the all-gather a real all_gather_into_tensor. ranks_agree: both ranks of each "
+                "rank's own cache; the all-gathers real: upstream's own MLADCPManager.kv_gather (init_kv_gather "
+                "over the group; oracle_kv_gathers counts its calls on rank 0) for the oracle, "
+                "all_gather_into_tensor for the port. ranks_agree: both ranks of each "
                 "side gave the same bits; bit_exact: rank 0's per_request against upstream's DCP loop; ms: the "
                 "context loop, the slower rank's median.",
                 "",
