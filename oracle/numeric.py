@@ -106,9 +106,7 @@ class _SharedGatherOps:
         """The CPU platform's gather of later releases (0.33.0 on): the same rows
         into ``dst`` (already cut to the chunk's rows), through the shared gather,
         as the GPU path's op is."""
-        seq_lens = (cu_seq_lens[1:] - cu_seq_lens[:-1]).long()
-        token_to_seq = torch.repeat_interleave(torch.arange(len(seq_lens), device=seq_lens.device), seq_lens)
-        self._kernels.gather(src_cache, dst, block_table, cu_seq_lens, token_to_seq, starts, dst.shape[0])
+        self._gather_runs(src_cache, dst, block_table, cu_seq_lens, len(cu_seq_lens) - 1, starts)
 
     def cp_gather_cache(
         self,
@@ -123,9 +121,22 @@ class _SharedGatherOps:
         request ``b``'s rows ``[cu_seq_lens[b], cu_seq_lens[b+1])`` from its local
         position ``seq_starts[b]`` on, through the shared gather."""
         assert seq_starts is not None
+        self._gather_runs(src_cache, dst, block_table, cu_seq_lens, batch_size, seq_starts)
+
+    def _gather_runs(
+        self,
+        src_cache: torch.Tensor,
+        dst: torch.Tensor,
+        block_table: torch.Tensor,
+        cu_seq_lens: torch.Tensor,
+        batch_size: int,
+        starts: torch.Tensor,
+    ) -> None:
+        """The shared gather of ``dst``'s rows, request ``b`` owning rows
+        ``[cu_seq_lens[b], cu_seq_lens[b+1])`` (ops that take no ``token_to_seq``)."""
         seq_lens = (cu_seq_lens[1 : batch_size + 1] - cu_seq_lens[:batch_size]).long()
         token_to_seq = torch.repeat_interleave(torch.arange(batch_size, device=seq_lens.device), seq_lens)
-        self._kernels.gather(src_cache, dst, block_table, cu_seq_lens, token_to_seq, seq_starts, dst.shape[0])
+        self._kernels.gather(src_cache, dst, block_table, cu_seq_lens, token_to_seq, starts, dst.shape[0])
 
 
 class _StandInDcpManager:
