@@ -248,5 +248,5 @@ def test_size_overrides_scale_every_group() -> None:
     }
     numeric_counts = [group["count"] for group in spec["prefill"]]
     generated = [c for c in quick.cases if c.name.startswith("numeric-") and "-keyless-" not in c.name]
-    assert len(generated) == 10 + numeric_counts[1] * 10 // numeric_counts[0]
+    assert len(generated) == 10 + sum(count * 10 // numeric_counts[0] for count in numeric_counts[1:])
     assert all(c.name.startswith("smoke-") for c in load_suite("ci", size=0).cases if c.numeric is None)

@@ -24,7 +24,7 @@ import torch
 from harness.compare import first_layout_divergence
 from harness.kernels import kernels_for, kernels_for_case
 from harness.model import PRESETS, Case, Layout, layout_from_json
-from harness.numeric import case_prefill_inputs, materialise_merge, materialise_prefill
+from harness.numeric import case_prefill_inputs, materialise_merge
 from harness.suites import load_suite, workspace_grids
 from ports.equal_share import PORT
 
@@ -184,7 +184,7 @@ import torch
 from harness.kernels import kernels_for, kernels_for_case
 from harness.merge_cases import generate_merge
 from harness.model import Case, MergeCase, NumericSpec
-from harness.numeric import case_prefill_inputs, materialise_merge, materialise_prefill
+from harness.numeric import case_prefill_inputs, materialise_merge
 from oracle.legacy import LegacyOracleSide, LegacyRefusal
 side = LegacyOracleSide()
 out, refused = {}, {}
@@ -195,7 +195,7 @@ for i, data in enumerate(ARGUMENT["merge"]):
 for i, data in enumerate(ARGUMENT["prefill"]):
     numeric = NumericSpec(**data.pop("numeric"))
     case = Case(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}, numeric=numeric)
-    inputs = materialise_prefill(case.context_lens, case.query_lens, case.block_size, numeric)
+    inputs = case_prefill_inputs(case)
     try:
         out[f"prefill{i}"] = side.prefill(case, inputs, kernels_for_case(kernels_for("cpu"), case))
     except LegacyRefusal as exc:
@@ -248,7 +248,7 @@ def test_prefill_is_bit_exact_with_0_27_1s_loop(legacy_numeric: dict[str, Any]) 
     compared = 0
     for i, case in enumerate(prefill_cases()):
         assert case.numeric is not None
-        inputs = materialise_prefill(case.context_lens, case.query_lens, case.block_size, case.numeric)
+        inputs = case_prefill_inputs(case)
         expected = legacy_numeric[f"prefill{i}"]
         if "refused" in expected:
             # 0.27.1 refuses the batch (oracle-error in a run); the grid refuses it too.
@@ -270,7 +270,7 @@ def test_zero_context_first_loses_context_in_0_27_1(legacy_numeric: dict[str, An
 
     case = prefill_cases()[-1]
     assert case.numeric is not None
-    inputs = materialise_prefill(case.context_lens, case.query_lens, case.block_size, case.numeric)
+    inputs = case_prefill_inputs(case)
     pinned = pinned_prefill(case, inputs, kernels_for("cpu"))
     legacy = legacy_numeric[f"prefill{len(prefill_cases()) - 1}"]
     first = case.query_lens[0]

@@ -89,7 +89,8 @@ def test_report_and_history(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert '<h2 id="gpu">' not in (tmp_path / "2026-11-27" / "index.html").read_text()
     page = (tmp_path / "2026-11-28" / "index.html").read_text()
     # The latest committed GPU report becomes a section: its tables, not a link, under its own date.
-    gpu_date = json.loads((ROOT / "reports" / "gpu" / "2026-11-29.json").read_text())["date"]
+    dated = [p for p in (ROOT / "reports" / "gpu").glob("*.json") if re.fullmatch(r"\d{4}-\d{2}-\d{2}\.json", p.name)]
+    gpu_date = json.loads(max(dated).read_text())["date"]
     assert (
         f'<h2 id="gpu">GPU: report of {gpu_date}, not tonight&#x27;s</h2>' in page and "gpu-upstream-worst-case" in page
     )

@@ -341,6 +341,21 @@ add(
     numeric={"preset": "narrow", "seed": 18},
 )
 
+# DCP at L3: per-rank caches, the all-gather and the reorder.
+add(
+    "numeric-dcp3-interleave4",
+    "hand-picked",
+    "DCP at L3: world 3, interleave 4, a request continued over three chunks beside a short and a "
+    "zero-context one; every rank's cache holds only its interleaved rows.",
+    [300, 17, 0, 90],
+    [1, 1, 2, 1],
+    16,
+    96,
+    dcp_world_size=3,
+    cp_kv_cache_interleave_size=4,
+    numeric={"preset": "tiny", "seed": 5, "dtype": "fp16"},
+)
+
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
