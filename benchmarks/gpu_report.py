@@ -12,14 +12,17 @@ reports/gpu.py). Sections:
   dimensions) and the benchmark batches of cases/gpu/bench.json, per_request
   and the legacy equal_share against the oracle, both Triton merge kernels
   compiled, the shared kernels on the GPU (harness.kernels.CudaKernels);
-* the merge kernel: upstream's Triton kernel and the port's, in GB/s, next to
-  the device's copy bandwidth;
+* the merge kernel: upstream's Triton kernel and the port's, in GB/s and as a
+  fraction of the device's copy bandwidth, on every shape of MERGE_SHAPES, with
+  their bits compared;
 * the prefill context loop on the batches of cases/gpu/bench.json: the legacy
   grid (equal_share), per_request and upstream's own loop, chunks and ms;
 * with two GPUs, DCP at L3 on real ranks over NCCL (benchmarks/gpu_dcp.py).
 
-Timings are CUDA events around one call each, after warm-up, medians over
-repeats; layouts and device metadata are built before timing (upstream builds
+Timings are CUDA events after warm-up, medians over repeats: around ten launches
+back to back for a kernel (the merge, the copy), so the host's launch latency
+is hidden as it is in a forward pass; around one call for a context loop,
+whose host work is part of its cost. Layouts and device metadata are built before timing (upstream builds
 its metadata before the forward pass too). A section that fails is recorded
 with its error and the others still run.
 """
@@ -47,11 +50,30 @@ from oracle.environment import import_vllm_module, use_device
 
 BENCH_CASES = Path(__file__).resolve().parent.parent / "cases" / "gpu" / "bench.json"
 PARITY_PORTS = ("per_request", "equal_share")
-MERGE_SHAPES = ((65536, 16, 128, torch.bfloat16), (16384, 128, 128, torch.bfloat16), (16384, 16, 576, torch.float16))
+# Every pairing the issue names: head sizes 128 (v_head_dim) and 576 (the latent),
+# bf16 and fp16, 16 and 128 heads.
+MERGE_SHAPES = (
+    (65536, 16, 128, torch.bfloat16),
+    (65536, 16, 128, torch.float16),
+    (16384, 128, 128, torch.bfloat16),
+    (16384, 16, 576, torch.float16),
+    (16384, 16, 576, torch.bfloat16),
+    (16384, 128, 576, torch.bfloat16),
+)
+# Launches a kernel timing holds back to back (cuda_ms).
+KERNEL_LAUNCHES = 10
 
 
-def cuda_ms(fn: Callable[[], Any], warmup: int, repeats: int) -> dict[str, float]:
-    """Median, min and max milliseconds of ``fn`` over ``repeats`` CUDA-event timings."""
+def cuda_ms(fn: Callable[[], Any], warmup: int, repeats: int, launches: int = 1) -> dict[str, float]:
+    """Median, min and max milliseconds a call of ``fn`` takes over ``repeats``
+    CUDA-event timings, each of ``launches`` calls back to back.
+
+    A kernel's device time wants ``launches`` > 1: the host then enqueues the
+    next launch while the device runs the last, so the timing holds the kernel
+    and not the host's launch latency (tens of microseconds for a Triton launch,
+    a tenth of a merge of 400 MB). A loop whose host work is part of its cost
+    (the context loops) is timed one call at a time.
+    """
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -60,10 +82,11 @@ def cuda_ms(fn: Callable[[], Any], warmup: int, repeats: int) -> dict[str, float
         start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         stop = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record()
-        fn()
+        for _ in range(launches):
+            fn()
         stop.record()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop))
+        times.append(start.elapsed_time(stop) / launches)
     return {"median": statistics.median(times), "min": min(times), "max": max(times)}
 
 
@@ -129,7 +152,7 @@ def parity_section(kernels: SharedKernels) -> dict[str, Any]:
 def copy_bandwidth(warmup: int, repeats: int) -> float:
     """GB/s of a 1 GiB device-to-device clone (read plus write)."""
     block = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-    timing = cuda_ms(lambda: block.clone(), warmup, repeats)
+    timing = cuda_ms(lambda: block.clone(), warmup, repeats, KERNEL_LAUNCHES)
     return 2 * block.numel() / timing["median"] / 1e6
 
 
@@ -145,9 +168,9 @@ def merge_row(shape: tuple[int, int, int, torch.dtype], warmup: int, repeats: in
     lp, ls = (torch.randn((heads, tokens), generator=g, device="cuda") for _ in range(2))
     out, out_lse = torch.empty_like(p), torch.empty_like(lp)
     moved = 3 * p.numel() * p.element_size() + 3 * lp.numel() * lp.element_size()
-    upstream = cuda_ms(lambda: oracle_merge(out, p, lp, s, ls, out_lse), warmup, repeats)
+    upstream = cuda_ms(lambda: oracle_merge(out, p, lp, s, ls, out_lse), warmup, repeats, KERNEL_LAUNCHES)
     expected, expected_lse = out.clone(), out_lse.clone()
-    port = cuda_ms(lambda: merge_partials(p, lp, s, ls, out, out_lse), warmup, repeats)
+    port = cuda_ms(lambda: merge_partials(p, lp, s, ls, out, out_lse), warmup, repeats, KERNEL_LAUNCHES)
     return {
         "shape": f"{tokens}x{heads}x{dim}",
         "dtype": str(dtype).removeprefix("torch."),

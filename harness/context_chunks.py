@@ -83,8 +83,14 @@ def context_rows_partial(
     kv = kernels.kv_b_proj(inputs.kv_b_weight, latent[:, : spec.kv_lora_rank])
     per_head = kv.view(-1, spec.num_heads, spec.qk_nope_head_dim + spec.v_head_dim)
     k_nope, v = torch.split(per_head, [spec.qk_nope_head_dim, spec.v_head_dim], dim=-1)
-    k_rope = latent[:, spec.kv_lora_rank :].unsqueeze(1).expand(-1, spec.num_heads, -1)
-    k = torch.cat([k_nope, k_rope], dim=-1)
+    # Two copies into one buffer, the shared rope part broadcast over the heads:
+    # torch.cat of an expanded tensor first materialises the expansion (the
+    # reason upstream's _concat_k_nope_k_pe is written this way too).
+    k = torch.empty(
+        (*k_nope.shape[:-1], spec.qk_nope_head_dim + spec.qk_rope_head_dim), dtype=k_nope.dtype, device=k_nope.device
+    )
+    k[..., : spec.qk_nope_head_dim] = k_nope
+    k[..., spec.qk_nope_head_dim :] = latent[:, spec.kv_lora_rank :].unsqueeze(1)
     q = inputs.q[chunk.token_start : chunk.token_end]
     return kernels.attention(
         q, k, v, query_start_loc, cu_seq_lens, False, inputs.scale, chunk.max_query_len, chunk.max_seq_len

@@ -153,7 +153,11 @@ def gpu_section_markdown(report: dict[str, Any], heading: str = "##") -> list[st
         lines += [f"Merge benchmark {problem}", ""]
     else:
         copy = report["merge"]["copy_GBps"]
-        lines += [f"Device copy bandwidth (1 GiB clone, read + write): {copy:,.0f} GB/s.", ""]
+        lines += [
+            f"Device copy bandwidth (1 GiB clone, read + write): {copy:,.0f} GB/s. Kernel timings hold"
+            " ten launches back to back (the host's launch latency hidden).",
+            "",
+        ]
         lines += [merge_table(report).to_markdown(index=False), ""]
     lines += [f"{heading} Prefill context loop", ""]
     problem = section_problem(report.get("prefill"))

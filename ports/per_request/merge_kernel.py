@@ -3,7 +3,7 @@
 One source is meant for both devices: Triton's interpreter runs it on CPU
 tensors (``TRITON_INTERPRET=1``, set by the harness before Triton is first used)
 and the same source compiles for the GPU (on the H200 it is bit-exact with the
-oracle's kernel on every L2 case of the gpu suite: reports/gpu/).
+oracle's kernel on every L2 and L3 case of the gpu suite: reports/gpu/).
 
 Per (token, head), for tokens below ``tokens_with_context``:
 
@@ -16,29 +16,49 @@ Per (token, head), for tokens below ``tokens_with_context``:
 Tokens at or past ``tokens_with_context`` take the suffix partial as it is, LSE
 included. The weights are formed before they touch the values; folding
 ``exp`` into the values would lose the stability the max subtraction buys.
+
+Geometry: one program merges a tile of ``BLOCK_T`` tokens by ``BLOCK_H`` heads
+(all of each head's lanes), so each program moves several kilobytes and the
+kernel runs at the device's memory bandwidth; a program per (token, head)
+moves a few hundred bytes and leaves most of it idle. The arithmetic of each
+element is the per-element recipe above, whatever the tile: the tile only
+decides which program computes an element, never how.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
+# Elements (tokens x heads x padded lanes) one program merges: with four warps,
+# 16 a thread; enough loads in flight per program to hold an H200 at 95% of its
+# copy bandwidth on every benchmark shape (reports/gpu/2026-12-01.md).
+TILE_ELEMENTS = 2048
+# At most this many heads a program.
+MAX_TILE_HEADS = 16
+# A head this wide or wider fills a program's row alone and the tile grows along
+# tokens: measured faster for 576-lane heads (padded to 1024) than two heads of one token.
+WIDE_HEAD_LANES = 512
+
 
 @functools.cache
 def _merge_program() -> Any:
     # Built on first use so that the interpreter setting in force then applies.
     @triton.jit
-    def merge_partials(
+    def merge_partial_tiles(
         out_ptr,
         out_lse_ptr,
         p_ptr,
         p_lse_ptr,
         s_ptr,
         s_lse_ptr,
+        tokens,
+        heads,
         value_token_stride,
         value_head_stride,
         out_token_stride,
@@ -51,36 +71,86 @@ def _merge_program() -> Any:
         out_lse_token_stride,
         tokens_with_context,
         HEAD_DIM: tl.constexpr,
-        BLOCK: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        BLOCK_H: tl.constexpr,
+        ROUND_ONCE: tl.constexpr,
     ):
-        token = tl.program_id(0)
-        head = tl.program_id(1)
-        lanes = tl.arange(0, BLOCK)
-        in_head = lanes < HEAD_DIM
-        value_at = token * value_token_stride + head * value_head_stride + lanes
-        out_at = token * out_token_stride + head * out_head_stride + lanes
-        s_lse = tl.load(s_lse_ptr + head * s_lse_head_stride + token * s_lse_token_stride)
-        out_lse_at = out_lse_ptr + head * out_lse_head_stride + token * out_lse_token_stride
-        if token >= tokens_with_context:
-            tl.store(out_lse_at, s_lse)
-            tl.store(out_ptr + out_at, tl.load(s_ptr + value_at, mask=in_head), mask=in_head)
-            return
-        p_lse = tl.load(p_lse_ptr + head * p_lse_head_stride + token * p_lse_token_stride)
-        p_lse = float("-inf") if p_lse == float("inf") else p_lse
-        s_lse = float("-inf") if s_lse == float("inf") else s_lse
-        top = tl.maximum(p_lse, s_lse)
+        # Heads vary fastest across programs, so programs running side by side
+        # stream neighbouring memory (a token's heads are contiguous).
+        head_tiles = tl.cdiv(heads, BLOCK_H)
+        head_tile = tl.program_id(0) % head_tiles
+        token_tile = tl.program_id(0) // head_tiles
+        token = (token_tile * BLOCK_T + tl.arange(0, BLOCK_T))[:, None]
+        head = (head_tile * BLOCK_H + tl.arange(0, BLOCK_H))[None, :]
+        inside = (token < tokens) & (head < heads)
+        merging = inside & (token < tokens_with_context)
+        copying = inside & (token >= tokens_with_context)
+
+        s_lse = tl.load(s_lse_ptr + head * s_lse_head_stride + token * s_lse_token_stride, mask=inside, other=0.0)
+        p_lse = tl.load(p_lse_ptr + head * p_lse_head_stride + token * p_lse_token_stride, mask=merging, other=0.0)
+        p_lse = tl.where(p_lse == float("inf"), float("-inf"), p_lse)
+        s_seen = tl.where(s_lse == float("inf"), float("-inf"), s_lse)
+        top = tl.maximum(p_lse, s_seen)
         p_weight = tl.exp(p_lse - top)
-        s_weight = tl.exp(s_lse - top)
+        s_weight = tl.exp(s_seen - top)
         total = p_weight + s_weight
         empty = top == float("-inf")
-        tl.store(out_lse_at, tl.where(empty, float("-inf"), tl.log(total) + top))
-        p = tl.load(p_ptr + value_at, mask=in_head)
-        s = tl.load(s_ptr + value_at, mask=in_head)
-        merged = p * (p_weight / total) + s * (s_weight / total)
-        merged = tl.where(empty, 0.0, merged)
-        tl.store(out_ptr + out_at, merged, mask=in_head)
+        p_scale = (p_weight / total)[:, :, None]
+        s_scale = (s_weight / total)[:, :, None]
+        merged_lse = tl.where(empty, float("-inf"), tl.log(total) + top)
 
-    return merge_partials
+        row_at = token[:, :, None] * value_token_stride + head[:, :, None] * value_head_stride
+        out_row_at = token[:, :, None] * out_token_stride + head[:, :, None] * out_head_stride
+        lane = tl.arange(0, BLOCK_D)[None, None, :]
+        in_head = lane < HEAD_DIM
+        merge_here = merging[:, :, None] & in_head
+        s = tl.load(s_ptr + row_at + lane, mask=inside[:, :, None] & in_head, other=0.0)
+        p = tl.load(p_ptr + row_at + lane, mask=merge_here, other=0.0)
+        if ROUND_ONCE:
+            merged = tl.fma(p, p_scale, s * s_scale)
+        else:
+            merged = p * p_scale + s * s_scale
+        merged = tl.where(empty[:, :, None], 0.0, merged)
+        tl.store(out_ptr + out_row_at + lane, merged, mask=merge_here)
+        tl.store(out_ptr + out_row_at + lane, s, mask=copying[:, :, None] & in_head)
+
+        # The LSE last: out_lse may alias p_lse, and the compiler may load an
+        # LSE again where it needs it in another register layout; every such
+        # load must come before the store that overwrites it.
+        out_lse_at = out_lse_ptr + head * out_lse_head_stride + token * out_lse_token_stride
+        tl.store(out_lse_at, merged_lse, mask=merging)
+        tl.store(out_lse_at, s_lse, mask=copying)
+
+    return merge_partial_tiles
+
+
+def tile_shape(heads: int, head_dim: int) -> tuple[int, int, int]:
+    """``(BLOCK_T, BLOCK_H, BLOCK_D)`` for ``heads`` heads of ``head_dim`` lanes:
+    every lane of a head (padded to a power of two), as many heads as fit in
+    :data:`TILE_ELEMENTS` (at most :data:`MAX_TILE_HEADS`, one for a head of
+    :data:`WIDE_HEAD_LANES` or more), then tokens."""
+    block_d = triton.next_power_of_2(head_dim)
+    fit = max(1, TILE_ELEMENTS // block_d)
+    block_h = 1 if block_d >= WIDE_HEAD_LANES else min(triton.next_power_of_2(heads), fit, MAX_TILE_HEADS)
+    block_t = max(1, TILE_ELEMENTS // (block_h * block_d))
+    return block_t, block_h, block_d
+
+
+def rounds_once(device: torch.device) -> bool:
+    """Whether upstream's kernel rounds ``p * a + s * b`` once (as ``fma(p, a,
+    s * b)``) on ``device``: compiled for a GPU with Triton's floating-point
+    fusion on (its default), it does; the interpreter rounds each product and
+    the sum. The port writes the form out instead of leaving it to the
+    compiler, whose choice to fuse depends on the tile's register layout."""
+    if device.type == "cpu":
+        return False
+    language: Any = getattr(getattr(triton, "knobs", None), "language", None)
+    if hasattr(language, "fp_fusion_enabled"):  # Triton 3.9
+        return bool(language.fp_fusion_enabled(None))
+    if hasattr(language, "default_fp_fusion"):
+        return bool(language.default_fp_fusion)
+    return os.environ.get("TRITON_DEFAULT_FP_FUSION", "1") != "0"
 
 
 def merge_partials(
@@ -93,7 +163,8 @@ def merge_partials(
     tokens_with_context: int | None = None,
 ) -> None:
     """Merge ``prefix`` and ``suffix`` (``[tokens, heads, dim]``, LSE ``[heads,
-    tokens]`` fp32) into ``out``/``out_lse``, which may alias ``prefix``.
+    tokens]`` fp32) into ``out``/``out_lse``, which may alias ``prefix``/``prefix_lse``
+    element for element (each program reads its tile before it writes it).
 
     ``prefix`` and ``suffix`` must share their token and head strides; ``out`` may differ.
     """
@@ -101,13 +172,17 @@ def merge_partials(
     if tokens == 0:
         return
     assert prefix.stride()[:2] == suffix.stride()[:2], "prefix and suffix must share their strides"
-    _merge_program()[(tokens, heads)](
+    block_t, block_h, block_d = tile_shape(heads, dim)
+    tiles = triton.cdiv(tokens, block_t) * triton.cdiv(heads, block_h)
+    _merge_program()[(tiles,)](
         out,
         out_lse,
         prefix,
         prefix_lse,
         suffix,
         suffix_lse,
+        tokens,
+        heads,
         prefix.stride(0),
         prefix.stride(1),
         out.stride(0),
@@ -120,5 +195,8 @@ def merge_partials(
         out_lse.stride(1),
         tokens if tokens_with_context is None else tokens_with_context,
         HEAD_DIM=dim,
-        BLOCK=triton.next_power_of_2(dim),
+        BLOCK_D=block_d,
+        BLOCK_T=block_t,
+        BLOCK_H=block_h,
+        ROUND_ONCE=rounds_once(out.device),
     )
