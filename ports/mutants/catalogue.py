@@ -605,16 +605,19 @@ FP32_EPS_GAP = 23 * math.log(2)
 
 @functools.cache
 def _faulty_merge_program() -> Any:
-    # per_request's merge kernel (ports/per_request/merge_kernel.py) with a fault
-    # switch; built on first use so that the interpreter setting in force applies.
+    # per_request's merge kernel (ports/per_request/merge_kernel.py: the same
+    # tiles, the same per-element order) with a fault switch; built on first use
+    # so that the interpreter setting in force applies.
     @triton.jit  # type: ignore[untyped-decorator]
-    def merge_partials(  # type: ignore[no-untyped-def]
+    def merge_partial_tiles(  # type: ignore[no-untyped-def]
         out_ptr,
         out_lse_ptr,
         p_ptr,
         p_lse_ptr,
         s_ptr,
         s_lse_ptr,
+        tokens,
+        heads,
         value_token_stride,
         value_head_stride,
         out_token_stride,
@@ -627,45 +630,64 @@ def _faulty_merge_program() -> Any:
         out_lse_token_stride,
         tokens_with_context,
         HEAD_DIM: tl.constexpr,
-        BLOCK: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        BLOCK_H: tl.constexpr,
+        ROUND_ONCE: tl.constexpr,
         FAULT: tl.constexpr,
         CUTOFF_GAP: tl.constexpr,
     ):
-        token = tl.program_id(0)
-        head = tl.program_id(1)
-        lanes = tl.arange(0, BLOCK)
-        in_head = lanes < HEAD_DIM
-        value_at = token * value_token_stride + head * value_head_stride + lanes
-        out_at = token * out_token_stride + head * out_head_stride + lanes
-        s_lse = tl.load(s_lse_ptr + head * s_lse_head_stride + token * s_lse_token_stride)
-        out_lse_at = out_lse_ptr + head * out_lse_head_stride + token * out_lse_token_stride
-        if token >= tokens_with_context:
-            tl.store(out_lse_at, s_lse)
-            tl.store(out_ptr + out_at, tl.load(s_ptr + value_at, mask=in_head), mask=in_head)
-            return
-        p_lse = tl.load(p_lse_ptr + head * p_lse_head_stride + token * p_lse_token_stride)
-        p_lse = float("-inf") if p_lse == float("inf") else p_lse
-        s_lse = float("-inf") if s_lse == float("inf") else s_lse
-        top = tl.maximum(p_lse, s_lse)
+        head_tiles = tl.cdiv(heads, BLOCK_H)
+        head_tile = tl.program_id(0) % head_tiles
+        token_tile = tl.program_id(0) // head_tiles
+        token = (token_tile * BLOCK_T + tl.arange(0, BLOCK_T))[:, None]
+        head = (head_tile * BLOCK_H + tl.arange(0, BLOCK_H))[None, :]
+        inside = (token < tokens) & (head < heads)
+        merging = inside & (token < tokens_with_context)
+        copying = inside & (token >= tokens_with_context)
+
+        s_lse = tl.load(s_lse_ptr + head * s_lse_head_stride + token * s_lse_token_stride, mask=inside, other=0.0)
+        p_lse = tl.load(p_lse_ptr + head * p_lse_head_stride + token * p_lse_token_stride, mask=merging, other=0.0)
+        p_lse = tl.where(p_lse == float("inf"), float("-inf"), p_lse)
+        s_seen = tl.where(s_lse == float("inf"), float("-inf"), s_lse)
+        top = tl.maximum(p_lse, s_seen)
         p_weight = tl.exp(p_lse - top)
-        s_weight = tl.exp(s_lse - top)
+        s_weight = tl.exp(s_seen - top)
         if FAULT == 2:
             p_weight = tl.where(top - p_lse > CUTOFF_GAP, 0.0, p_weight)
-            s_weight = tl.where(top - s_lse > CUTOFF_GAP, 0.0, s_weight)
+            s_weight = tl.where(top - s_seen > CUTOFF_GAP, 0.0, s_weight)
         total = p_weight + s_weight
         empty = top == float("-inf")
-        tl.store(out_lse_at, tl.where(empty, float("-inf"), tl.log(total) + top))
-        p = tl.load(p_ptr + value_at, mask=in_head)
-        s = tl.load(s_ptr + value_at, mask=in_head)
-        p_part = p * (p_weight / total)
-        s_part = s * (s_weight / total)
-        merged = p_part + s_part
-        if FAULT == 1:
-            merged = tl.where(p_weight == 0.0, s_part, tl.where(s_weight == 0.0, p_part, merged))
-        merged = tl.where(empty, 0.0, merged)
-        tl.store(out_ptr + out_at, merged, mask=in_head)
+        p_scale = (p_weight / total)[:, :, None]
+        s_scale = (s_weight / total)[:, :, None]
+        merged_lse = tl.where(empty, float("-inf"), tl.log(total) + top)
 
-    return merge_partials
+        row_at = token[:, :, None] * value_token_stride + head[:, :, None] * value_head_stride
+        out_row_at = token[:, :, None] * out_token_stride + head[:, :, None] * out_head_stride
+        lane = tl.arange(0, BLOCK_D)[None, None, :]
+        in_head = lane < HEAD_DIM
+        merge_here = merging[:, :, None] & in_head
+        s = tl.load(s_ptr + row_at + lane, mask=inside[:, :, None] & in_head, other=0.0)
+        p = tl.load(p_ptr + row_at + lane, mask=merge_here, other=0.0)
+        s_part = s * s_scale
+        if ROUND_ONCE:
+            merged = tl.fma(p, p_scale, s_part)
+        else:
+            merged = p * p_scale + s_part
+        if FAULT == 1:
+            p_part = p * p_scale
+            merged = tl.where(
+                p_weight[:, :, None] == 0.0, s_part, tl.where(s_weight[:, :, None] == 0.0, p_part, merged)
+            )
+        merged = tl.where(empty[:, :, None], 0.0, merged)
+        tl.store(out_ptr + out_row_at + lane, merged, mask=merge_here)
+        tl.store(out_ptr + out_row_at + lane, s, mask=copying[:, :, None] & in_head)
+
+        out_lse_at = out_lse_ptr + head * out_lse_head_stride + token * out_lse_token_stride
+        tl.store(out_lse_at, merged_lse, mask=merging)
+        tl.store(out_lse_at, s_lse, mask=copying)
+
+    return merge_partial_tiles
 
 
 def faulty_merge(fault: int, lse_token_stride_one: bool = False) -> Callable[..., None]:
@@ -690,13 +712,16 @@ def faulty_merge(fault: int, lse_token_stride_one: bool = False) -> Callable[...
         def token_stride(lse: torch.Tensor) -> int:
             return 1 if lse_token_stride_one else lse.stride(1)
 
-        _faulty_merge_program()[(tokens, heads)](
+        block_t, block_h, block_d = merge_module.tile_shape(heads, dim)
+        _faulty_merge_program()[(triton.cdiv(tokens, block_t) * triton.cdiv(heads, block_h),)](
             out,
             out_lse,
             prefix,
             prefix_lse,
             suffix,
             suffix_lse,
+            tokens,
+            heads,
             prefix.stride(0),
             prefix.stride(1),
             out.stride(0),
@@ -709,7 +734,10 @@ def faulty_merge(fault: int, lse_token_stride_one: bool = False) -> Callable[...
             token_stride(out_lse),
             tokens if tokens_with_context is None else tokens_with_context,
             HEAD_DIM=dim,
-            BLOCK=triton.next_power_of_2(dim),
+            BLOCK_D=block_d,
+            BLOCK_T=block_t,
+            BLOCK_H=block_h,
+            ROUND_ONCE=merge_module.rounds_once(out.device),
             FAULT=fault,
             CUTOFF_GAP=FP32_EPS_GAP,
         )
