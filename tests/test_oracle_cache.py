@@ -1,0 +1,511 @@
+"""The oracle cache: a hit is the fresh answer, bit for bit, and never calls the oracle."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from harness.bits import identical_bits
+from harness.cases import load_cases
+from harness.dcp import TorchDistributedRanks
+from harness.kernels import CpuKernels, kernels_for, kernels_for_case
+from harness.merge_cases import generate_merge
+from harness.model import Case, Layout, MergeCase, WorkspaceConfig
+from harness.numeric import MergeInputs, case_prefill_inputs, materialise_merge
+from harness.oracle_cache import (
+    CachedOracle,
+    CachedOracleError,
+    oracle_fingerprint,
+    with_oracle_cache,
+)
+from harness.port import Port, port_levels
+from harness.runner import run_items
+from harness.suites import Suite
+
+SMOKE = Path(__file__).resolve().parent.parent / "cases" / "smoke"
+FINGERPRINT = "f" * 64
+# An item the pinned oracle refuses at each level: a workspace narrower than
+# the alignment (its planner asserts), a configuration of block size 0.
+REFUSED_CASE = Case("refused", (100, 30), (1, 2), block_size=16, workspace_size=8)
+REFUSED_CONFIG = WorkspaceConfig(2048, 1, 0)
+
+
+def smoke(name: str) -> Case:
+    return load_cases([SMOKE / f"{name}.json"])[0]
+
+
+def error_line(exc: BaseException) -> str:
+    """What the runner writes for an oracle error (harness.runner._one_line, one line)."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Recording:
+    """The oracle, with every call counted and every answer kept as it came."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.name, self.calls = inner, inner.name, 0
+        self.answers: list[Any] = []
+
+    def _call(self, method: Callable[[], Any]) -> Any:
+        self.calls += 1
+        try:
+            answer = method()
+        except Exception as exc:
+            self.answers.append(exc)
+            raise
+        self.answers.append(answer)
+        return answer
+
+    def plan_layout(self, case: Case) -> Layout:
+        return self._call(lambda: self.inner.plan_layout(case))  # type: ignore[no-any-return]
+
+    def workspace_size(self, config: WorkspaceConfig) -> int:
+        return self._call(lambda: self.inner.workspace_size(config))  # type: ignore[no-any-return]
+
+    def merge_states(self, inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._call(lambda: self.inner.merge_states(inputs))  # type: ignore[no-any-return]
+
+    def prefill(self, case: Case, inputs: Any, kernels: Any) -> dict[str, torch.Tensor]:
+        return self._call(lambda: self.inner.prefill(case, inputs, kernels))  # type: ignore[no-any-return]
+
+
+def same_answer(fresh: Any, cached: Any) -> None:
+    """Equal layouts (and their JSON), the same int, or the same tensors: names
+    in order, dtype, shape, strides, device and bits."""
+    if isinstance(fresh, Layout):
+        assert type(cached) is Layout and cached == fresh and cached.to_json() == fresh.to_json()
+        return
+    if isinstance(fresh, int):
+        assert type(cached) is type(fresh) and cached == fresh
+        return
+    fresh_items = list(fresh.items()) if isinstance(fresh, dict) else list(enumerate(fresh))
+    cached_items = list(cached.items()) if isinstance(cached, dict) else list(enumerate(cached))
+    assert type(cached) is type(fresh) and [n for n, _ in cached_items] == [n for n, _ in fresh_items]
+    for (_, a), (_, b) in zip(fresh_items, cached_items, strict=True):
+        assert b is not a and b.untyped_storage().data_ptr() != a.untyped_storage().data_ptr()
+        assert (b.dtype, b.shape, b.stride(), b.device) == (a.dtype, a.shape, a.stride(), a.device)
+        assert torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+        assert a.is_floating_point() is False or identical_bits(a, b)
+
+
+def ask(oracle: Any, kind: str, item: Any) -> Any:
+    """The oracle's answer to one item as the runner asks it, or the error it raised."""
+    try:
+        if kind == "layout":
+            return oracle.plan_layout(item)
+        if kind == "workspace":
+            return oracle.workspace_size(item)
+        if kind == "merge":
+            return oracle.merge_states(materialise_merge(item))
+        return oracle.prefill(item, case_prefill_inputs(item), kernels_for_case(kernels_for("cpu"), item))
+    except Exception as exc:
+        return exc
+
+
+def merge_items() -> list[MergeCase]:
+    """Merge cases of each memory layout (contiguous, strided LSEs, narrowed heads)."""
+    chosen: dict[tuple[str, str], MergeCase] = {}
+    for case in generate_merge(20260825, 40):
+        chosen.setdefault((case.lse_view, case.value_view), case)
+    return list(chosen.values())[:3]
+
+
+PINNED_ITEMS: list[tuple[str, Any]] = [
+    *[("layout", smoke(n)) for n in ("numeric-dcp3-interleave4", "many-1024-ones", "zero-all", "noalign-split")],
+    ("layout", smoke("widths-dcp-chunk-200-requests")),
+    ("layout", REFUSED_CASE),
+    ("workspace", WorkspaceConfig(2048, 256, 16)),
+    ("workspace", WorkspaceConfig(163840, 1, 64, 4, 64)),
+    ("workspace", REFUSED_CONFIG),
+    *[("merge", case) for case in merge_items()],
+    *[("prefill", smoke(n)) for n in ("numeric-single-chunk", "numeric-dcp3-interleave4", "keyless-finite")],
+    ("prefill", Case("refused-l3", (100, 30), (1, 2), 16, 8, numeric=smoke("numeric-single-chunk").numeric)),
+]
+
+
+@pytest.fixture(scope="module")
+def provenance() -> dict[str, Any]:
+    from harness.commands.common import open_oracle
+
+    _, provenance = open_oracle(allow_drift=False)
+    return provenance
+
+
+def test_hits_from_memory_and_disk_are_the_pinned_oracles_fresh_answers(
+    oracle: Port, provenance: dict[str, Any], tmp_path: Path
+) -> None:
+    recording = Recording(oracle)
+    first = with_oracle_cache(recording, provenance, directory=tmp_path)
+    assert isinstance(first, CachedOracle) and first.directory is not None
+    misses = [ask(first, kind, item) for kind, item in PINNED_ITEMS]
+    assert recording.calls == len(PINNED_ITEMS)
+    fresh = recording.answers
+    # The miss hands back the oracle's own answer.
+    assert all(m is f for m, f in zip(misses, fresh, strict=True))
+    errors = [i for i, answer in enumerate(fresh) if isinstance(answer, Exception)]
+    assert {PINNED_ITEMS[i][0] for i in errors} == {"layout", "workspace", "prefill"}
+
+    second = with_oracle_cache(recording, provenance, directory=tmp_path)
+    assert isinstance(second, CachedOracle) and second.directory is not None
+    for cache in (first, second):  # memory, then disk
+        for (kind, item), answer in zip(PINNED_ITEMS, fresh, strict=True):
+            hit = ask(cache, kind, item)
+            if isinstance(answer, Exception):
+                assert isinstance(hit, Exception) and error_line(hit) == error_line(answer), (kind, item.name)
+                assert type(hit) is type(answer)  # AssertionError, ZeroDivisionError rebuild as themselves
+            else:
+                same_answer(answer, hit)
+    assert recording.calls == len(PINNED_ITEMS)
+    assert first.stats()["memory_hits"] == len(PINNED_ITEMS) and first.stats()["misses"] == len(PINNED_ITEMS)
+    assert second.stats()["disk_hits"] == len(PINNED_ITEMS) and second.stats()["misses"] == 0
+    assert len(list(second.directory.iterdir())) == len(PINNED_ITEMS)
+
+
+def test_a_run_through_the_cache_writes_the_same_rows(oracle: Port, provenance: dict[str, Any], tmp_path: Path) -> None:
+    from harness.port import load_port
+
+    suite = Suite(
+        "cache-check",
+        (smoke("numeric-single-chunk"), smoke("tails-split"), smoke("dcp4-i16-b64"), REFUSED_CASE),
+        (WorkspaceConfig(2048, 256, 16), REFUSED_CONFIG),
+        tuple(merge_items()[:2]),
+    )
+    levels = ("layout", "merge", "prefill")
+    port = load_port("equal_share")  # diverges from the pinned oracle: rows with divergences
+
+    def rows(side: Any) -> list[dict[str, Any]]:
+        return [r.to_json() for r in run_items(side, port, suite, levels)]
+
+    uncached = rows(oracle)
+    statuses = {row["status"] for row in uncached}
+    assert {"parity", "oracle-error"} <= statuses and statuses - {"parity", "oracle-error"}
+    first = with_oracle_cache(oracle, provenance, directory=tmp_path)
+    assert rows(first) == uncached  # misses
+    assert rows(first) == uncached  # memory hits
+    assert rows(with_oracle_cache(oracle, provenance, directory=tmp_path)) == uncached  # disk hits
+
+
+# -- a fake oracle: cheap, deterministic, with every special bit pattern ---------------------------
+
+
+def special_tensors(case: Case) -> dict[str, torch.Tensor]:
+    """Tensors drawn from the case: NaNs with payloads, signed zeros,
+    infinities, denormals; several dtypes; one transposed, in a non-sorted order."""
+    g = torch.Generator().manual_seed(sum(case.context_lens) * 131 + case.workspace_size)
+    bits32 = torch.randint(-(2**31), 2**31, (5, 7), generator=g, dtype=torch.int64).to(torch.int32)
+    bits32[0, :6] = torch.tensor(
+        [0x7FC00001, 0x7F800001, -0x7FFFFFFF - 1, 0x7F800000, -0x800000, 0x1], dtype=torch.int32
+    )
+    bits16 = torch.randint(-(2**15), 2**15, (3, 4, 2), generator=g, dtype=torch.int32).to(torch.int16)
+    bits16[0, 0] = torch.tensor([0x7FC1, -0x8000], dtype=torch.int16)
+    return {
+        "z_lse": bits32.view(torch.float32).t(),  # strides (1, 7)
+        "a_output": bits16.view(torch.bfloat16),
+        "m_half": bits16.flip(0).contiguous().view(torch.float16),
+        "index": torch.arange(4, dtype=torch.int64) * case.block_size,
+    }
+
+
+class FakeOracle:
+    """An oracle whose answers cost nothing: layouts of no chunks, sizes from the
+    configuration, special tensors; ``fail`` names case names it raises on."""
+
+    name = "fake"
+
+    def __init__(self, fail: dict[str, BaseException] | None = None) -> None:
+        self.fail, self.calls = fail or {}, 0
+
+    def plan_layout(self, case: Case) -> Layout:
+        self.calls += 1
+        if case.name in self.fail:
+            raise self.fail[case.name]
+        return Layout(chunks=(), empty_token_slices=((0, case.workspace_size),))
+
+    def workspace_size(self, config: WorkspaceConfig) -> int:
+        self.calls += 1
+        return config.max_model_len * config.max_num_seqs
+
+    def prefill(self, case: Case, inputs: Any, kernels: Any) -> dict[str, torch.Tensor]:
+        self.calls += 1
+        if case.name in self.fail:
+            raise self.fail[case.name]
+        return special_tensors(case)
+
+
+class LayoutOnly:
+    name = "layout-only"
+
+    def plan_layout(self, case: Case) -> Layout:
+        return Layout(chunks=())
+
+    def workspace_size(self, config: WorkspaceConfig) -> int:
+        return 0
+
+    def close(self) -> str:
+        return "closed"
+
+
+def numeric_case(seed: int) -> Case:
+    return Case(f"n{seed}", (20 + seed, 3), (2, 1), 16, 64, numeric=smoke("numeric-single-chunk").numeric)
+
+
+def prefill_through(cache: Any, case: Case) -> dict[str, torch.Tensor]:
+    return cache.prefill(case, case_prefill_inputs(case), CpuKernels())  # type: ignore[no-any-return]
+
+
+def test_special_bit_patterns_order_and_strides_survive_memory_and_disk(tmp_path: Path) -> None:
+    fake = FakeOracle()
+    case = numeric_case(1)
+    fresh = special_tensors(case)
+    assert fresh["z_lse"].isnan().any() and (fresh["z_lse"] == float("inf")).any()
+    first = CachedOracle(fake, FINGERPRINT, tmp_path)
+    prefill_through(first, case)
+    memory = prefill_through(first, case)
+    disk = prefill_through(CachedOracle(fake, FINGERPRINT, tmp_path), case)
+    assert fake.calls == 1
+    for hit in (memory, disk):
+        same_answer(fresh, hit)
+        # Bits, not values: the NaN payloads and the sign of zero.
+        assert torch.equal(hit["z_lse"].contiguous().view(torch.int32), fresh["z_lse"].contiguous().view(torch.int32))
+
+
+def test_a_hit_never_calls_the_oracle_and_a_miss_calls_it_once(tmp_path: Path) -> None:
+    fake = FakeOracle()
+    cache = CachedOracle(fake, FINGERPRINT, tmp_path)
+    cases = [numeric_case(i) for i in range(3)]
+    config = WorkspaceConfig(100, 3, 16)
+    for _ in range(3):
+        for case in cases:
+            cache.plan_layout(case)
+            prefill_through(cache, case)
+        cache.workspace_size(config)
+    assert fake.calls == 2 * len(cases) + 1
+    stats = cache.stats()
+    assert stats["misses"] == fake.calls and stats["memory_hits"] == 2 * fake.calls and stats["stored"] == fake.calls
+
+
+def test_another_fingerprint_misses(tmp_path: Path) -> None:
+    fake, case = FakeOracle(), numeric_case(2)
+    CachedOracle(fake, FINGERPRINT, tmp_path).plan_layout(case)
+    CachedOracle(fake, FINGERPRINT, tmp_path).plan_layout(case)
+    assert fake.calls == 1
+    other = CachedOracle(fake, "e" * 64, tmp_path)
+    other.plan_layout(case)
+    assert fake.calls == 2 and other.stats()["misses"] == 1
+
+
+def test_the_fingerprint_follows_the_pin_release_and_every_fingerprint(provenance: dict[str, Any]) -> None:
+    fake = FakeOracle()
+    base = oracle_fingerprint(fake, provenance)
+    assert oracle_fingerprint(fake, dict(provenance)) == base
+    # What a command adds about its run is not the oracle's identity.
+    assert oracle_fingerprint(fake, {**provenance, "dcp_backend": "gloo", "oracle_cache": {"misses": 3}}) == base
+    symbol = next(iter(provenance["fingerprints"]))
+    changed = [
+        {**provenance, "release": "vllm==0.27.1"},
+        {**provenance, "upstream_commit": "0000000000"},
+        {**provenance, "installed_vllm": "0.28.1"},
+        {**provenance, "installed_commit_id": "g0"},
+        {**provenance, "fingerprints": {**provenance["fingerprints"], symbol: "mismatch"}},
+        {**provenance, "oracle_drift_overridden": True},
+    ]
+    digests = {oracle_fingerprint(fake, p) for p in changed}
+    assert base not in digests and len(digests) == len(changed)
+    assert oracle_fingerprint(LayoutOnly(), provenance) != base  # another oracle class
+
+
+def test_the_switch_and_overridden_drift(provenance: dict[str, Any], tmp_path: Path) -> None:
+    fake = FakeOracle()
+    assert with_oracle_cache(fake, provenance, enabled=False, directory=tmp_path) is fake
+    drifted = {**provenance, "oracle_drift_overridden": True}
+    for cache in (
+        with_oracle_cache(fake, drifted, directory=tmp_path),
+        with_oracle_cache(fake, provenance, directory=tmp_path, memory_only=True),
+    ):
+        assert isinstance(cache, CachedOracle) and cache.directory is None
+        cache.plan_layout(numeric_case(3))
+        cache.plan_layout(numeric_case(3))
+    assert fake.calls == 2 and not any(tmp_path.iterdir())
+
+
+def test_default_directory_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from harness.oracle_cache import default_cache_directory
+
+    monkeypatch.setenv("PARITY_ORACLE_CACHE", str(tmp_path / "chosen"))
+    assert default_cache_directory() == tmp_path / "chosen"
+    monkeypatch.delenv("PARITY_ORACLE_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_directory() == tmp_path / "xdg" / "mla-parity" / "oracle"
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "other-key"])
+@pytest.mark.parametrize("kind", ["layout", "prefill"])
+def test_a_damaged_entry_is_a_miss_and_is_rewritten(tmp_path: Path, kind: str, damage: str) -> None:
+    fake = FakeOracle()
+
+    def through(cache: CachedOracle, case: Case) -> Any:
+        return cache.plan_layout(case) if kind == "layout" else prefill_through(cache, case)
+
+    case = numeric_case(4)
+    fresh = through(CachedOracle(fake, FINGERPRINT, tmp_path), case)
+    (entry,) = [p for p in tmp_path.rglob(f"{kind}-*") if p.is_file()]
+    whole = entry.read_bytes()
+    if damage == "other-key":
+        # A whole entry, of another item, under this item's name.
+        through(CachedOracle(fake, FINGERPRINT, tmp_path), numeric_case(5))
+        (other,) = [p for p in tmp_path.rglob(f"{kind}-*") if p.is_file() and p != entry]
+        entry.write_bytes(other.read_bytes())
+    else:
+        entry.write_bytes(
+            {"garbage": b"\x00not an entry\xff" * 9, "truncated": whole[: len(whole) // 2]}.get(damage, b"")
+        )
+    calls = fake.calls
+    reader = CachedOracle(fake, FINGERPRINT, tmp_path)
+    same_answer(fresh, through(reader, case))
+    assert fake.calls == calls + 1 and reader.stats()["unreadable"] == 1
+    assert entry.read_bytes() == whole  # the fresh answer replaced it
+    again = CachedOracle(fake, FINGERPRINT, tmp_path)
+    same_answer(fresh, through(again, case))
+    assert again.stats()["disk_hits"] == 1 and fake.calls == calls + 1
+
+
+def test_mutating_an_answer_changes_no_later_hit(tmp_path: Path) -> None:
+    fake, case = FakeOracle(), numeric_case(6)
+    cache = CachedOracle(fake, FINGERPRINT, tmp_path)
+    expected = special_tensors(case)
+    for _ in range(3):  # the miss's answer, then hits
+        got = prefill_through(cache, case)
+        same_answer(expected, got)
+        for tensor in got.values():
+            tensor.zero_()
+    same_answer(expected, prefill_through(CachedOracle(fake, FINGERPRINT, tmp_path), case))
+
+
+class Unrebuildable(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(f"code {code}")
+
+
+def test_errors_are_answers_and_interrupts_are_not(tmp_path: Path) -> None:
+    raised: dict[str, BaseException] = {
+        "assert": AssertionError("max_context_chunk > 0"),
+        "key": KeyError("x"),
+        "custom": Unrebuildable(7),
+        "interrupt": KeyboardInterrupt(),
+        "transient": OSError("disk gone"),
+    }
+    fake = FakeOracle(fail=raised)
+    first = CachedOracle(fake, FINGERPRINT, tmp_path)
+    second = CachedOracle(fake, FINGERPRINT, tmp_path)
+    for name, exc in raised.items():
+        case = Case(name, (1,), (1,), 16, 64)
+        for cache in (first, first, second):
+            with pytest.raises(BaseException) as caught:
+                cache.plan_layout(case)
+            assert error_line(caught.value) == error_line(exc)
+    kept = ("assert", "key", "custom")
+    # Kept errors: one oracle call each; the others: every time.
+    assert fake.calls == len(kept) + 3 * (len(raised) - len(kept))
+    with pytest.raises(AssertionError):
+        second.plan_layout(Case("assert", (1,), (1,), 16, 64))
+    with pytest.raises(CachedOracleError) as stand_in:
+        second.plan_layout(Case("custom", (1,), (1,), 16, 64))
+    assert type(stand_in.value).__name__ == "Unrebuildable"
+
+
+def test_uncacheable_items_pass_through(tmp_path: Path) -> None:
+    class OtherKernels(CpuKernels):
+        pass
+
+    class OtherCase(Case):
+        pass
+
+    fake, case = FakeOracle(), numeric_case(7)
+    cache = CachedOracle(fake, FINGERPRINT, tmp_path)
+    for _ in range(2):
+        cache.prefill(case, case_prefill_inputs(case), OtherKernels())
+        cache.plan_layout(OtherCase(**{f: getattr(case, f) for f in case.__dataclass_fields__}))
+    assert fake.calls == 4 and cache.stats()["bypassed"] == 4 and not any(tmp_path.iterdir())
+    # One rank of a DCP case whose other ranks live in other processes.
+    dcp = smoke("numeric-dcp3-interleave4")
+    elsewhere = case_prefill_inputs(dcp, collective=TorchDistributedRanks(dcp.dcp_world_size, 0, "gloo"))
+    for _ in range(2):
+        cache.prefill(dcp, elsewhere, CpuKernels())
+    assert fake.calls == 6 and cache.stats()["bypassed"] == 6
+    prefill_through(cache, dcp)
+    prefill_through(cache, dcp)
+    assert fake.calls == 7 and cache.stats()["memory_hits"] == 1
+
+
+def test_the_kernels_the_inputs_and_the_numeric_environment_are_in_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake, case = FakeOracle(), numeric_case(8)
+    cache = CachedOracle(fake, FINGERPRINT, tmp_path)
+    prefill_through(cache, case)
+    cache.prefill(case, case_prefill_inputs(case), CpuKernels("pos-inf"))
+    assert fake.calls == 2
+    changed = case_prefill_inputs(case)
+    changed.q.view(-1)[0] += 1
+    cache.prefill(case, changed, CpuKernels())
+    assert fake.calls == 3
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 977)
+    prefill_through(cache, case)
+    assert fake.calls == 4
+    monkeypatch.undo()
+    prefill_through(cache, case)
+    assert fake.calls == 4 and cache.stats()["memory_hits"] == 1
+
+
+def test_the_wrapper_is_the_oracle_for_everything_else(tmp_path: Path) -> None:
+    cache = CachedOracle(LayoutOnly(), FINGERPRINT, tmp_path)
+    assert isinstance(cache, Port) and cache.name == "layout-only"
+    assert port_levels(cache) == ("layout",) and port_levels(CachedOracle(FakeOracle(), FINGERPRINT, None)) == (
+        "layout",
+        "prefill",
+    )
+    assert cache.close() == "closed"
+    with pytest.raises(AttributeError, match="'LayoutOnly' object has no attribute 'merge_states'"):
+        cache.merge_states(materialise_merge(merge_items()[0]))
+
+
+# -- two processes on one folder ---------------------------------------------------------------
+
+
+def fill_and_read(folder: str, order: int, rounds: int) -> tuple[list[tuple[str, str]], int]:
+    """Every item through a cache over ``folder``, ``rounds`` times, in an order
+    of its own: what each answer was, by digest, and how many entries could not
+    be read (a torn write would be one)."""
+    cases = [numeric_case(i) for i in range(8)][::order]
+    seen, unreadable = [], 0
+    for _ in range(rounds):
+        # A fresh object each round: every read after the first goes to disk.
+        cache = CachedOracle(FakeOracle(), FINGERPRINT, Path(folder))
+        for case in cases:
+            tensors = prefill_through(cache, case)
+            digest = hashlib.sha256()
+            for name, t in tensors.items():
+                digest.update(name.encode() + str(t.dtype).encode() + str(t.stride()).encode())
+                digest.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+            layout = cache.plan_layout(case)
+            seen.append((case.name, f"{digest.hexdigest()} {layout.to_json()}"))
+        unreadable += cache.stats()["unreadable"]
+    return sorted(set(seen)), unreadable
+
+
+def test_two_processes_on_one_folder_agree(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(2) as pool:
+        results = pool.starmap(fill_and_read, [(str(tmp_path), 1, 4), (str(tmp_path), -1, 4)])
+    expected, _ = fill_and_read(str(tmp_path / "alone"), 1, 1)
+    assert results[0] == results[1] == (expected, 0) and len(expected) == 8
+    # Every entry the two wrote is whole, and nothing temporary is left.
+    folder = next((tmp_path / "format-1").iterdir())
+    assert sorted(p.name.split("-")[0] for p in folder.iterdir()) == ["layout"] * 8 + ["prefill"] * 8
+    assert fill_and_read(str(tmp_path), 1, 1) == (expected, 0)
