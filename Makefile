@@ -4,7 +4,7 @@ PYTHON ?= python3
 TOX := $(PYTHON) -m tox
 IN_ENV := $(TOX) exec -q -e oracle --
 
-.PHONY: gate test bench tox cpp-port drift
+.PHONY: gate test bench speed tox cpp-port drift
 
 tox:
 	@$(PYTHON) -m tox --version >/dev/null 2>&1 || $(PYTHON) -m pip install -q 'tox>=4.10'
@@ -30,6 +30,11 @@ drift: tox
 bench: tox
 	$(IN_ENV) python -m benchmarks.layout_throughput
 	$(IN_ENV) python -m benchmarks.numeric_cost
+
+## speed: issue 17's figures (benchmarks/speed.py): the ci gate with --jobs 1 and 2, the kill matrix
+## before the pool and cache, cold and warm, and the nightly default run (about 45 minutes in all)
+speed: tox
+	$(IN_ENV) python -m benchmarks.speed --nightly --json reports/out/speed/figures.json
 
 ## cpp-port: the C++ reference port: planner, merge and prefill loop (docs/external-port-protocol.md);
 ## -ffp-contract=off keeps every float operation rounded on its own, as the oracle's numpy arithmetic is.

@@ -42,6 +42,10 @@ Invariants:
   past the signatures reported so far, so the others are found in turn.
 * Never a false clean. A property that compared no example (all refused, budget
   gone before the first one, hypothesis gave up) makes the run ``incomplete``.
+* Workers. Properties are independent (each its own seed, database and budget
+  share): with a worker pool (:mod:`harness.pool`, ``--jobs``) they run side by
+  side, each with the share of the budget it has in one process, so the search
+  is the same one, finished sooner; the results are listed in property order.
 * Minimal finds. Hypothesis shrinks the choices an input was drawn from; a layout
   find is then finished by the harness's own shrinker (:func:`polish`).
 
@@ -61,7 +65,7 @@ import math
 import operator
 import shlex
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,6 +106,7 @@ if TYPE_CHECKING:
     from hypothesis.strategies import DrawFn, SearchStrategy
 
     from harness.kernels import SharedKernels
+    from harness.pool import WorkerPool, WorkerSides
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 FOUND, CLEAN, INCOMPLETE = "found", "clean", "incomplete"
@@ -1017,12 +1022,15 @@ def explore(
     kernels: SharedKernels,
     device: str = "cpu",
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
+    pool: WorkerPool | None = None,
 ) -> ExploreResult:
     """Search each property of ``level`` (layout, merge, prefill or all) for
     ``budget_s`` seconds in all; write the finds, ``explore.json`` and
     ``summary.md`` under ``out_dir``. A level the port does not implement is a
     ``not-run`` property (the result is then at best incomplete). One port call
-    may take ``timeout_s`` seconds, and no more than the search's budget allows."""
+    may take ``timeout_s`` seconds, and no more than the search's budget allows.
+    With ``pool`` the properties run in its workers (which load the port from
+    ``port_spec``), side by side, each with the same share of the budget."""
 
     started = time.monotonic()
     result = ExploreResult(port.name, port_spec, level, seed, budget_s, str(out_dir))
@@ -1035,18 +1043,66 @@ def explore(
     call_limit_s = min(timeout_s, max(MAX_CALL_S, budget_s))
     # Fixed shares of the budget: a long shrink in one property never starves the next.
     shares = sum(p.share for p in props if p.level in implemented)
+    searches = [
+        PropertySearch(port_spec, prop.name, budget_s * prop.share / shares, seed, out_dir, call_limit_s)
+        for prop in props
+        if prop.level in implemented
+    ]
+    if pool is None:
+        runs = [
+            _explore_property(
+                oracle, port, _property(s.name), s.share_s, seed, out_dir, port_spec, kernels, device, call_limit_s
+            )
+            for s in searches
+        ]
+    else:
+        from harness.pool import Task
+
+        tasks = [Task(run=search_property, payload=s, what=f"the {s.name} search") for s in searches]
+        runs = list(pool.run(tasks))
+    searched = iter(runs)
     for prop in props:
         if prop.level not in implemented:
             result.runs.append(PropertyRun(prop.name, 0.0, ended_by="not-run"))
-            continue
-        share_s = budget_s * prop.share / shares
-        result.runs.append(
-            _explore_property(oracle, port, prop, share_s, seed, out_dir, port_spec, kernels, device, call_limit_s)
-        )
+        else:
+            result.runs.append(next(searched))
     result.seconds = time.monotonic() - started
     (out_dir / "explore.json").write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
     (out_dir / "summary.md").write_text(result.to_markdown(), encoding="utf-8")
     return result
+
+
+@dataclass(frozen=True)
+class PropertySearch:
+    """One property's search, as a worker takes it: the port by spec, the
+    property by name, its share of the budget, the seed, the output folder."""
+
+    port_spec: str
+    name: str
+    share_s: float
+    seed: int
+    out_dir: Path
+    call_limit_s: float
+
+
+def _property(name: str) -> Property:
+    return next(p for p in PROPERTIES if p.name == name)
+
+
+def search_property(sides: WorkerSides, search: PropertySearch) -> Iterator[PropertyRun]:
+    """In a worker: one property's search (:func:`_explore_property`) on its own sides."""
+    yield _explore_property(
+        sides.oracle,
+        sides.port(search.port_spec),
+        _property(search.name),
+        search.share_s,
+        search.seed,
+        search.out_dir,
+        search.port_spec,
+        sides.kernels,
+        sides.device,
+        search.call_limit_s,
+    )
 
 
 # -- replaying a find --------------------------------------------------------------------

@@ -52,6 +52,7 @@ from harness.baseline import port_names as baseline_port_names
 from harness.cases import CaseError
 from harness.coverage import JudgedCoverage, nightly_coverage
 from harness.drift import latest_drift_report
+from harness.pool import WorkerPool, stream_items
 from harness.port import BUILTIN_PORTS, Port
 from harness.provenance import collect, port_repository
 from harness.results_file import items_digest
@@ -61,7 +62,6 @@ from harness.runner import (
     CaseResult,
     Shard,
     count_items,
-    run_items,
     selected_item_ids,
     unfinished_items,
 )
@@ -562,6 +562,10 @@ class NightlyPlan:
     # spelling; None judges the port against no baseline. A built-in port not
     # named here gets its default (:func:`default_baseline`).
     baselines: Mapping[str, Path | None] = field(default_factory=dict)
+    # Where the night's items, kill matrix and searches run (harness/pool.py,
+    # ``--jobs``): its workers load each port from ``port_specs``. None: in
+    # this process. The night's results are the same either way; its owner closes it.
+    pool: WorkerPool | None = None
 
 
 def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path, digest: str | None = None) -> None:
@@ -614,7 +618,8 @@ def run_nightly(
     progress: ProgressFactory | None = None,
 ) -> Night:
     """Run the night under ``<out>/.nightly.lock`` (``plan.out_dir``'s parent is
-    ``--out``). Bad input (the date, a baseline) is refused before anything is written."""
+    ``--out``). Bad input (the date, a baseline) is refused before anything is written.
+    ``plan.pool`` (when given) runs the night's work in its worker processes."""
     validate_night_date(plan.date)
     specs = list(plan.port_specs or [p.name for p in ports])
     with nightly_lock(plan.out_dir.parent):
@@ -664,21 +669,28 @@ def _run_locked(
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        for port in ports:
+        for port, spec in zip(ports, specs, strict=True):
             bar, advance = progress(per_port) if progress else (None, None)
             results: list[CaseResult] = []
             started = time.perf_counter()
+            # The night writes tables, never the layouts' chunks.
+            stream = stream_items(
+                oracle, port, spec, plan.suite, plan.levels, plan.shard, pool=plan.pool, keep_layouts=False
+            )
             try:
-                for result in run_items(oracle, port, plan.suite, plan.levels, plan.shard):
+                for result in stream:
                     results.append(result)
                     if advance is not None:
                         advance(result)
             except KeyboardInterrupt:
                 night.interrupted = True
-                # What the port did not reach is not-run, so its row can never read PASS.
+                # What workers finished past the last result in order is kept too; what
+                # the port did not reach is not-run, so its row can never read PASS.
+                results += stream.unreported()
                 finished = {r.id for r in results}
                 results += unfinished_items(plan.suite, plan.levels, plan.shard, finished)
             finally:
+                stream.close()
                 if bar is not None:
                     bar.stop()
             baseline = baselines.get(port.name)
@@ -724,7 +736,8 @@ def _explore(oracle: Port, port: Port, spec: str, plan: NightlyPlan) -> dict[str
     level = plan.levels[0] if len(plan.levels) == 1 else "all"
     root = plan.explore_dir or plan.out_dir.parent / "explore"
     folder = root / "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in spec)
-    result = explore(oracle, port, spec, level, plan.explore_budget_s, explore_seed(plan.date), folder, CpuKernels())
+    seed = explore_seed(plan.date)
+    result = explore(oracle, port, spec, level, plan.explore_budget_s, seed, folder, CpuKernels(), pool=plan.pool)
     return {**result.to_json(), "markdown": result.to_markdown("###")}
 
 
@@ -734,7 +747,8 @@ def _kill_matrix(oracle: Port, plan: NightlyPlan) -> dict[str, Any]:
     from harness.mutants import kill_matrix
     from ports.mutants import MUTANTS
 
-    rows = kill_matrix(oracle, [m() for m in MUTANTS.values()], plan.suite, plan.levels, CpuKernels())
+    mutants = [m() for m in MUTANTS.values()]
+    rows = kill_matrix(oracle, mutants, plan.suite, plan.levels, CpuKernels(), pool=plan.pool)
     return {"suite": plan.suite.name, "levels": list(plan.levels), "mutants": [r.to_json() for r in rows]}
 
 

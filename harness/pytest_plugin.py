@@ -28,6 +28,13 @@ Rules (the same as ``parity gate``'s, by construction):
   item is ``xfail`` with the entry's reason; one beyond its entry fails and
   says why. An oracle error is never ``xfail``. Stale entries are the gate's job.
 
+Under pytest-xdist (``-n N``) each xdist worker is one process that compares
+the items it is given in-process: the plugin never starts a worker pool of its
+own (``--jobs`` is the CLI's, :mod:`harness.pool`), and torch runs on one thread
+in every process that compares (:func:`harness.commands.common.select_device`),
+so ``-n N`` keeps N cores busy without oversubscribing them and gives the same
+verdicts and figures as one process.
+
 Registered through the ``pytest11`` entry point, so it is active wherever the
 package is installed; without any ``--parity-*`` option it does nothing.
 """

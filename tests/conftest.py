@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,10 @@ TEST_DEVICE = os.environ.get("PARITY_TEST_DEVICE", "cpu")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The tests' oracle cache is a folder of this session's (inherited by the CLI
+    # runs and xdist workers it starts), never the user's.
+    if "PARITY_ORACLE_CACHE" not in os.environ:
+        os.environ["PARITY_ORACLE_CACHE"] = tempfile.mkdtemp(prefix="parity-test-oracle-cache-")
     # The recipe (TRITON_INTERPRET among it) before anything imports Triton or vLLM.
     from oracle.environment import prepare_cpu_environment, use_device
 

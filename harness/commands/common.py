@@ -20,11 +20,12 @@ from harness.cases import load_cases
 from harness.kernels import SharedKernels
 from harness.model import Case
 from harness.port import Port, load_port
-from harness.runner import RunResult, Shard, reraise_interrupt, run_items, selected_levels, unfinished_items
+from harness.runner import RunResult, Shard, reraise_interrupt, selected_levels, unfinished_items
 from harness.suites import Suite, load_suite
 
 if TYPE_CHECKING:
     from harness.dcp_ranks import RealRanks
+    from harness.pool import PoolError, WorkerPool, WorkerSpec
 
 EXIT_PARITY, EXIT_DIVERGENT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -36,8 +37,13 @@ class UsageError(Exception):
 # -- the oracle, behind its fingerprint check ---------------------------------------------
 
 
-def open_oracle(allow_drift: bool, oracle: str | None = None) -> tuple[Port, dict[str, Any]]:
+def open_oracle(allow_drift: bool, oracle: str | None = None, cache: bool = False) -> tuple[Port, dict[str, Any]]:
     """The oracle side and the provenance every output carries.
+
+    ``cache``: the side answers from the oracle cache (:mod:`harness.oracle_cache`:
+    in memory, and on disk for a later run) whatever it has computed before for
+    the same oracle; run, gate, nightly, mutants and explore ask for it unless
+    ``--no-oracle-cache``.
 
     ``oracle`` is ``--oracle``: the pinned release in-process (None or its
     ``vllm==X``, the default), or ``vllm==X`` for any other release served from its own environment
@@ -79,7 +85,16 @@ def open_oracle(allow_drift: bool, oracle: str | None = None) -> tuple[Port, dic
         "fingerprints": {symbol: status for symbol, status, _, _ in statuses},
         "oracle_drift_overridden": bool(bad),
     }
+    if cache:
+        from harness.oracle_cache import with_oracle_cache
+
+        side = with_oracle_cache(side, provenance)
     return side, provenance
+
+
+def wants_oracle_cache(args: argparse.Namespace) -> bool:
+    """Whether a command's ``args`` leave the oracle cache on (no ``--no-oracle-cache``)."""
+    return not getattr(args, "no_oracle_cache", False)
 
 
 def release_of(oracle: str) -> str:
@@ -129,15 +144,25 @@ def drift_banner(provenance: dict[str, Any]) -> str | None:
     return f"WARNING: oracle fingerprints overridden ({len(drifted)} drifted: {', '.join(drifted)})"
 
 
+# Torch's intra-op threads in every process that compares. The shared kernels'
+# float results depend on the thread count (a divergent item's ULP figures
+# differ between 1 and 2 threads), so it is fixed: the same figures for any
+# --jobs and any machine's core count, and N workers never oversubscribe N cores.
+NUMERIC_THREADS = 1
+
+
 def select_device(device: str) -> SharedKernels:
-    """Prepare the oracle's recipe for ``device`` and return that device's shared
-    kernels. Call before the oracle is opened (vLLM reads the recipe on import)."""
+    """Prepare the oracle's recipe for ``device``, fix torch's threads at
+    :data:`NUMERIC_THREADS` and return that device's shared kernels. Call
+    before the oracle is opened (vLLM reads the recipe on import)."""
+    import torch
+
     from harness.kernels import kernels_for
     from oracle.environment import OracleUnavailable, use_device
 
-    if device == "cuda":
-        import torch
+    torch.set_num_threads(NUMERIC_THREADS)
 
+    if device == "cuda":
         if not torch.cuda.is_available():
             raise UsageError(f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine")
     try:
@@ -309,12 +334,22 @@ class Execution:
     table: Any
     result: RunResult
     port: Port
-    oracle: Port
     suite: Suite
     provenance: dict[str, Any]
     # Ctrl-C stopped the run: the table holds what finished, and every item that
     # did not is a ``not-run`` row, so the verdict can be no better than INCOMPLETE.
     interrupted: bool = False
+    # This process's oracle, or how to open it: a run whose items all ran in
+    # workers opens its own only if something asks for it (the gate's shrinking).
+    opened_oracle: Port | None = None
+    open_oracle_side: Callable[[], Port] | None = None
+
+    @property
+    def oracle(self) -> Port:
+        if self.opened_oracle is None:
+            assert self.open_oracle_side is not None
+            self.opened_oracle = self.open_oracle_side()
+        return self.opened_oracle
 
 
 def harness_identity() -> dict[str, Any]:
@@ -334,13 +369,21 @@ def harness_identity() -> dict[str, Any]:
     }
 
 
-def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] | None = None) -> Execution:
+def execute(
+    args: argparse.Namespace, before_run: Callable[[Port, Suite], None] | None = None, keep_layouts: bool = True
+) -> Execution:
     """Load, check the oracle, run with progress; rows go to --results as they finish.
 
     ``before_run`` checks the loaded port and suite before any work (the gate's
-    baseline against what the suite holds)."""
+    baseline against what the suite holds). With ``--jobs`` above 1 the items
+    run in worker processes (:mod:`harness.pool`), started before this process
+    opens its oracle so their start-up overlaps it; the rows, the table and the
+    results file are the same as in-process, in the same order.
+    ``keep_layouts`` False (nothing will write the layouts' chunks: no JSON
+    report) lets workers send only the figures a row needs of a matching layout."""
     import pandas as pd
 
+    from harness.pool import PoolError, stream_items
     from harness.results_file import ResultsWriter, items_digest
     from harness.runner import selected_item_ids
     from harness.summary import COLUMNS, result_row
@@ -348,68 +391,101 @@ def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] 
     if args.resume and not args.results:
         raise UsageError("--resume needs --results FILE (the file to resume)")
     real_ranks = real_ranks_of(args)
-    port = load_port(args.port, args.timeout)
-    suite = select_suite(args)
-    levels = selected_levels(args.level)
-    shard = parse_shard(args.shard)
-    item_ids = selected_item_ids(suite, levels, shard)
+    # An explicit --jobs N starts its workers first: their imports overlap loading the port and the suite.
+    pool = start_pool(args, None, (), None, [args.port]) if (getattr(args, "jobs", None) or 1) > 1 else None
     try:
-        refuse_empty(len(item_ids), describe_selection(suite, levels, shard))
-        if before_run is not None:
-            before_run(port, suite)
-    except Exception:
-        close_port(port)
+        port = load_port(args.port, args.timeout)
+        suite = select_suite(args)
+        levels = selected_levels(args.level)
+        shard = parse_shard(args.shard)
+        item_ids = selected_item_ids(suite, levels, shard)
+        try:
+            refuse_empty(len(item_ids), describe_selection(suite, levels, shard))
+            if before_run is not None:
+                before_run(port, suite)
+        except Exception:
+            close_port(port)
+            raise
+        note_unimplemented(port, levels)
+        if pool is None:
+            pool = start_pool(args, suite, levels, shard, [args.port])
+    except BaseException:
+        if pool is not None:
+            pool.close()
         raise
-    note_unimplemented(port, levels)
-    kernels = select_device(args.device)
-    if real_ranks is not None:
-        from harness.dcp_ranks import prestart
-
-        # The rank workers import the oracle while this process opens its own.
-        prestart(real_ranks, args.device, largest_dcp_world(suite, levels, shard))
-    oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle)
-    banner = drift_banner(provenance)
-    if banner:
-        print(banner, file=sys.stderr)
-    writer = None
-    if args.results:
-        header = {
-            "items_digest": items_digest(item_ids),
-            "items": len(item_ids),
-            "suite": suite.name,
-            "levels": list(levels),
-            "size": args.size,
-            "shard": args.shard,
-            "port_spec": args.port,
-            "port": port.name,
-            "device": args.device,
-            **dcp_settings(args),
-            "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
-            "oracle_drift_overridden": provenance["oracle_drift_overridden"],
-            **harness_identity(),
-        }
-        writer = ResultsWriter(Path(args.results), header, args.resume, item_ids)
-    skip = writer.done_ids if writer else frozenset()
-    bar, advance = progress_bar(len(item_ids) - len(skip))
-    result = RunResult(suite=suite.name, port=port.name, levels=levels)
-    started = time.perf_counter()
-    interrupted = False
     try:
-        for item in run_items(oracle, port, suite, levels, shard, kernels, skip, args.device, args.timeout, real_ranks):
+        kernels = select_device(args.device)
+        if real_ranks is not None:
+            from harness.dcp_ranks import prestart
+
+            # The rank workers import the oracle while this process opens its own.
+            prestart(real_ranks, args.device, largest_dcp_world(suite, levels, shard))
+        oracle: Port | None = None
+        if pool is not None and real_ranks is None:
+            # Every item runs in a worker: their oracle's provenance is the run's, and
+            # this process does not import the oracle (seconds of CPU the workers need).
+            provenance = pool.oracle_provenance()
+        else:
+            oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
+        banner = drift_banner(provenance)
+        if banner:
+            print(banner, file=sys.stderr)
+        writer = None
+        if args.results:
+            header = {
+                "items_digest": items_digest(item_ids),
+                "items": len(item_ids),
+                "suite": suite.name,
+                "levels": list(levels),
+                "size": args.size,
+                "shard": args.shard,
+                "port_spec": args.port,
+                "port": port.name,
+                "device": args.device,
+                **dcp_settings(args),
+                "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
+                "oracle_drift_overridden": provenance["oracle_drift_overridden"],
+                **harness_identity(),
+            }
+            writer = ResultsWriter(Path(args.results), header, args.resume, item_ids)
+        skip = writer.done_ids if writer else frozenset()
+        bar, advance = progress_bar(len(item_ids) - len(skip))
+        result = RunResult(suite=suite.name, port=port.name, levels=levels)
+        started = time.perf_counter()
+        interrupted = False
+
+        def record(item: Any) -> None:
             result.results.append(item)
             if writer is not None:
                 writer.write(result_row(item))
             if advance is not None:
                 advance(item)
-    except KeyboardInterrupt:
-        interrupted = True
-        todo = len(item_ids) - len(skip)
-        print(f"\nparity: interrupted after {len(result.results)} of {todo} items", file=sys.stderr)
+
+        stream = stream_items(
+            oracle, port, args.port, suite, levels, shard, kernels, skip, args.device, args.timeout, real_ranks,
+            pool, keep_layouts,
+        )  # fmt: skip
+        try:
+            for item in stream:
+                record(item)
+        except KeyboardInterrupt:
+            interrupted = True
+            # What workers finished beyond the last row in order is kept too.
+            for item in stream.unreported():
+                record(item)
+            todo = len(item_ids) - len(skip)
+            print(f"\nparity: interrupted after {len(result.results)} of {todo} items", file=sys.stderr)
+        finally:
+            stream.close()
+            if bar is not None:
+                bar.stop()
+            if writer is not None:
+                writer.close()
+    except PoolError as exc:
+        raise pool_failure(exc) from None
     finally:
-        if bar is not None:
-            bar.stop()
-        if writer is not None:
-            writer.close()
+        if pool is not None:
+            pool.close()
     result.seconds = time.perf_counter() - started
     result.provenance = {**provenance, **dcp_settings(args)}
     rows = (writer.done if writer else []) + [result_row(r) for r in result.results]
@@ -417,7 +493,74 @@ def execute(args: argparse.Namespace, before_run: Callable[[Port, Suite], None] 
         finished = skip | {r.id for r in result.results}
         rows += [result_row(r) for r in unfinished_items(suite, levels, shard, finished)]
     table = pd.DataFrame(rows, columns=list(COLUMNS)).sort_values("index", kind="stable").reset_index(drop=True)
-    return Execution(table, result, port, oracle, suite, provenance, interrupted)
+    return Execution(
+        table, result, port, suite, provenance, interrupted, oracle,
+        lambda: open_oracle(args.allow_oracle_drift, args.oracle)[0],
+    )  # fmt: skip
+
+
+def open_worker_sides(spec: WorkerSpec) -> tuple[Port, dict[str, Any], SharedKernels]:
+    """A worker's oracle, its provenance and the device's kernels, opened as
+    :func:`execute` opens them in one process (:class:`harness.pool.WorkerSpec`)."""
+    from harness.pool import SidesRefused
+
+    try:
+        kernels = select_device(spec.device)
+        oracle, provenance = open_oracle(spec.allow_drift, spec.oracle, not spec.no_oracle_cache)
+    except UsageError as exc:
+        raise SidesRefused(str(exc)) from None
+    return oracle, provenance, kernels
+
+
+def worker_spec(
+    args: argparse.Namespace, ports: list[str] | tuple[str, ...] = (), timeout_s: float | None = None
+) -> WorkerSpec:
+    """The spec workers open their sides from, for a command's parsed ``args``
+    (options it lacks take their defaults) and the ports its tasks name."""
+    from harness.pool import WorkerSpec
+    from harness.port import DEFAULT_PORT_TIMEOUT_S
+
+    return WorkerSpec(
+        open_sides=open_worker_sides,
+        oracle=getattr(args, "oracle", None),
+        allow_drift=bool(getattr(args, "allow_oracle_drift", False)),
+        device=getattr(args, "device", "cpu"),
+        timeout_s=timeout_s if timeout_s is not None else getattr(args, "timeout", DEFAULT_PORT_TIMEOUT_S),
+        ports=tuple(ports),
+        no_oracle_cache=bool(getattr(args, "no_oracle_cache", False)),
+    )
+
+
+def pool_failure(exc: PoolError) -> UsageError:
+    """What the user reads when the workers cannot go on: a usage error a
+    worker met opening the oracle (a drifted fingerprint, say) as the command
+    words it in one process; anything else, one line naming ``--jobs``."""
+    from harness.pool import PoolStartError
+
+    if isinstance(exc, PoolStartError):
+        return UsageError(str(exc) if exc.usage else f"--jobs: a worker process could not start: {exc}")
+    return UsageError(f"--jobs: {exc}")
+
+
+def start_pool(
+    args: argparse.Namespace, suite: Suite | None, levels: tuple[str, ...], shard: Shard | None, port_specs: list[str]
+) -> WorkerPool | None:
+    """The run's worker processes, started (not yet ready), or None for one
+    process: ``--jobs`` for these items (:func:`harness.pool.resolve_jobs`), or
+    without a ``suite`` (not loaded yet) an explicit ``--jobs`` as given."""
+    from harness.pool import WorkerPool, estimated_seconds, planned_items, resolve_jobs
+
+    if suite is None:
+        jobs = getattr(args, "jobs", None) or 1
+    else:
+        planned = planned_items(suite, levels, shard)
+        estimate = estimated_seconds(k for _, k, _ in planned) * len(port_specs)
+        jobs = resolve_jobs(getattr(args, "jobs", 1), estimate, len(planned))
+    if jobs <= 1:
+        return None
+    pool = WorkerPool(jobs, worker_spec(args, port_specs))
+    pool.start()
+    return pool
 
 
 def close_port(port: Port) -> None:

@@ -31,6 +31,7 @@ from harness.commands.options import (
     dcp_backend_option,
     device_option,
     non_negative_int,
+    oracle_cache_option,
     port_options,
     positive_seconds,
 )
@@ -49,6 +50,7 @@ def register(sub: Any) -> None:
     port_options(p)
     device_option(p)
     dcp_backend_option(p)
+    oracle_cache_option(p)
     p.add_argument(
         "case",
         metavar="ITEM",

@@ -9,11 +9,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.commands.common import UsageError, close_port, open_oracle, select_device
+from harness.commands.common import (
+    UsageError,
+    close_port,
+    open_oracle,
+    pool_failure,
+    select_device,
+    wants_oracle_cache,
+    worker_spec,
+)
 from harness.commands.diff import compare_and_print
-from harness.commands.options import PORT_HELP, oracle_options
+from harness.commands.options import PORT_HELP, jobs_options, oracle_options
 from harness.explore import EXIT_CLEAN, EXIT_FOUND, explore, load_find, replay_kinds
 from harness.kernels import SharedKernels
+from harness.pool import PoolError, WorkerPool, resolve_jobs
 from harness.port import Port, load_port, port_levels
 from harness.runner import LEVELS, selected_levels
 
@@ -35,6 +44,7 @@ def register(sub: Any) -> None:
     p.add_argument("--replay", metavar="FILE", help="compare one find file (workspace and merge finds) and stop")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where L2 and L3 run")
     oracle_options(p)
+    jobs_options(p)
     p.set_defaults(func=cmd_explore)
 
 
@@ -53,7 +63,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
             if missing:
                 raise UsageError(f"{args.replay}: port {port.name} does not implement level {missing[0]}")
             kernels = select_device(args.device)
-            oracle, _ = open_oracle(args.allow_oracle_drift, args.oracle)
+            oracle, _ = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
             return replay(oracle, port, kind, item, kernels, args.device)
         levels = selected_levels(args.level)
         missing = [lv for lv in levels if lv not in port_levels(port)]
@@ -67,12 +77,21 @@ def cmd_explore(args: argparse.Namespace) -> int:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"--out {out_dir}: cannot create the folder ({exc.strerror or exc})") from None
-        kernels = select_device(args.device)
-        oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle)
-        if provenance.get("oracle_drift_overridden"):
-            print("WARNING: oracle fingerprints overridden (--allow-oracle-drift)", file=sys.stderr)
-        print(f"exploring port {port.name} at level {args.level} for {args.budget_s:g}s (seed {args.seed})")
-        result = explore(oracle, port, args.port, args.level, args.budget_s, args.seed, out_dir, kernels, args.device)
+        pool = explore_pool(args, port, levels)
+        try:
+            kernels = select_device(args.device)
+            oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
+            if provenance.get("oracle_drift_overridden"):
+                print("WARNING: oracle fingerprints overridden (--allow-oracle-drift)", file=sys.stderr)
+            print(f"exploring port {port.name} at level {args.level} for {args.budget_s:g}s (seed {args.seed})")
+            result = explore(
+                oracle, port, args.port, args.level, args.budget_s, args.seed, out_dir, kernels, args.device, pool=pool
+            )
+        except PoolError as exc:
+            raise pool_failure(exc) from None
+        finally:
+            if pool is not None:
+                pool.close()
     finally:
         close_port(port)
     for run in result.runs:
@@ -95,6 +114,19 @@ def cmd_explore(args: argparse.Namespace) -> int:
     print(f"\n{result.headline()}")
     print(f"wrote {out_dir}/explore.json and summary.md")
     return result.exit_code
+
+
+def explore_pool(args: argparse.Namespace, port: Port, levels: tuple[str, ...]) -> WorkerPool | None:
+    """Workers for the search's properties (one each at most), started; None for one process."""
+    from harness.explore import properties_for
+
+    searched = [p for p in properties_for(levels) if p.level in port_levels(port)]
+    jobs = resolve_jobs(args.jobs, args.budget_s, len(searched))
+    if jobs <= 1:
+        return None
+    pool = WorkerPool(jobs, worker_spec(args, [args.port]))
+    pool.start()
+    return pool
 
 
 def replay(oracle: Port, port: Port, kind: str, item: Any, kernels: SharedKernels, device: str) -> int:

@@ -23,7 +23,13 @@ from harness.commands.common import (
     release_of,
     write_output,
 )
-from harness.commands.options import dcp_backend_option, device_option, port_options, selection_options
+from harness.commands.options import (
+    dcp_backend_option,
+    device_option,
+    jobs_options,
+    port_options,
+    selection_options,
+)
 
 
 def register(sub: Any) -> None:
@@ -32,6 +38,7 @@ def register(sub: Any) -> None:
     selection_options(p_gate)
     device_option(p_gate)
     dcp_backend_option(p_gate)
+    jobs_options(p_gate)
     p_gate.add_argument("--baseline", metavar="FILE", help="expected divergences (JSON, see harness/baseline.py)")
     p_gate.add_argument("--out", metavar="DIR", help="output folder (default reports/out/gate-<port>)")
     p_gate.set_defaults(func=cmd_gate)
@@ -53,8 +60,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
     entries = _baseline_entries(args.baseline)
     oracle = f"vllm=={release_of(args.oracle)}"
+    # The gate writes tables and summaries, never the layouts' chunks.
     done = execute(
-        args, before_run=lambda port, suite: check_gate_baseline(entries, suite, port.name, args.port, oracle)
+        args,
+        before_run=lambda port, suite: check_gate_baseline(entries, suite, port.name, args.port, oracle),
+        keep_layouts=False,
     )
     try:
         return _judge_gate(args, done, entries)
@@ -84,7 +94,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -> int:
     from harness.gate import judge
 
-    port, oracle, suite = done.port, done.oracle, done.suite
+    # done.oracle is opened only when asked for: only shrinking needs it here.
+    port, suite = done.port, done.suite
     meta = _gate_meta(args, done)
     outcome = judge(done.table, meta, entries, check_stale=args.shard is None)
     out_dir = Path(args.out or f"reports/out/gate-{port.name}")
@@ -102,7 +113,8 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
     try:
         for row in new_layout.itertuples(index=False):
             if row.name in cases:
-                shrunk[row.id] = guarded_shrink(oracle, port, cases[row.name], out_dir / "shrunk" / f"{row.name}.json")
+                case = cases[row.name]
+                shrunk[row.id] = guarded_shrink(done.oracle, port, case, out_dir / "shrunk" / f"{row.name}.json")
     except KeyboardInterrupt:
         # Every item was compared: the verdict stands; only the shrinking was cut short.
         print("\nparity: interrupted while shrinking; writing the gate's outputs", file=sys.stderr)

@@ -12,9 +12,13 @@ from harness.commands.common import (
     UsageError,
     guarded_shrink,
     open_oracle,
+    pool_failure,
+    select_device,
+    wants_oracle_cache,
+    worker_spec,
 )
-from harness.commands.options import non_negative_int, oracle_options
-from harness.runner import LEVELS, CaseResult, selected_levels
+from harness.commands.options import jobs_options, non_negative_int, oracle_options
+from harness.runner import LEVELS, selected_levels
 from harness.suites import load_suite
 
 
@@ -27,13 +31,16 @@ def register(sub: Any) -> None:
     p_mutants.add_argument("--out", metavar="DIR", help="output folder (default reports/out/mutants-<suite>)")
     p_mutants.add_argument("--no-shrink", action="store_true", help="do not shrink the killing cases")
     oracle_options(p_mutants)
+    jobs_options(p_mutants)
     p_mutants.set_defaults(func=cmd_mutants)
 
 
 def cmd_mutants(args: argparse.Namespace) -> int:
-    """Every seeded mutant against the oracle; the kill matrix."""
-    from harness.kernels import CpuKernels
-    from harness.mutants import kill_matrix, render_matrix, write_matrix
+    """Every seeded mutant against the oracle; the kill matrix. With ``--jobs``
+    above 1 the (mutant, level) searches run side by side in worker processes;
+    the matrix and the shrunk files are the same."""
+    from harness.mutants import ShrinkKills, estimated_matrix_seconds, kill_matrix, render_matrix, write_matrix
+    from harness.pool import PoolError, WorkerPool, resolve_jobs
     from ports.mutants import MUTANTS
 
     names = args.only.split(",") if args.only else list(MUTANTS)
@@ -42,20 +49,23 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown mutant {unknown[0]!r} (known: {', '.join(MUTANTS)})")
     suite = load_suite(args.suite, size=args.size)
     levels = selected_levels(args.level)
-    oracle, _ = open_oracle(args.allow_oracle_drift, args.oracle)
-    out_dir = Path(args.out or f"reports/out/mutants-{suite.name}")
-    kernels = CpuKernels()
-    cases = {c.name: c for c in suite.cases}
-
-    def shrink_kill(mutant: Any, level: str, kill: Any, result: CaseResult) -> None:
-        case = cases.get(result.name)
-        if args.no_shrink or case is None or level not in ("layout", "prefill") or result.kind == "workspace":
-            return
-        kill.shrunk = guarded_shrink(
-            oracle, mutant, case, out_dir / "shrunk" / f"{mutant.name}-{level}.json", level, kernels
-        )
-
-    rows = kill_matrix(oracle, [MUTANTS[n]() for n in names], suite, levels, kernels, on_kill=shrink_kill)
+    searches = len(names) * len(levels)
+    jobs = resolve_jobs(args.jobs, estimated_matrix_seconds(suite, levels, len(names)), searches)
+    pool = WorkerPool(jobs, worker_spec(args)) if jobs > 1 else None
+    try:
+        if pool is not None:
+            pool.start()
+        kernels = select_device("cpu")
+        oracle, _ = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
+        out_dir = Path(args.out or f"reports/out/mutants-{suite.name}")
+        shrink = None if args.no_shrink else ShrinkKills(out_dir / "shrunk", guarded_shrink)
+        mutants = [MUTANTS[n]() for n in names]
+        rows = kill_matrix(oracle, mutants, suite, levels, kernels, shrink=shrink, pool=pool)
+    except PoolError as exc:
+        raise pool_failure(exc) from None
+    finally:
+        if pool is not None:
+            pool.close()
     write_matrix(rows, levels, suite.name, out_dir)
     print(render_matrix(rows, levels, suite.name), end="")
     print(f"\nwrote {out_dir}/kill-matrix.md and kill-matrix.json")

@@ -13,13 +13,17 @@ from harness.commands.common import (
     note_unimplemented,
     open_oracle,
     parse_shard,
+    pool_failure,
     progress_bar,
     refuse_empty,
+    wants_oracle_cache,
+    worker_spec,
 )
-from harness.commands.options import non_negative_int, non_negative_seconds, oracle_options
+from harness.commands.options import jobs_options, non_negative_int, non_negative_seconds, oracle_options
+from harness.pool import PoolError, WorkerPool, estimated_seconds, planned_items, resolve_jobs
 from harness.port import load_port
-from harness.runner import LEVELS, count_items, selected_levels
-from harness.suites import load_suite
+from harness.runner import LEVELS, Shard, count_items, selected_levels
+from harness.suites import Suite, load_suite
 
 
 def register(sub: Any) -> None:
@@ -59,6 +63,7 @@ def register(sub: Any) -> None:
         "its database lives in <out>/explore/<port>, so each night replays earlier finds",
     )
     oracle_options(p_nightly)
+    jobs_options(p_nightly)
     p_nightly.set_defaults(func=cmd_nightly)
 
 
@@ -100,7 +105,13 @@ def cmd_nightly(args: argparse.Namespace) -> int:
                 count_items(suite, levels, shard), f"port {port.name}: {describe_selection(suite, levels, shard)}"
             )
             note_unimplemented(port, levels)
-        oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle)
+        pool = nightly_pool(args, suite, levels, shard, port_names)
+        try:
+            oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
+        except BaseException:
+            if pool is not None:
+                pool.close()
+            raise
         plan = NightlyPlan(
             date,
             suite,
@@ -113,10 +124,15 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             explore_budget_s=args.explore_budget_s,
             port_specs=tuple(port_names),
             baselines=baselines,
+            pool=pool,
         )
         try:
             night = run_nightly(plan, oracle, ports, provenance, write_report=write_report, progress=progress_bar)
+        except PoolError as exc:
+            raise pool_failure(exc) from None
         finally:
+            if pool is not None:
+                pool.close()
             for port in ports:
                 close_port(port)
     for p in night.ports:
@@ -130,3 +146,21 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     for result in night.explore:
         print(f"explore {result['port_spec']:<14} {result['verdict'].upper()}  {result['examples']} examples")
     return night_exit_code(night)
+
+
+def nightly_pool(
+    args: argparse.Namespace, suite: Suite, levels: tuple[str, ...], shard: Shard | None, port_specs: list[str]
+) -> WorkerPool | None:
+    """The night's workers (its ports, kill matrix and searches share them),
+    started; None for one process. The default --jobs weighs the ports' items
+    and their searches (most mutants die within a few items: not counted)."""
+    from ports.mutants import MUTANTS
+
+    planned = planned_items(suite, levels, shard)
+    estimate = (estimated_seconds(kind for _, kind, _ in planned) + args.explore_budget_s) * len(port_specs)
+    jobs = resolve_jobs(args.jobs, estimate, max(len(planned), len(MUTANTS)))
+    if jobs <= 1:
+        return None
+    pool = WorkerPool(jobs, worker_spec(args, port_specs))
+    pool.start()
+    return pool

@@ -105,6 +105,30 @@ def selection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=positive_seconds, default=300.0, help="seconds a port call may take (default 300)")
 
 
+def jobs_options(p: argparse.ArgumentParser) -> None:
+    """``--jobs`` (worker processes, :mod:`harness.pool`) and ``--no-oracle-cache``."""
+    from harness.pool import POOL_PAYS_OFF_S
+
+    p.add_argument(
+        "--jobs",
+        type=positive_int,
+        metavar="N",
+        help="worker processes to spread the work over, >= 1; results, files and reports are the same for any N "
+        f"(default: the machine's cores when the work is estimated at {POOL_PAYS_OFF_S:g} s or more, "
+        "else 1: in this process)",
+    )
+    oracle_cache_option(p)
+
+
+def oracle_cache_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-oracle-cache",
+        action="store_true",
+        dest="no_oracle_cache",
+        help="compute every oracle result afresh (no cache in memory or on disk)",
+    )
+
+
 def non_negative_seconds(text: str) -> float:
     try:
         value = float(text)

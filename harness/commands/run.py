@@ -19,6 +19,7 @@ from harness.commands.common import (
 from harness.commands.options import (
     dcp_backend_option,
     device_option,
+    jobs_options,
     non_negative_int,
     port_options,
     selection_options,
@@ -32,6 +33,7 @@ def register(sub: Any) -> None:
     selection_options(p)
     device_option(p)
     dcp_backend_option(p)
+    jobs_options(p)
     p.add_argument("--json", metavar="OUT", help="write the full results as JSON")
     p.add_argument("--show", type=non_negative_int, default=10, help="divergences listed in the summary (default 10)")
     p.set_defaults(func=cmd_run)
@@ -40,7 +42,8 @@ def register(sub: Any) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.summary import summarise_table
 
-    done = execute(args)
+    # Only the JSON report writes every layout's chunks; without it workers send figures.
+    done = execute(args, keep_layouts=bool(args.json))
     close_port(done.port)
     banner = drift_banner(done.provenance)
     # An interrupted run's not-run rows are what it did not reach, not findings.
