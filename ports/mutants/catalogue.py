@@ -637,7 +637,7 @@ def _faulty_merge_program() -> Any:
         FAULT: tl.constexpr,
         CUTOFF_GAP: tl.constexpr,
     ):
-        head_tiles = tl.cdiv(heads, BLOCK_H)
+        head_tiles = (heads + BLOCK_H - 1) // BLOCK_H
         head_tile = tl.program_id(0) % head_tiles
         token_tile = tl.program_id(0) // head_tiles
         token = (token_tile * BLOCK_T + tl.arange(0, BLOCK_T))[:, None]

@@ -77,8 +77,11 @@ def _merge_program() -> Any:
         ROUND_ONCE: tl.constexpr,
     ):
         # Heads vary fastest across programs, so programs running side by side
-        # stream neighbouring memory (a token's heads are contiguous).
-        head_tiles = tl.cdiv(heads, BLOCK_H)
+        # stream neighbouring memory (a token's heads are contiguous). Plain
+        # integer arithmetic, not tl.cdiv: a library @jit helper that Triton built
+        # before the interpreter was switched on (torch imports Triton) cannot be
+        # called from an interpreted kernel.
+        head_tiles = (heads + BLOCK_H - 1) // BLOCK_H
         head_tile = tl.program_id(0) % head_tiles
         token_tile = tl.program_id(0) // head_tiles
         token = (token_tile * BLOCK_T + tl.arange(0, BLOCK_T))[:, None]
