@@ -16,6 +16,7 @@ from harness.commands.common import (
     pool_failure,
     progress_bar,
     refuse_empty,
+    select_device,
     wants_oracle_cache,
     worker_spec,
 )
@@ -107,6 +108,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             note_unimplemented(port, levels)
         pool = nightly_pool(args, suite, levels, shard, port_names)
         try:
+            # The CPU recipe and torch's one thread, as the workers have them (the same figures for any --jobs).
+            select_device("cpu")
             oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
         except BaseException:
             if pool is not None:
