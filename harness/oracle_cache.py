@@ -69,6 +69,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import importlib
 import itertools
 import json
 import math
@@ -144,7 +145,12 @@ _STORED_DTYPES = {
 }
 # Errors that say something about the moment, not the item.
 _TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (OSError, MemoryError)
-_TRANSIENT_ERROR_NAMES = frozenset({"OracleProcessError", "OutOfMemoryError", "ExternalPortError", "PortTimeout"})
+_TRANSIENT_ERROR_NAMES = frozenset(
+    {"OracleProcessError", "OutOfMemoryError", "ExternalPortError", "PortTimeout", "AcceleratorError"}
+)
+# A RuntimeError with one of these in its message is the machine's state, not the
+# oracle's answer: a CPU allocation that failed, or a CUDA context a port broke.
+_TRANSIENT_MESSAGES = ("allocate memory", "out of memory", "CUDA error", "illegal memory access")
 
 
 class CachedOracleError(Exception):
@@ -226,6 +232,10 @@ def _pin_of(provenance: Mapping[str, Any]) -> Any:
 def oracle_fingerprint(oracle: Any, provenance: Mapping[str, Any]) -> str:
     """The first half of every key: who the oracle is (module docstring).
     Raises ``TypeError``/``ValueError`` for a provenance that is not plain JSON."""
+    # The oracle's numeric code loads on its first merge or prefill: load it now,
+    # so the sources hashed below are the ones it runs.
+    importlib.import_module("oracle.numeric")
+
     material = {
         "format": CACHE_FORMAT,
         "oracle": f"{type(oracle).__module__}.{type(oracle).__qualname__}",
@@ -236,6 +246,8 @@ def oracle_fingerprint(oracle: Any, provenance: Mapping[str, Any]) -> str:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "triton": _package_version("triton"),
+        # The interpreter's tl.exp and tl.log are numpy's.
+        "numpy": _package_version("numpy"),
     }
     return _digest(material)
 
@@ -319,6 +331,8 @@ def numeric_environment(device: torch.device) -> dict[str, Any]:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
         "triton_interpret": os.environ.get("TRITON_INTERPRET"),
+        # Whether Triton fuses a * b + c on the GPU changes upstream's compiled merge.
+        "triton_fp_fusion": [os.environ.get(n) for n in ("TRITON_DEFAULT_FP_FUSION", "TRITON_FORCE_DISABLE_FP_FUSION")],
         "vllm_target_device": os.environ.get("VLLM_TARGET_DEVICE"),
     }
     if device.type == "cuda":
@@ -343,6 +357,8 @@ def _kept_error(exc: BaseException) -> _Error | None:
     try:
         message = str(exc)
     except Exception:
+        return None
+    if isinstance(exc, RuntimeError) and any(text in message for text in _TRANSIENT_MESSAGES):
         return None
     return _Error(type(exc).__module__, type(exc).__qualname__, message)
 

@@ -601,6 +601,10 @@ def recover_chunk(chunk: ItemChunk, finished: int, exitcode: int | None) -> tupl
     no verdict can be earned); the items after it run again elsewhere."""
     from harness.runner import PORT_ERROR, CaseResult
 
+    if finished >= len(chunk.items):
+        # It died after its chunk's last result and before saying it was done:
+        # every item has its row, nothing is left to run.
+        return [], None
     index, kind, item = chunk.items[finished]
     row = CaseResult(
         item.name,

@@ -233,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m oracle.serve", description=__doc__.splitlines()[0])
     parser.add_argument("--hello", action="store_true", help="print the hello reply (release, pin statuses) and exit")
     args = parser.parse_args(argv)
+    import torch
+
+    # One intra-op thread, as in every process of the harness that compares
+    # (harness.commands.common.NUMERIC_THREADS): an fp32 matmul's bits depend on it.
+    torch.set_num_threads(1)
     # Only protocol replies go to the real stdout; anything vLLM or torch print
     # goes to stderr, where the harness keeps its tail for error messages.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")

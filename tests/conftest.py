@@ -67,3 +67,9 @@ def pytest_configure(config: pytest.Config) -> None:
         use_device("cuda")
     else:
         prepare_cpu_environment()
+    import torch
+
+    # One intra-op thread, as every comparing process of the harness (select_device)
+    # and the served oracle run: a test's in-process reference then has their bits
+    # whatever ran before it in this worker.
+    torch.set_num_threads(1)

@@ -219,3 +219,24 @@ def test_a_bad_jobs_value_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[s
             main(["gate", "--suite", "smoke", "--jobs", value])
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and err.count("\n") == 1 and "--jobs" in err, err
+
+
+def test_a_divergent_port_through_the_cache_gives_the_same_json_for_any_jobs(tmp_path: Path) -> None:
+    """equal_share's prefill items diverge by ULP figures that depend on torch's
+    thread count; one process and two workers must still agree to the byte, the
+    first run filling the oracle cache and the second reading it."""
+    cache = tmp_path / "cache"
+    docs = []
+    for jobs in (1, 2):
+        doc = tmp_path / f"jobs{jobs}.json"
+        argv = ["run", "--suite", "smoke", "--level", "prefill", "--port", "equal_share", "--jobs", str(jobs),
+                "--json", str(doc)]  # fmt: skip
+        env = {**os.environ, "PARITY_ORACLE_CACHE": str(cache)}
+        command = [sys.executable, "-m", "harness", *argv]
+        proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        docs.append(doc.read_bytes())
+    assert docs[0] == docs[1]
+    rows = json.loads(docs[0])["cases"]
+    assert any(r["status"] == "divergent" for r in rows) and any(r["status"] == "parity" for r in rows)
+    assert any(cache.rglob("*.safetensors")), "the first run wrote no oracle results to the cache"

@@ -48,6 +48,9 @@ def run_legacy(script: str, argument: Any, timeout_s: float = 600) -> Any:
             "import json, sys",
             "from oracle.environment import prepare_cpu_environment",
             "prepare_cpu_environment()",
+            # One intra-op thread, as this test process and the harness's processes run.
+            "import torch",
+            "torch.set_num_threads(1)",
             "ARGUMENT = json.loads(sys.stdin.read())",
             textwrap.dedent(script),
             "sys.stdout.write('\\nRESULT ' + json.dumps(RESULT))",

@@ -399,6 +399,8 @@ def test_errors_are_answers_and_interrupts_are_not(tmp_path: Path) -> None:
         "custom": Unrebuildable(7),
         "interrupt": KeyboardInterrupt(),
         "transient": OSError("disk gone"),
+        "cpu-oom": RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 2 bytes"),
+        "cuda": RuntimeError("CUDA error: an illegal memory access was encountered"),
     }
     fake = FakeOracle(fail=raised)
     first = CachedOracle(fake, FINGERPRINT, tmp_path)
@@ -461,6 +463,10 @@ def test_the_kernels_the_inputs_and_the_numeric_environment_are_in_the_key(
     monkeypatch.undo()
     prefill_through(cache, case)
     assert fake.calls == 4 and cache.stats()["memory_hits"] == 1
+    # Triton's fp fusion changes upstream's compiled merge: another setting, another key.
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    prefill_through(cache, case)
+    assert fake.calls == 5
 
 
 def test_the_wrapper_is_the_oracle_for_everything_else(tmp_path: Path) -> None:

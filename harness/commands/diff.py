@@ -25,6 +25,7 @@ from harness.commands.common import (
     open_oracle,
     real_ranks_of,
     select_device,
+    wants_oracle_cache,
     write_output,
 )
 from harness.commands.options import (
@@ -93,7 +94,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
                 f"(it implements {', '.join(port_levels(port))})"
             )
         kernels = select_device(args.device)
-        oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle)
+        oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
         banner = drift_banner(provenance)
         if banner:
             print(banner)
