@@ -6,10 +6,12 @@ Each figure is the wall time of one ``parity`` command run as a user runs it
 * the ci gate at every level, ``--jobs 1`` and ``--jobs 2``, both computing
   every oracle result afresh (``--no-oracle-cache``), so the ratio is the pool's
   alone (target: ``--jobs 2`` at most 0.65x of ``--jobs 1``);
-* the kill matrix, ``parity mutants --suite ci``: as it ran before the pool and
-  the cache (``--jobs 1 --no-oracle-cache``), then with the defaults on an empty
+* the ci gate and the kill matrix as they ran before issue 17: the same
+  commands in a git worktree of ``--before`` (default: the last commit before
+  the pool and the cache), run in this environment with that tree's defaults;
+* the kill matrix, ``parity mutants --suite ci``, with the defaults on an empty
   cache folder (cold), then again on the folder the cold run filled (warm)
-  (target: warm at most a third of the first);
+  (target: warm at most a third of the kill matrix before issue 17);
 * with ``--nightly``, the nightly default run (``parity nightly`` with its
   defaults) on an empty cache folder (target: within 15 minutes).
 
@@ -22,6 +24,7 @@ read nor written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -29,10 +32,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The last commit before issue 17 (no --jobs, no oracle cache, torch's default threads).
+BEFORE_ISSUE_17 = "4a0c2ae"
 GATE_TARGET = 0.65
 MUTANTS_TARGET = 1 / 3
 NIGHTLY_TARGET_S = 15 * 60
@@ -46,23 +52,42 @@ class Timed:
     exit_code: int
 
 
-def timed(label: str, args: list[str], cache: Path, out: Path) -> Timed:
-    """Wall seconds of ``python -m harness ARGS`` with ``cache`` as its oracle cache folder."""
+def timed(label: str, args: list[str], cache: Path, out: Path, tree: Path = ROOT) -> Timed:
+    """Wall seconds of ``python -m harness ARGS`` run in ``tree`` (its harness,
+    oracle and ports: ``-m`` puts the working directory first on the path) with
+    ``cache`` as its oracle cache folder."""
     command = [sys.executable, "-m", "harness", *args]
     env = {**os.environ, "PARITY_ORACLE_CACHE": str(cache)}
     log = out / f"{label.replace(' ', '-')}.log"
     started = time.perf_counter()
     with log.open("w", encoding="utf-8") as sink:
-        code = subprocess.run(command, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, check=False).returncode
+        code = subprocess.run(command, cwd=tree, env=env, stdout=sink, stderr=subprocess.STDOUT, check=False).returncode
     seconds = time.perf_counter() - started
     print(f"  {label:<40} {seconds:8.1f} s   exit {code}   (log {log})", flush=True)
     return Timed(label, args, seconds, code)
+
+
+@contextlib.contextmanager
+def worktree(revision: str) -> Iterator[Path]:
+    """A detached git worktree of ``revision``, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="parity-before-") as parent:
+        tree = Path(parent) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), revision], cwd=ROOT, check=True,
+                       capture_output=True)  # fmt: skip
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False,
+                           capture_output=True)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nightly", action="store_true", help="also time the nightly default run (about 15 min)")
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
+    parser.add_argument(
+        "--before", metavar="REV", default=BEFORE_ISSUE_17, help=f"the tree before (default {BEFORE_ISSUE_17})"
+    )
     args = parser.parse_args(argv)
 
     machine = platform.processor() or platform.machine()
@@ -70,9 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, object] = {"cores": os.cpu_count()}
     work = ROOT / "reports" / "out" / "speed"
     work.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="parity-speed-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="parity-speed-") as scratch, worktree(args.before) as before:
         cold_cache, unused_cache, night_cache = (Path(scratch) / name for name in ("cache", "unused", "night"))
-        print("ci gate, every level, oracle computed afresh:")
+        print(f"ci gate, every level, oracle computed afresh (before: {args.before}):")
+        gate_before = timed("gate before", ["gate", "--suite", "ci", "--out", str(work / "gate-before")], unused_cache,
+                            work, before)  # fmt: skip
         gate = [
             timed(
                 f"gate jobs {jobs}",
@@ -93,14 +120,16 @@ def main(argv: list[str] | None = None) -> int:
         ]
         gate_ratio = gate[1].seconds / gate[0].seconds
         print(f"  --jobs 2 / --jobs 1 = {gate_ratio:.2f} (target <= {GATE_TARGET})")
+        print(f"  --jobs 2 / before = {gate[1].seconds / gate_before.seconds:.2f}")
         print("kill matrix, parity mutants --suite ci:")
         mutants_out = ["--out", str(work / "mutants")]
         mutants = [
             timed(
-                "mutants before (jobs 1, no cache)",
-                ["mutants", "--suite", "ci", "--jobs", "1", "--no-oracle-cache", *mutants_out],
+                "mutants before",
+                ["mutants", "--suite", "ci", "--out", str(work / "mutants-before")],
                 unused_cache,
                 work,
+                before,
             ),
             timed("mutants cold cache", ["mutants", "--suite", "ci", *mutants_out], cold_cache, work),
             timed("mutants warm cache", ["mutants", "--suite", "ci", *mutants_out], cold_cache, work),
@@ -108,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         mutants_ratio = mutants[2].seconds / mutants[0].seconds
         print(f"  warm / before = {mutants_ratio:.2f} (target <= {MUTANTS_TARGET:.2f})")
         figures |= {
+            "before": args.before,
+            "gate_before": asdict(gate_before),
             "gate": [asdict(t) for t in gate],
             "gate_ratio": gate_ratio,
             "mutants": [asdict(t) for t in mutants],

@@ -32,14 +32,29 @@ def parity_process(*argv: str) -> subprocess.Popen[str]:
     )
 
 
+def signal_state(pid: int) -> str:
+    """Whether ``pid`` blocks, ignores or catches SIGINT (its /proc status masks):
+    a run that ignores Ctrl-C fails a test with this in the message."""
+    bit = 1 << (signal.SIGINT - 1)
+    try:
+        masks = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    except OSError as exc:
+        return f"pid {pid}: {exc}"
+    state = {name: bool(int(masks[name], 16) & bit) for name in ("SigBlk", "SigIgn", "SigCgt") if name in masks}
+    return f"pid {pid} SIGINT " + ", ".join(f"{name} {flag}" for name, flag in state.items())
+
+
 def interrupt_when(proc: subprocess.Popen[str], ready: Callable[[], bool], sig: int = signal.SIGINT) -> tuple[str, str]:
-    """Send ``sig`` once ``ready()`` holds (the run is comparing items); its output."""
+    """Send ``sig`` once ``ready()`` holds (the run is comparing items); its output,
+    the last line of stderr saying how the process held SIGINT when it was sent."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None and not ready():
         time.sleep(0.1)
     assert proc.poll() is None, "the run ended before it could be interrupted"
+    state = signal_state(proc.pid)
     proc.send_signal(sig)
-    return proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=120)
+    return out, f"{err}\n(when signalled: {state})"
 
 
 def rows_written(results: Path) -> int:

@@ -23,6 +23,7 @@ import pytest
 from harness.cli import main
 from harness.model import Case, Layout
 from tests.fault_ports import HangingPort, RaisingPort, SlowPort
+from tests.test_cli_interfaces import signal_state
 
 ROOT = Path(__file__).resolve().parent.parent
 PID_FILE = "PARITY_TEST_PID_FILE"
@@ -173,9 +174,10 @@ def test_ctrl_c_keeps_finished_rows_and_leaves_no_worker(tmp_path: Path) -> None
     children = psutil.Process(proc.pid).children(recursive=True)
     workers = recorded(pids)
     assert len(workers) == 2 and workers <= {child.pid for child in children}
+    state = signal_state(proc.pid)
     os.kill(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-3000:]
+    assert proc.returncode == 130, f"{err[-3000:]}\n(when signalled: {state})"
     assert "interrupted" in out
     lines = rows.read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines[1:]]
