@@ -7,15 +7,19 @@ are kept in two places:
 
 - memory, one store per :class:`CachedOracle`, so every port a run compares
   against one oracle object (the nightly's ports, the kill matrix's mutants,
-  explore's candidates) shares the oracle's work; tensors are bounded by
-  :data:`DEFAULT_MEMORY_LIMIT_BYTES` (the oldest entries go first);
+  explore's candidates) shares the oracle's work, bounded by
+  :data:`DEFAULT_MEMORY_LIMIT_BYTES` (tensors by their bytes, layouts and the
+  rest by their Python objects'; the oldest entries go first);
 - disk, one file per entry under :func:`default_cache_directory`:
   ``$PARITY_ORACLE_CACHE`` when set, else the user's cache directory
   (``$XDG_CACHE_HOME/mla-parity/oracle``, by default
   ``~/.cache/mla-parity/oracle``). Not ``reports/``: entries are no report,
   they survive cleaning a checkout, and every worktree of the same sources
   shares them (the fingerprint covers the sources, so sharing is safe). The
-  folder may be deleted at any time; it only costs oracle calls.
+  folder may be deleted at any time; it only costs oracle calls. A
+  fingerprint's folder that no run has opened for :data:`STALE_AFTER_S` (two
+  weeks) is deleted by the next run that opens the cache
+  (:func:`prune_stale_folders`).
 
 Invariants:
 
@@ -76,9 +80,11 @@ import math
 import os
 import platform
 import re
+import shutil
 import sys
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -99,6 +105,9 @@ from harness.port import Port, PortValueError, check_layout, port_levels
 CACHE_FORMAT = 1
 ENVIRONMENT_VARIABLE = "PARITY_ORACLE_CACHE"
 DEFAULT_MEMORY_LIMIT_BYTES = 1 << 30
+# A fingerprint's folder no run has opened for this long is deleted (prune_stale_folders).
+STALE_AFTER_S = 14 * 24 * 3600.0
+LAST_USED = ".last-used"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The sources whose text decides what the oracle answers: the translation of
 # upstream into the harness's model, the inputs, the shared kernels, the pins
@@ -177,6 +186,26 @@ class _Tensors:
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for _, t in self.items)
+
+
+def _memory_bytes(kept: Any) -> int:
+    """What a kept answer costs the memory store: its tensors' bytes, or for a
+    layout, an int or an error the size of its Python objects (a night keeps
+    tens of thousands of layouts: they count against the limit too)."""
+    if isinstance(kept, _Tensors):
+        return kept.nbytes
+    size, pending, seen = 0, [kept], set()
+    while pending:
+        value = pending.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        size += sys.getsizeof(value)
+        if isinstance(value, tuple | list):
+            pending.extend(value)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            pending.extend(getattr(value, f.name) for f in dataclasses.fields(value))
+    return size
 
 
 # -- where entries live ------------------------------------------------------------------
@@ -559,6 +588,12 @@ class CachedOracle:
         """The oracle's levels, not this wrapper's methods."""
         return port_levels(self.wrapped)
 
+    @property
+    def memory_bytes(self) -> int:
+        """What the memory store holds now, as its limit counts it."""
+        with self._lock:
+            return self._memory_bytes
+
     def stats(self) -> dict[str, int]:
         """Counts since this object was made: hits from memory and from disk,
         misses (the oracle was called and its answer kept), items passed through
@@ -668,7 +703,7 @@ class CachedOracle:
         return kept
 
     def _remember(self, key: str, kept: Any) -> None:
-        size = kept.nbytes if isinstance(kept, _Tensors) else 0
+        size = _memory_bytes(kept)
         if size > self.memory_limit_bytes:
             return
         with self._lock:
@@ -678,7 +713,7 @@ class CachedOracle:
             self._memory_bytes += size
             while self._memory_bytes > self.memory_limit_bytes:
                 _, dropped = self._memory.popitem(last=False)
-                self._memory_bytes -= dropped.nbytes if isinstance(dropped, _Tensors) else 0
+                self._memory_bytes -= _memory_bytes(dropped)
 
     def _keep(self, kind: str, item: str, key: str, kept: Any) -> None:
         self._remember(key, kept)
@@ -756,4 +791,33 @@ def with_oracle_cache(
         fingerprint, memory_only = "unfingerprinted", True
     on_disk = not memory_only and not drift_overridden(provenance)
     folder = (directory or default_cache_directory()) if on_disk else None
-    return CachedOracle(oracle, fingerprint, folder, memory_limit_bytes)
+    cached = CachedOracle(oracle, fingerprint, folder, memory_limit_bytes)
+    if cached.directory is not None:
+        prune_stale_folders(cached.directory)
+    return cached
+
+
+def prune_stale_folders(in_use: Path, unused_for_s: float = STALE_AFTER_S) -> list[Path]:
+    """Mark ``in_use`` (one fingerprint's folder) as used now and delete every other
+    fingerprint's folder beside it, of any cache format, that no run has opened
+    for ``unused_for_s`` seconds: each edit of the harness's sources starts a new
+    fingerprint, and nothing else would ever remove the old ones. A folder in
+    use elsewhere was marked when that run opened it; deleting one under a
+    reader is a miss there, never a wrong answer. Never raises; what it deleted."""
+    stamp = in_use / LAST_USED
+    with contextlib.suppress(OSError):
+        in_use.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+    root, now, removed = in_use.parent.parent, time.time(), []
+    for folder in root.glob("format-*/*"):
+        if folder == in_use or not folder.is_dir():
+            continue
+        try:
+            marked = folder / LAST_USED
+            last = (marked if marked.exists() else folder).stat().st_mtime
+        except OSError:
+            continue
+        if now - last > unused_for_s:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed

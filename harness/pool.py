@@ -24,7 +24,9 @@ Invariants:
   ports, its kill matrix and its search share one pool). A run whose items all
   go to workers takes its provenance from theirs
   (:meth:`WorkerPool.oracle_provenance`) and opens no oracle of its own unless
-  something asks for one (the gate's shrinking). The spawn context, not fork:
+  something asks for one (the gate's shrinking). Every worker's provenance
+  must equal the first's (the pinned release, its commit, every fingerprint):
+  a worker whose oracle differs stops the run (:class:`PoolStartError`). The spawn context, not fork:
   torch's and OpenMP's threads do not survive a fork.
 * Real DCP ranks. A DCP prefill item on real ranks (``--dcp-backend gloo`` or
   ``nccl``) runs in the parent when its turn comes, as in one process: its
@@ -108,6 +110,20 @@ def resolve_jobs(requested: int | None, estimated_s: float, tasks: int) -> int:
     if requested is None:
         requested = available_cores() if estimated_s >= POOL_PAYS_OFF_S else 1
     return max(1, min(requested, tasks))
+
+
+def provenance_difference(first: dict[str, Any], other: dict[str, Any], where: str = "provenance") -> str | None:
+    """The first key (in ``first``'s order, nested) whose value ``other`` does not
+    share, said as ``provenance.KEY: A != B``; None when the two are equal."""
+    for key in [*first, *(k for k in other if k not in first)]:
+        a, b = first.get(key), other.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            inner = provenance_difference(a, b, f"{where}.{key}")
+            if inner is not None:
+                return inner
+        elif a != b:
+            return f"{where}.{key}: {a!r} != {b!r}"
+    return None
 
 
 class SidesRefused(Exception):
@@ -443,9 +459,14 @@ class WorkerPool:
         if kind == "ready":
             if "error" in value:
                 raise PoolStartError(value["error"], usage=value["usage"])
-            worker.ready = True
             if self._provenance is None:
                 self._provenance = value["provenance"]
+            else:
+                # Rows from two oracles must never share one report.
+                differs = provenance_difference(self._provenance, value["provenance"])
+                if differs is not None:
+                    raise PoolStartError(f"a worker opened another oracle than the first: {differs}", usage=False)
+            worker.ready = True
             return
         position = worker.task
         if position is None or state is None:

@@ -15,13 +15,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from harness.cli import main
+from harness.kernels import SharedKernels
 from harness.model import Case, Layout
+from harness.pool import PoolStartError, Task, WorkerPool, WorkerSides, WorkerSpec
+from harness.port import Port
 from tests.fault_ports import HangingPort, RaisingPort, SlowPort
 from tests.test_cli_interfaces import signal_state
 
@@ -242,3 +247,28 @@ def test_a_divergent_port_through_the_cache_gives_the_same_json_for_any_jobs(tmp
     rows = json.loads(docs[0])["cases"]
     assert any(r["status"] == "divergent" for r in rows) and any(r["status"] == "parity" for r in rows)
     assert any(cache.rglob("*.safetensors")), "the first run wrote no oracle results to the cache"
+
+
+def sides_naming_their_process(spec: WorkerSpec) -> tuple[Port, dict[str, Any], SharedKernels]:
+    """A worker's sides whose provenance differs from process to process (as two
+    installs of vLLM would): per_request stands in for the oracle."""
+    from harness.kernels import CpuKernels
+    from harness.port import load_port
+
+    return load_port("per_request"), {"release": "vllm==0.28.0", "process": {"pid": os.getpid()}}, CpuKernels()
+
+
+def nap(sides: WorkerSides, seconds: float) -> Iterator[float]:
+    time.sleep(seconds)
+    yield seconds
+
+
+def test_a_worker_whose_oracle_differs_from_the_first_stops_the_pool() -> None:
+    # A minute of work for one worker: the second is ready long before it ends.
+    tasks = [Task(run=nap, payload=0.2, what="a nap") for _ in range(300)]
+    with WorkerPool(2, WorkerSpec(open_sides=sides_naming_their_process)) as pool:
+        first = pool.oracle_provenance()
+        differs = r"another oracle than the first: provenance\.process\.pid: \d+ != \d+"
+        with pytest.raises(PoolStartError, match=differs):
+            list(pool.run(tasks))
+    assert first["release"] == "vllm==0.28.0"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,9 +21,11 @@ from harness.merge_cases import generate_merge
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
 from harness.numeric import MergeInputs, case_prefill_inputs, materialise_merge
 from harness.oracle_cache import (
+    LAST_USED,
     CachedOracle,
     CachedOracleError,
     oracle_fingerprint,
+    prune_stale_folders,
     with_oracle_cache,
 )
 from harness.port import Port, port_levels
@@ -515,3 +519,38 @@ def test_two_processes_on_one_folder_agree(tmp_path: Path) -> None:
     folder = next((tmp_path / "format-1").iterdir())
     assert sorted(p.name.split("-")[0] for p in folder.iterdir()) == ["layout"] * 8 + ["prefill"] * 8
     assert fill_and_read(str(tmp_path), 1, 1) == (expected, 0)
+
+
+def test_layouts_count_against_the_memory_limit() -> None:
+    fake, cases = FakeOracle(), [numeric_case(i) for i in range(40)]
+    one = CachedOracle(FakeOracle(), FINGERPRINT, None)
+    one.plan_layout(cases[0])
+    assert one.memory_bytes > 0
+    # Room for a few layouts only (memory only, no disk): the first is dropped.
+    cache = CachedOracle(fake, FINGERPRINT, None, memory_limit_bytes=4 * one.memory_bytes)
+    for case in cases:
+        cache.plan_layout(case)
+    cache.plan_layout(cases[-1])
+    assert fake.calls == len(cases) and cache.stats()["memory_hits"] == 1
+    cache.plan_layout(cases[0])
+    assert fake.calls == len(cases) + 1
+
+
+def test_folders_no_run_opened_for_two_weeks_are_pruned(provenance: dict[str, Any], tmp_path: Path) -> None:
+    in_use, old, recent = (tmp_path / "format-1" / (letter * 32) for letter in "abc")
+    old_format = tmp_path / "format-0" / ("d" * 32)
+    for folder in (old, recent, old_format):
+        folder.mkdir(parents=True)
+        (folder / "layout-x.json").write_text("{}")
+    (old / LAST_USED).touch()
+    month_ago = time.time() - 30 * 24 * 3600
+    os.utime(old / LAST_USED, (month_ago, month_ago))
+    os.utime(old_format, (month_ago, month_ago))  # written before folders were stamped: its own time
+    (recent / LAST_USED).touch()
+    assert sorted(prune_stale_folders(in_use)) == sorted([old, old_format])
+    assert not old.exists() and not old_format.exists() and recent.exists()
+    assert (in_use / LAST_USED).exists()
+    # Opening a cache prunes too, and stamps its own folder.
+    opened = with_oracle_cache(FakeOracle(), provenance, directory=tmp_path)
+    assert isinstance(opened, CachedOracle) and opened.directory is not None
+    assert (opened.directory / LAST_USED).exists() and recent.exists()
