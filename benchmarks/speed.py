@@ -1,4 +1,4 @@
-"""Issue 17's speed figures, printed in one run, never asserted (``make bench-speed``).
+"""Issue 17's speed figures, printed in one run, never asserted (``make speed``).
 
 Each figure is the wall time of one ``parity`` command run as a user runs it
 (a fresh process, the machine's own cores):
@@ -63,8 +63,19 @@ def timed(label: str, args: list[str], cache: Path, out: Path, tree: Path = ROOT
     with log.open("w", encoding="utf-8") as sink:
         code = subprocess.run(command, cwd=tree, env=env, stdout=sink, stderr=subprocess.STDOUT, check=False).returncode
     seconds = time.perf_counter() - started
-    print(f"  {label:<40} {seconds:8.1f} s   exit {code}   (log {log})", flush=True)
+    # A run that failed may have stopped early: its time is no figure.
+    verdict = "" if code == 0 else "   NOT A FIGURE: the command failed"
+    print(f"  {label:<40} {seconds:8.1f} s   exit {code}   (log {log}){verdict}", flush=True)
     return Timed(label, args, seconds, code)
+
+
+def ratio(numerator: Timed, denominator: Timed) -> float | None:
+    """``numerator``'s time over ``denominator``'s; None unless both runs succeeded."""
+    return numerator.seconds / denominator.seconds if numerator.exit_code == denominator.exit_code == 0 else None
+
+
+def said(value: float | None) -> str:
+    return "n/a (a run failed)" if value is None else f"{value:.2f}"
 
 
 @contextlib.contextmanager
@@ -118,9 +129,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             for jobs in (1, 2)
         ]
-        gate_ratio = gate[1].seconds / gate[0].seconds
-        print(f"  --jobs 2 / --jobs 1 = {gate_ratio:.2f} (target <= {GATE_TARGET})")
-        print(f"  --jobs 2 / before = {gate[1].seconds / gate_before.seconds:.2f}")
+        gate_ratio = ratio(gate[1], gate[0])
+        print(f"  --jobs 2 / --jobs 1 = {said(gate_ratio)} (target <= {GATE_TARGET})")
+        print(f"  --jobs 2 / before = {said(ratio(gate[1], gate_before))}")
         print("kill matrix, parity mutants --suite ci:")
         mutants_out = ["--out", str(work / "mutants")]
         mutants = [
@@ -134,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             timed("mutants cold cache", ["mutants", "--suite", "ci", *mutants_out], cold_cache, work),
             timed("mutants warm cache", ["mutants", "--suite", "ci", *mutants_out], cold_cache, work),
         ]
-        mutants_ratio = mutants[2].seconds / mutants[0].seconds
-        print(f"  warm / before = {mutants_ratio:.2f} (target <= {MUTANTS_TARGET:.2f})")
+        mutants_ratio = ratio(mutants[2], mutants[0])
+        print(f"  warm / before = {said(mutants_ratio)} (target <= {MUTANTS_TARGET:.2f})")
         figures |= {
             "before": args.before,
             "gate_before": asdict(gate_before),

@@ -508,7 +508,8 @@ def judge_item(entries: Iterable[BaselineEntry], ports: Collection[str], row: Ma
     if status == PARITY:
         return ItemVerdict("", None, "")
     if status == NOT_RUN:
-        return ItemVerdict("", None, "not run: the port does not implement this level")
+        # Never expected, never parity: the gate is INCOMPLETE while any remain.
+        return ItemVerdict("", None, f"not run: {row.get('detail') or 'the port does not implement this level'}")
     covering = [e for e in entries if e.covers(ports, row["level"], row["name"], row["family"])]
     if status == ORACLE_ERROR and not any(e.status == ORACLE_ERROR for e in covering):
         return ItemVerdict(NEW, None, "an oracle error is never expected")

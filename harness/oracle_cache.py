@@ -159,7 +159,9 @@ _TRANSIENT_ERROR_NAMES = frozenset(
 )
 # A RuntimeError with one of these in its message is the machine's state, not the
 # oracle's answer: a CPU allocation that failed, or a CUDA context a port broke.
-_TRANSIENT_MESSAGES = ("allocate memory", "out of memory", "CUDA error", "illegal memory access")
+_TRANSIENT_MESSAGES = ("allocate memory", "out of memory", "CUDA error", "illegal memory access", "Unable to allocate")
+# The names of _TRANSIENT_ERRORS' classes, as a wrapper's message (a repr) shows them.
+_TRANSIENT_BUILTIN_NAMES = frozenset({"MemoryError", "OSError", "FileNotFoundError", "PermissionError", "TimeoutError"})
 
 
 class CachedOracleError(Exception):
@@ -378,16 +380,26 @@ def item_digest(kind: str, material: Any) -> str:
 
 
 def _kept_error(exc: BaseException) -> _Error | None:
-    """The error as kept, or None for one that may not recur (module docstring)."""
-    if not isinstance(exc, Exception) or isinstance(exc, _TRANSIENT_ERRORS):
-        return None
-    if any(cls.__name__ in _TRANSIENT_ERROR_NAMES for cls in type(exc).__mro__):
-        return None
+    """The error as kept, or None for one that may not recur (module docstring):
+    judged on the whole chain (``__cause__``, ``__context__``), since a wrapper
+    (Triton's interpreter raises ``InterpreterError(repr(e))`` for whatever an
+    interpreted kernel raised) may hide a ``MemoryError`` or an ``OSError``."""
     try:
         message = str(exc)
     except Exception:
         return None
-    if isinstance(exc, RuntimeError) and any(text in message for text in _TRANSIENT_MESSAGES):
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    for link in chain:
+        if not isinstance(link, Exception) or isinstance(link, _TRANSIENT_ERRORS):
+            return None
+        if any(cls.__name__ in _TRANSIENT_ERROR_NAMES | _TRANSIENT_BUILTIN_NAMES for cls in type(link).__mro__):
+            return None
+    # A wrapper's message may be all that is left of what it wrapped.
+    if any(text in message for text in (*_TRANSIENT_MESSAGES, *_TRANSIENT_BUILTIN_NAMES)):
         return None
     return _Error(type(exc).__module__, type(exc).__qualname__, message)
 

@@ -25,8 +25,10 @@ Invariants:
   go to workers takes its provenance from theirs
   (:meth:`WorkerPool.oracle_provenance`) and opens no oracle of its own unless
   something asks for one (the gate's shrinking). Every worker's provenance
-  must equal the first's (the pinned release, its commit, every fingerprint):
-  a worker whose oracle differs stops the run (:class:`PoolStartError`). The spawn context, not fork:
+  must equal the first's (the pinned release, its commit, every fingerprint),
+  and the caller's own oracle's when it opened one
+  (:meth:`WorkerPool.expect_provenance`): a worker whose oracle differs stops
+  the run (:class:`PoolStartError`). The spawn context, not fork:
   torch's and OpenMP's threads do not survive a fork.
 * Real DCP ranks. A DCP prefill item on real ranks (``--dcp-backend gloo`` or
   ``nccl``) runs in the parent when its turn comes, as in one process: its
@@ -45,7 +47,7 @@ Invariants:
 * A port that raises ``KeyboardInterrupt`` inside a worker stops the run as it
   would in-process: the parent raises ``KeyboardInterrupt``.
 * A worker that dies while running a task: a task with a ``recover`` (a chunk
-  of items) makes the item it was on a ``port-error`` row naming the exit code
+  of items) makes the item it was on a ``not-run`` row naming the exit code
   and goes on with the rest on a fresh worker; any other task ends the run with
   :class:`PoolError`.
 """
@@ -373,6 +375,18 @@ class WorkerPool:
             raise
         return self._provenance
 
+    def expect_provenance(self, provenance: dict[str, Any]) -> None:
+        """The provenance of the caller's own oracle, which its outputs carry:
+        every worker's must equal it (a worker already ready is checked now,
+        the others as they become ready)."""
+        if self._provenance is None:
+            self._provenance = provenance
+            return
+        differs = provenance_difference(provenance, self._provenance)
+        if differs is not None:
+            self.terminate()
+            raise PoolStartError(f"the workers opened another oracle than this process: {differs}", usage=False)
+
     def run(self, tasks: Sequence[Task]) -> Iterator[Any]:
         """Every task's outputs, in task order (see the module docstring). On
         any exception (Ctrl-C included) the workers are ended; what they had
@@ -465,7 +479,7 @@ class WorkerPool:
                 # Rows from two oracles must never share one report.
                 differs = provenance_difference(self._provenance, value["provenance"])
                 if differs is not None:
-                    raise PoolStartError(f"a worker opened another oracle than the first: {differs}", usage=False)
+                    raise PoolStartError(f"a worker opened another oracle than the run's: {differs}", usage=False)
             worker.ready = True
             return
         position = worker.task
@@ -618,9 +632,10 @@ def _without_chunks(result: CaseResult) -> CaseResult:
 
 
 def recover_chunk(chunk: ItemChunk, finished: int, exitcode: int | None) -> tuple[list[CaseResult], ItemChunk | None]:
-    """The item a dead worker was on is a ``port-error`` (its process crashed:
-    no verdict can be earned); the items after it run again elsewhere."""
-    from harness.runner import PORT_ERROR, CaseResult
+    """The item a dead worker was on is ``not-run`` (its process crashed, the
+    port's doing or the oracle's: nothing was compared, so no baseline entry
+    can expect it and the run cannot pass); the items after it run again elsewhere."""
+    from harness.runner import NOT_RUN, CaseResult
 
     if finished >= len(chunk.items):
         # It died after its chunk's last result and before saying it was done:
@@ -631,9 +646,10 @@ def recover_chunk(chunk: ItemChunk, finished: int, exitcode: int | None) -> tupl
         item.name,
         getattr(item, "family", "workspace-size"),
         kind,
-        PORT_ERROR,
+        NOT_RUN,
         row_budget=getattr(item, "row_budget", 0) if kind == "layout" else 0,
-        error=f"the worker process comparing this item died (exit code {exitcode}): the port or the oracle crashed it",
+        error=f"not compared: the worker process comparing this item died (exit code {exitcode}): "
+        "the port or the oracle crashed it",
     )
     row.index = index
     rest = chunk.items[finished + 1 :]

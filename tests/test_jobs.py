@@ -202,7 +202,7 @@ def _alive(process: psutil.Process) -> bool:
         return False
 
 
-def test_a_hanging_port_times_out_and_a_crash_is_a_port_error_in_a_worker(tmp_path: Path) -> None:
+def test_a_hanging_port_times_out_and_a_crash_is_not_run_in_a_worker(tmp_path: Path) -> None:
     rows, pids = tmp_path / "rows.jsonl", tmp_path / "pids"
     smoke = ROOT / "cases" / "smoke"
     names = ("exact-at", "giant-middle", "exact-plus-one", "exact-minus-one")
@@ -215,7 +215,8 @@ def test_a_hanging_port_times_out_and_a_crash_is_a_port_error_in_a_worker(tmp_pa
     assert list(statuses) == list(names)
     # The worker's SIGALRM ended the hung call; the crash took its worker, whose other items ran on.
     assert statuses["giant-middle"][0] == "port-error" and "time limit" in statuses["giant-middle"][1]
-    assert statuses["exact-plus-one"][0] == "port-error" and "died (exit code 3)" in statuses["exact-plus-one"][1]
+    # Nothing was compared on the item whose worker died: not-run, so the run cannot pass.
+    assert statuses["exact-plus-one"][0] == "not-run" and "died (exit code 3)" in statuses["exact-plus-one"][1]
     assert statuses["exact-at"][0] == statuses["exact-minus-one"][0] == "parity"
     assert recorded(pids) and cli not in recorded(pids)
 
@@ -268,7 +269,20 @@ def test_a_worker_whose_oracle_differs_from_the_first_stops_the_pool() -> None:
     tasks = [Task(run=nap, payload=0.2, what="a nap") for _ in range(300)]
     with WorkerPool(2, WorkerSpec(open_sides=sides_naming_their_process)) as pool:
         first = pool.oracle_provenance()
-        differs = r"another oracle than the first: provenance\.process\.pid: \d+ != \d+"
+        differs = r"another oracle than the run's: provenance\.process\.pid: \d+ != \d+"
         with pytest.raises(PoolStartError, match=differs):
             list(pool.run(tasks))
     assert first["release"] == "vllm==0.28.0"
+
+
+def test_workers_whose_oracle_differs_from_this_process_stop_the_pool() -> None:
+    with WorkerPool(1, WorkerSpec(open_sides=sides_naming_their_process)) as pool:
+        pool.start()
+        pool.expect_provenance({"release": "vllm==0.28.0", "process": {"pid": os.getpid()}})
+        differs = r"another oracle than the run's: provenance\.process\.pid: \d+ != \d+"
+        with pytest.raises(PoolStartError, match=differs):
+            list(pool.run([Task(run=nap, payload=0.0, what="a nap")]))
+    with WorkerPool(1, WorkerSpec(open_sides=sides_naming_their_process)) as pool:
+        worker = pool.oracle_provenance()  # a worker already ready: checked at once
+        with pytest.raises(PoolStartError, match=r"another oracle than this process: provenance\.process\.pid"):
+            pool.expect_provenance({**worker, "process": {"pid": os.getpid()}})

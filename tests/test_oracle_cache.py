@@ -405,6 +405,11 @@ def test_errors_are_answers_and_interrupts_are_not(tmp_path: Path) -> None:
         "transient": OSError("disk gone"),
         "cpu-oom": RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 2 bytes"),
         "cuda": RuntimeError("CUDA error: an illegal memory access was encountered"),
+        # Triton's interpreter wraps what a kernel raised: the chain decides.
+        "wrapped-oom": wrapped(MemoryError("Unable to allocate 2.00 GiB for an array")),
+        "wrapped-os": wrapped(OSError("disk gone")),
+        "repr-only": InterpreterError("MemoryError('Unable to allocate 2.00 GiB for an array')"),
+        "wrapped-assert": wrapped(AssertionError("max_context_chunk > 0")),
     }
     fake = FakeOracle(fail=raised)
     first = CachedOracle(fake, FINGERPRINT, tmp_path)
@@ -415,7 +420,7 @@ def test_errors_are_answers_and_interrupts_are_not(tmp_path: Path) -> None:
             with pytest.raises(BaseException) as caught:
                 cache.plan_layout(case)
             assert error_line(caught.value) == error_line(exc)
-    kept = ("assert", "key", "custom")
+    kept = ("assert", "key", "custom", "wrapped-assert")
     # Kept errors: one oracle call each; the others: every time.
     assert fake.calls == len(kept) + 3 * (len(raised) - len(kept))
     with pytest.raises(AssertionError):
@@ -423,6 +428,21 @@ def test_errors_are_answers_and_interrupts_are_not(tmp_path: Path) -> None:
     with pytest.raises(CachedOracleError) as stand_in:
         second.plan_layout(Case("custom", (1,), (1,), 16, 64))
     assert type(stand_in.value).__name__ == "Unrebuildable"
+
+
+class InterpreterError(Exception):
+    """Named as Triton's interpreter's wrapper is."""
+
+
+def wrapped(inner: Exception) -> InterpreterError:
+    """``inner`` as Triton's interpreter re-raises it: ``InterpreterError(repr(e)) from e``."""
+    try:
+        try:
+            raise inner
+        except Exception as exc:
+            raise InterpreterError(repr(exc)) from exc
+    except InterpreterError as outer:
+        return outer
 
 
 def test_uncacheable_items_pass_through(tmp_path: Path) -> None:

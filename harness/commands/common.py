@@ -427,6 +427,8 @@ def execute(
             provenance = pool.oracle_provenance()
         else:
             oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
+            if pool is not None:
+                pool.expect_provenance(provenance)
         banner = drift_banner(provenance)
         if banner:
             print(banner, file=sys.stderr)

@@ -81,6 +81,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
         try:
             kernels = select_device(args.device)
             oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
+            if pool is not None:
+                pool.expect_provenance(provenance)
             if provenance.get("oracle_drift_overridden"):
                 print("WARNING: oracle fingerprints overridden (--allow-oracle-drift)", file=sys.stderr)
             print(f"exploring port {port.name} at level {args.level} for {args.budget_s:g}s (seed {args.seed})")

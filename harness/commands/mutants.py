@@ -56,7 +56,9 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         if pool is not None:
             pool.start()
         kernels = select_device("cpu")
-        oracle, _ = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
+        oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
+        if pool is not None:
+            pool.expect_provenance(provenance)
         out_dir = Path(args.out or f"reports/out/mutants-{suite.name}")
         shrink = None if args.no_shrink else ShrinkKills(out_dir / "shrunk", guarded_shrink)
         mutants = [MUTANTS[n]() for n in names]

@@ -111,9 +111,13 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             # The CPU recipe and torch's one thread, as the workers have them (the same figures for any --jobs).
             select_device("cpu")
             oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
-        except BaseException:
+            if pool is not None:
+                pool.expect_provenance(provenance)
+        except BaseException as exc:
             if pool is not None:
                 pool.close()
+            if isinstance(exc, PoolError):
+                raise pool_failure(exc) from None
             raise
         plan = NightlyPlan(
             date,
