@@ -364,3 +364,24 @@ def kernels_for_case(kernels: SharedKernels, case: Case) -> SharedKernels:
     """The kernels both sides run ``case``'s L3 on: ``kernels`` under the case's
     keyless-row behaviour (its ``numeric`` section; the default without one)."""
     return with_keyless_rows(kernels, case.numeric.keyless_rows if case.numeric else KEYLESS_ROWS[0])
+
+
+def _definitions() -> dict[str, object]:
+    """What this module and its kernel classes hold, by name (see kernels_untouched)."""
+    found: dict[str, object] = {f"module.{name}": value for name, value in globals().items() if callable(value)}
+    for cls in (CpuKernels, CudaKernels):
+        found |= {f"{cls.__qualname__}.{name}": value for name, value in vars(cls).items()}
+    return found
+
+
+def kernels_untouched(kernels: SharedKernels) -> bool:
+    """Whether ``kernels`` computes what the harness defines: nothing set on the
+    object but its keyless-row behaviour, and nothing of this module or its
+    kernel classes replaced since import (an in-process port shares this process
+    with the oracle; what it patches would change the oracle's answers)."""
+    return set(vars(kernels)) <= {"keyless_rows"} and _definitions() == _AS_DEFINED
+
+
+# As the harness defines them, taken when this module is first imported: before
+# any port's code can run.
+_AS_DEFINED = _definitions()

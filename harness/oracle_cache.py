@@ -38,8 +38,9 @@ Invariants:
   or a timeout; its ``OracleRefusal`` is kept, it is the release's answer).
 - The fingerprint (:func:`oracle_fingerprint`) is a SHA-256 over the cache
   format, the oracle's provenance (:data:`IDENTITY_KEYS`: release, upstream
-  commit, installed version and commit id, every fingerprint status; nothing
-  a command adds about its run), the release's pin file,
+  commit, installed version and commit id, every fingerprint status, a served
+  release's own Python, torch, Triton and numpy versions; nothing a command
+  adds about its run), the release's pin file,
   the oracle's class, the Python, torch and Triton versions, and the text of
   the harness's and the oracle's own sources (``harness/``, ``oracle/``,
   ``requirements/``): another pin, release, fingerprint or translation is
@@ -56,13 +57,16 @@ Invariants:
   :class:`~harness.kernels.CudaKernels`, with their keyless-row behaviour) and
   the DCP inputs (every rank's cache, this process's rank). What cannot be
   digested so is passed to the oracle uncached (``bypassed``): other types,
-  other kernel sets, a DCP collective other than
+  other kernel sets, the harness's kernels patched since import
+  (:func:`harness.kernels.kernels_untouched`: an in-process port shares the
+  oracle's process), a DCP collective other than
   :class:`~harness.dcp.OneProcessRanks`. Real DCP ranks never reach this
   object: :mod:`harness.dcp_ranks` runs its own oracle on each rank.
 - A disk entry is written to a temporary file in its folder and renamed over
   its name (``os.replace``): a reader sees no entry or a whole one, and two
-  writers of one key write the same bytes. An entry that cannot be read or
-  parsed, or that does not name its own key, is a miss (``unreadable``) and
+  writers of one key write the same bytes. Its bytes end in their SHA-256. An
+  entry that cannot be read or parsed, whose digest does not match (a flipped
+  bit in a tensor), or that does not name its own key, is a miss (``unreadable``) and
   the fresh answer replaces it; a folder that cannot be written is counted
   (``write_failures``) and the run goes on. The cache never fails an item.
 """
@@ -95,14 +99,14 @@ from typing import Any
 import torch
 
 from harness.dcp import OneProcessRanks
-from harness.kernels import CpuKernels, CudaKernels, SharedKernels
+from harness.kernels import CpuKernels, CudaKernels, SharedKernels, kernels_untouched
 from harness.model import Case, Chunk, Layout, MergeCase, NumericSpec, WorkspaceConfig
 from harness.numeric import DcpInputs, MergeInputs, PrefillInputs, RankCache
 from harness.port import Port, PortValueError, check_layout, port_levels
 
 # Part of every key: a change to what an entry holds or how a key is made
 # starts a new folder instead of misreading the old one.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 ENVIRONMENT_VARIABLE = "PARITY_ORACLE_CACHE"
 DEFAULT_MEMORY_LIMIT_BYTES = 1 << 30
 # A fingerprint's folder no run has opened for this long is deleted (prune_stale_folders).
@@ -124,6 +128,7 @@ IDENTITY_KEYS = (
     "installed_commit_id",
     "fingerprints",
     "oracle_drift_overridden",
+    "oracle_environment",  # a served release's Python, torch, Triton and numpy versions
 )
 
 # Exactly these types are digested field by field; a subclass may change what
@@ -336,6 +341,10 @@ def canonical(value: Any) -> Any:
 def _kernels_identity(kernels: SharedKernels) -> dict[str, Any]:
     if type(kernels) not in _KERNEL_TYPES:
         raise _Uncacheable(f"kernels {type(kernels).__qualname__}")
+    if not kernels_untouched(kernels):
+        # Something patched them (an in-process port can): the answer is not the
+        # harness's kernels', so it is computed afresh and kept nowhere.
+        raise _Uncacheable("kernels patched since import")
     return {
         "type": type(kernels).__qualname__,
         "name": str(getattr(kernels, "name", "")),
@@ -542,6 +551,19 @@ def _encode_tensor_entry(header: dict[str, Any], answer: _Tensors | _Error) -> b
     return save(tensors, metadata={"entry": json.dumps(entry, sort_keys=True, separators=(",", ":"))})
 
 
+def _sealed(data: bytes) -> bytes:
+    """``data`` followed by its SHA-256: a flipped bit anywhere is caught on reading."""
+    return data + hashlib.sha256(data).digest()
+
+
+def _unsealed(stored: bytes) -> bytes:
+    """What :func:`_sealed` sealed; ValueError when the digest does not match."""
+    data, seal = stored[:-32], stored[-32:]
+    if len(stored) < 32 or hashlib.sha256(data).digest() != seal:
+        raise ValueError("the entry's digest does not match its bytes")
+    return data
+
+
 def _decode_tensor_entry(data: bytes, header: dict[str, Any]) -> _Tensors | _Error:
     from safetensors.torch import load
 
@@ -738,7 +760,7 @@ class CachedOracle:
                 data = _encode_json_entry(header, kept)
             else:
                 data = _encode_tensor_entry(header, kept)
-            _write_atomically(self._path(kind, item), data)
+            _write_atomically(self._path(kind, item), _sealed(data))
         except Exception:
             self._count("write_failures")
 
@@ -760,6 +782,7 @@ class CachedOracle:
             return None
         header = _entry_header(self.fingerprint, item, kind)
         try:
+            data = _unsealed(data)
             if kind in ("layout", "workspace"):
                 return _decode_json_entry(data, header)
             return _decode_tensor_entry(data, header)

@@ -82,7 +82,23 @@ def hello() -> dict[str, Any]:
         "installed_commit_id": commit,
         "pin": pin,
         "fingerprints": statuses,
+        # What else decides this process's answers (the harness's oracle cache keys on it).
+        "environment": numeric_environment(),
     }
+
+
+def numeric_environment() -> dict[str, str | None]:
+    """The Python, torch, Triton and numpy versions of this environment."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for package in ("torch", "triton", "numpy"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = None
+    return found
 
 
 def _viewed(stored: dict[str, Any], views: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from harness.merge_cases import generate_merge
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
 from harness.numeric import MergeInputs, case_prefill_inputs, materialise_merge
 from harness.oracle_cache import (
+    CACHE_FORMAT,
     LAST_USED,
     CachedOracle,
     CachedOracleError,
@@ -168,7 +169,7 @@ def test_hits_from_memory_and_disk_are_the_pinned_oracles_fresh_answers(
     assert recording.calls == len(PINNED_ITEMS)
     assert first.stats()["memory_hits"] == len(PINNED_ITEMS) and first.stats()["misses"] == len(PINNED_ITEMS)
     assert second.stats()["disk_hits"] == len(PINNED_ITEMS) and second.stats()["misses"] == 0
-    assert len(list(second.directory.iterdir())) == len(PINNED_ITEMS)
+    assert len([p for p in second.directory.iterdir() if p.name != LAST_USED]) == len(PINNED_ITEMS)
 
 
 def test_a_run_through_the_cache_writes_the_same_rows(oracle: Port, provenance: dict[str, Any], tmp_path: Path) -> None:
@@ -318,6 +319,9 @@ def test_the_fingerprint_follows_the_pin_release_and_every_fingerprint(provenanc
         {**provenance, "installed_commit_id": "g0"},
         {**provenance, "fingerprints": {**provenance["fingerprints"], symbol: "mismatch"}},
         {**provenance, "oracle_drift_overridden": True},
+        # A served release's environment rebuilt with another torch.
+        {**provenance, "oracle_environment": {"python": "3.11.7", "torch": "2.9.0", "triton": "3.5.0"}},
+        {**provenance, "oracle_environment": {"python": "3.11.7", "torch": "2.9.1", "triton": "3.5.0"}},
     ]
     digests = {oracle_fingerprint(fake, p) for p in changed}
     assert base not in digests and len(digests) == len(changed)
@@ -348,7 +352,7 @@ def test_default_directory_follows_the_environment(monkeypatch: pytest.MonkeyPat
     assert default_cache_directory() == tmp_path / "xdg" / "mla-parity" / "oracle"
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "other-key"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "other-key", "flipped-bit"])
 @pytest.mark.parametrize("kind", ["layout", "prefill"])
 def test_a_damaged_entry_is_a_miss_and_is_rewritten(tmp_path: Path, kind: str, damage: str) -> None:
     fake = FakeOracle()
@@ -365,6 +369,11 @@ def test_a_damaged_entry_is_a_miss_and_is_rewritten(tmp_path: Path, kind: str, d
         through(CachedOracle(fake, FINGERPRINT, tmp_path), numeric_case(5))
         (other,) = [p for p in tmp_path.rglob(f"{kind}-*") if p.is_file() and p != entry]
         entry.write_bytes(other.read_bytes())
+    elif damage == "flipped-bit":
+        # Still a well-formed entry of this key (a tensor's byte, or a digit of the layout's JSON).
+        flipped = bytearray(whole)
+        flipped[len(whole) * 3 // 4] ^= 0x01
+        entry.write_bytes(bytes(flipped))
     else:
         entry.write_bytes(
             {"garbage": b"\x00not an entry\xff" * 9, "truncated": whole[: len(whole) // 2]}.get(damage, b"")
@@ -536,8 +545,11 @@ def test_two_processes_on_one_folder_agree(tmp_path: Path) -> None:
     expected, _ = fill_and_read(str(tmp_path / "alone"), 1, 1)
     assert results[0] == results[1] == (expected, 0) and len(expected) == 8
     # Every entry the two wrote is whole, and nothing temporary is left.
-    folder = next((tmp_path / "format-1").iterdir())
-    assert sorted(p.name.split("-")[0] for p in folder.iterdir()) == ["layout"] * 8 + ["prefill"] * 8
+    folder = next((tmp_path / f"format-{CACHE_FORMAT}").iterdir())
+    assert (
+        sorted(p.name.split("-")[0] for p in folder.iterdir() if p.name != LAST_USED)
+        == ["layout"] * 8 + ["prefill"] * 8
+    )
     assert fill_and_read(str(tmp_path), 1, 1) == (expected, 0)
 
 
@@ -574,3 +586,19 @@ def test_folders_no_run_opened_for_two_weeks_are_pruned(provenance: dict[str, An
     opened = with_oracle_cache(FakeOracle(), provenance, directory=tmp_path)
     assert isinstance(opened, CachedOracle) and opened.directory is not None
     assert (opened.directory / LAST_USED).exists() and recent.exists()
+
+
+def test_patched_kernels_are_never_cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An in-process port shares the oracle's process: kernels it patched give
+    answers that are not the harness kernels', computed afresh and kept nowhere."""
+    fake, case = FakeOracle(), numeric_case(8)
+    cache = CachedOracle(fake, FINGERPRINT, tmp_path)
+    tagged = CpuKernels()
+    tagged.scale = 2.0  # type: ignore[attr-defined]
+    cache.prefill(case, case_prefill_inputs(case), tagged)
+    monkeypatch.setattr(CpuKernels, "kv_b_proj", lambda self, weight, latent: latent)
+    cache.prefill(case, case_prefill_inputs(case), CpuKernels())
+    monkeypatch.undo()
+    assert fake.calls == 2 and cache.stats()["bypassed"] == 2 and not list(tmp_path.rglob("prefill-*"))
+    cache.prefill(case, case_prefill_inputs(case), CpuKernels())  # as defined again: kept
+    assert cache.stats()["stored"] == 1

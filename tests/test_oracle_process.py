@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,8 @@ def served_pin() -> Iterator[OracleProcess]:
 def test_hello_names_the_release_and_its_pin(served_pin: OracleProcess) -> None:
     hello = served_pin.hello
     assert hello["installed_vllm"] == PINNED
+    # The served environment's own versions (the oracle cache keys on them): this one is the harness's.
+    assert hello["environment"]["torch"] == version("torch") and hello["environment"]["numpy"] == version("numpy")
     assert hello["pin"]["release"] == f"vllm=={PINNED}"
     statuses = {s["symbol"]: s["status"] for s in hello["fingerprints"]}
     assert set(statuses) >= set(load_pin()["fingerprints"]) and set(statuses.values()) == {"ok"}

@@ -128,6 +128,8 @@ def _oracle_process(release: str) -> tuple[Port, dict[str, Any], str, str | None
         # A release has no upstream commit of its own beyond the one it was built from.
         "upstream_commit": (pin or {}).get("upstream_commit") or commit,
         "upstream_pr": (pin or {}).get("upstream_pr"),
+        # Its own environment's versions: not this process's.
+        "oracle_environment": hello.get("environment"),
     }
     if pin is None:
         statuses = [(f"oracle/pins/vllm-{release}.json", "missing", "a pin", None)]
