@@ -36,8 +36,8 @@ import triton
 import triton.language as tl
 
 # Elements (tokens x heads x padded lanes) one program merges: with four warps,
-# 16 a thread; enough loads in flight per program to hold an H200 at 95% of its
-# copy bandwidth on every benchmark shape (reports/gpu/2026-12-01.md).
+# 16 a thread; enough loads in flight per program to hold an H200 at 90-100% of
+# its copy bandwidth on every benchmark shape (reports/gpu/).
 TILE_ELEMENTS = 2048
 # At most this many heads a program.
 MAX_TILE_HEADS = 16
