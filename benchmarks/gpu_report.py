@@ -149,6 +149,24 @@ def parity_section(kernels: SharedKernels) -> dict[str, Any]:
     return {"rows": rows, "first_failures": failures, "oracle": provenance}
 
 
+def interleaved_cuda_ms(fns: dict[str, Callable[[], Any]], warmup: int, repeats: int) -> dict[str, dict[str, float]]:
+    """:func:`cuda_ms` of each of ``fns`` (one call a timing), their timings taken
+    in turn, the order rotating each round: a drift of the device's clocks or of
+    the host over the run weighs on every loop alike, not on whichever ran last."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    names = list(fns)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(repeats):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            times[name].append(cuda_ms(fns[name], 0, 1)["median"])
+    return {
+        name: {"median": statistics.median(taken), "min": min(taken), "max": max(taken)}
+        for name, taken in times.items()
+    }
+
+
 def copy_bandwidth(warmup: int, repeats: int) -> float:
     """GB/s of a 1 GiB device-to-device clone (read plus write)."""
     block = torch.empty(2**30, dtype=torch.uint8, device="cuda")
@@ -208,13 +226,15 @@ def prefill_row(case: Case, kernels: SharedKernels, warmup: int, repeats: int) -
     upstream = context_loop(case, inputs, kernels)
     assert upstream is not None, "a benchmark batch without context"
     width = case.workspace_size
-    timings = {
-        "legacy": cuda_ms(lambda: legacy_loop(legacy, width, inputs, kernels, legacy_chunks), warmup, repeats),
-        "per_request": cuda_ms(
-            lambda: context_partial(per_request, width, inputs, kernels, per_request_chunks), warmup, repeats
-        ),
-        "upstream": cuda_ms(upstream, warmup, repeats),
-    }
+    timings = interleaved_cuda_ms(
+        {
+            "legacy": lambda: legacy_loop(legacy, width, inputs, kernels, legacy_chunks),
+            "per_request": lambda: context_partial(per_request, width, inputs, kernels, per_request_chunks),
+            "upstream": upstream,
+        },
+        warmup,
+        repeats,
+    )
     return {
         "batch": case.name,
         "requests": case.num_requests,
@@ -239,7 +259,13 @@ def prefill_section(kernels: SharedKernels, warmup: int, repeats: int) -> dict[s
         rows.append(prefill_row(case, kernels, warmup, repeats))
         torch.cuda.empty_cache()
     spec = cases[0].numeric
-    return {"rows": rows, "warmup": warmup, "repeats": repeats, "spec": spec.to_json() if spec else None}
+    return {
+        "rows": rows,
+        "warmup": warmup,
+        "repeats": repeats,
+        "interleaved": True,  # interleaved_cuda_ms
+        "spec": spec.to_json() if spec else None,
+    }
 
 
 def run_section(report: dict[str, Any], name: str, build: Callable[[], Any]) -> None:

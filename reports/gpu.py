@@ -88,6 +88,7 @@ def prefill_table(report: dict[str, Any]) -> pd.DataFrame:
             "legacy / per-request": frame["speedup"].round(2),
             "legacy min ms": fastest("legacy"),
             "per-request min ms": fastest("per_request"),
+            "upstream min ms": fastest("upstream"),
         }
     )
 
@@ -119,7 +120,8 @@ def _timing_line(report: dict[str, Any]) -> str:
     return (
         f"CUDA events around one call, {prefill.get('warmup', '?')} warm-up calls, median of "
         f"{prefill.get('repeats', '?')} (ms columns; the fastest call in the min columns); layouts and device "
-        "metadata built before timing."
+        "metadata built before timing"
+        + ("; the three loops timed in turn, their order rotating each round." if prefill.get("interleaved") else ".")
     )
 
 
