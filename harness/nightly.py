@@ -59,14 +59,13 @@ from harness.results_file import items_digest
 from harness.runner import (
     NOT_RUN,
     PARITY,
-    CaseResult,
     Shard,
     count_items,
     selected_item_ids,
     unfinished_items,
 )
 from harness.suites import CASES_DIR, Suite
-from harness.summary import results_table, summarise_table
+from harness.summary import COLUMNS, result_row, summarise_table
 
 NIGHT_META = "night.json"
 LOCK_FILE = ".nightly.lock"
@@ -671,30 +670,32 @@ def _run_locked(
     try:
         for port, spec in zip(ports, specs, strict=True):
             bar, advance = progress(per_port) if progress else (None, None)
-            results: list[CaseResult] = []
+            # The night writes tables: each result becomes its row at once (a divergent
+            # port's layouts, tens of thousands of them, are never all held), and the
+            # workers do not send the layouts' chunks back.
+            rows: list[dict[str, Any]] = []
             started = time.perf_counter()
-            # The night writes tables, never the layouts' chunks.
             stream = stream_items(
                 oracle, port, spec, plan.suite, plan.levels, plan.shard, pool=plan.pool, keep_layouts=False
             )
             try:
                 for result in stream:
-                    results.append(result)
+                    rows.append(result_row(result))
                     if advance is not None:
                         advance(result)
             except KeyboardInterrupt:
                 night.interrupted = True
                 # What workers finished past the last result in order is kept too; what
                 # the port did not reach is not-run, so its row can never read PASS.
-                results += stream.unreported()
-                finished = {r.id for r in results}
-                results += unfinished_items(plan.suite, plan.levels, plan.shard, finished)
+                rows += [result_row(r) for r in stream.unreported()]
+                finished = {str(row["id"]) for row in rows}
+                rows += [result_row(r) for r in unfinished_items(plan.suite, plan.levels, plan.shard, finished)]
             finally:
                 stream.close()
                 if bar is not None:
                     bar.stop()
             baseline = baselines.get(port.name)
-            table = judge_port(results_table(results), port.name, baseline, plan.levels)
+            table = judge_port(pd.DataFrame(rows, columns=list(COLUMNS)), port.name, baseline, plan.levels)
             summary = summarise_table(table, plan.suite.name, port.name, plan.levels)
             seconds = time.perf_counter() - started
             night.ports.append(PortNight(port.name, table, summary, seconds, baseline.source if baseline else None))
