@@ -195,6 +195,9 @@ class _Tensors:
         return sum(t.numel() * t.element_size() for _, t in self.items)
 
 
+_INT_BYTES = 28
+
+
 def _memory_bytes(kept: Any) -> int:
     """What a kept answer costs the memory store: its tensors' bytes, or for a
     layout, an int or an error the size of its Python objects (a night keeps
@@ -209,7 +212,12 @@ def _memory_bytes(kept: Any) -> int:
         seen.add(id(value))
         size += sys.getsizeof(value)
         if isinstance(value, tuple | list):
-            pending.extend(value)
+            if value and type(value[0]) is int:
+                # A row index per context token: tens of thousands of ints, counted
+                # not visited (an int object is 28 bytes, a small one shared).
+                size += _INT_BYTES * len(value)
+            else:
+                pending.extend(value)
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
             pending.extend(getattr(value, f.name) for f in dataclasses.fields(value))
     return size
@@ -606,7 +614,8 @@ class CachedOracle:
         # None: memory only.
         self.directory = directory / f"format-{CACHE_FORMAT}" / fingerprint[:32] if directory is not None else None
         self.memory_limit_bytes = memory_limit_bytes
-        self._memory: OrderedDict[str, Any] = OrderedDict()
+        # key -> (answer, the bytes the limit counts for it)
+        self._memory: OrderedDict[str, tuple[Any, int]] = OrderedDict()
         self._memory_bytes = 0
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(STAT_NAMES, 0)
@@ -686,8 +695,9 @@ class CachedOracle:
             return ask()
         key = f"{kind}-{item}"
         with self._lock:
-            kept = self._memory.get(key)
-            if kept is not None:
+            held = self._memory.get(key)
+            kept = held[0] if held is not None else None
+            if held is not None:
                 self._memory.move_to_end(key)
                 self._counts["memory_hits"] += 1
         if kept is None:
@@ -743,11 +753,11 @@ class CachedOracle:
         with self._lock:
             if key in self._memory:
                 return
-            self._memory[key] = kept
+            self._memory[key] = (kept, size)
             self._memory_bytes += size
             while self._memory_bytes > self.memory_limit_bytes:
-                _, dropped = self._memory.popitem(last=False)
-                self._memory_bytes -= _memory_bytes(dropped)
+                _, (_, dropped_size) = self._memory.popitem(last=False)
+                self._memory_bytes -= dropped_size
 
     def _keep(self, kind: str, item: str, key: str, kept: Any) -> None:
         self._remember(key, kept)
