@@ -414,21 +414,26 @@ class WorkerPool:
             raise
 
     def _report(self, state: _RunState) -> Iterator[Any]:
-        """The head task's outputs not yet yielded; an inline head runs here."""
+        """The head task's outputs not yet yielded; an inline head runs here.
+        What is yielded is no longer held (a night yields tens of thousands of
+        results: the caller keeps what it needs); its place stays, as None."""
         while state.head < len(state.tasks):
             head = state.head
             task, outputs = state.tasks[head], state.outputs[head]
             if task.inline is not None and not state.done[head]:
                 for output in task.inline():
-                    outputs.append(output)
+                    outputs.append(None)
                     state.reported[head] += 1
                     yield output
                 state.done[head] = True
             while state.reported[head] < len(outputs):
+                index = state.reported[head]
                 state.reported[head] += 1
-                yield outputs[state.reported[head] - 1]
+                output, outputs[index] = outputs[index], None
+                yield output
             if not state.done[head]:
                 return
+            state.outputs[head] = []
             state.head += 1
             # Keep workers busy while the caller digests what was yielded.
             self._dispatch(state)
