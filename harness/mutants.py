@@ -9,18 +9,29 @@ Each (mutant, level) search is independent of the others: with a worker pool
 (:mod:`harness.pool`) they run side by side, one task each, the kill shrunk in
 the worker that found it; the matrix is assembled in mutant and level order, so
 it is the same whatever the number of workers.
+
+With a :class:`FaultProbe` (the catalogue's, :mod:`ports.mutants.reach`), a
+reach pass first runs the fault-free base of the mutants once on every item,
+recording which fault sites it calls; a mutant then runs only on the items
+that reach one of its sites or on which the base is not at parity. On any
+other item it would run the base's code on the base's inputs, so it would be
+at parity too: skipping it changes no kill, no ``items_tried`` and no
+survivor, only the work (``parity mutants --exhaustive`` runs every item).
+A mutant whose sites the probe cannot tell runs on every item.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from harness.port import Port
-from harness.runner import DIVERGENT, PORT_ERROR, CaseResult, plan_items, run_item
+from harness.port import DEFAULT_PORT_TIMEOUT_S, Port
+from harness.runner import DIVERGENT, NOT_RUN, PARITY, PORT_ERROR, CaseResult, plan_items, run_item
 from harness.suites import Suite
 
 if TYPE_CHECKING:
@@ -42,6 +53,10 @@ class MutantRow:
     description: str
     source: str
     kills: dict[str, Kill | None] = field(default_factory=dict)
+    # Per level: the items the mutant itself ran, and the items decided (up to
+    # and with its kill, or the whole level): the difference never reached its fault.
+    ran: dict[str, int] = field(default_factory=dict)
+    decided: dict[str, int] = field(default_factory=dict)
 
     @property
     def killed(self) -> bool:
@@ -54,13 +69,19 @@ class MutantRow:
             "source": self.source,
             "killed": self.killed,
             "kills": {lv: (k.__dict__ if k else None) for lv, k in self.kills.items()},
+            "ran": dict(self.ran),
+            "decided": dict(self.decided),
         }
 
 
-def first_kill(
-    oracle: Port, mutant: Port, items: list[tuple[str, Any]], kernels: Any
-) -> tuple[Kill | None, CaseResult | None]:
-    for tried, (kind, item) in enumerate(items, start=1):
+# A level's items as a search walks them: (position in the level, from 1; kind; item).
+LevelItems = Sequence[tuple[int, str, Any]]
+
+
+def first_kill(oracle: Port, mutant: Port, items: LevelItems, kernels: Any) -> tuple[Kill | None, CaseResult | None]:
+    """The first of ``items`` on which ``mutant`` is not at parity; its
+    ``items_tried`` is that item's position in the level."""
+    for tried, kind, item in items:
         result = run_item(oracle, mutant, kind, item, kernels)
         if result.status in (DIVERGENT, PORT_ERROR):
             return Kill(result.id, result.status, result.detail(), tried), result
@@ -99,7 +120,7 @@ class KillSearch:
 
     mutant_spec: str
     level: str
-    items: list[tuple[str, Any]]
+    items: LevelItems
     shrink: ShrinkKills | None
 
 
@@ -113,11 +134,117 @@ def search_kill(sides: WorkerSides, search: KillSearch) -> Iterator[tuple[Kill |
     yield kill, result
 
 
-def _case_of(items: list[tuple[str, Any]], result: CaseResult) -> Any:
+def _case_of(items: LevelItems, result: CaseResult) -> Any:
     """The case a killing layout or prefill item compared (None for other kinds)."""
     if result.kind not in ("layout", "prefill"):
         return None
-    return next((item for kind, item in items if kind == result.kind and item.name == result.name), None)
+    return next((item for _, kind, item in items if kind == result.kind and item.name == result.name), None)
+
+
+# -- the reach pass --------------------------------------------------------------------
+
+
+class FaultProbe(Protocol):
+    """What a mutant catalogue offers so that a mutant runs only where its fault
+    can show (:mod:`ports.mutants.reach`): its fault-free base, where each
+    mutant's fault lives, and which of those places the base calls."""
+
+    @property
+    def reference(self) -> Port:
+        """The mutants' fault-free base."""
+        ...
+
+    def sites(self, mutant: Any) -> frozenset[str] | None:
+        """The mutant's fault sites; None: unknown (it runs on every item)."""
+        ...
+
+    def recording(self, sites: Iterable[str]) -> AbstractContextManager[set[str]]:
+        """While open, the set yielded collects each of ``sites`` the base calls."""
+        ...
+
+
+# A module-level function that builds the probe (a worker gets it by name).
+ProbeFactory = Callable[[], FaultProbe]
+
+
+@functools.cache
+def _probe(factory: ProbeFactory) -> FaultProbe:
+    return factory()
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The base's verdict on one item and the fault sites it called there."""
+
+    status: str
+    reached: frozenset[str]
+
+
+def reach_items(
+    probe: FaultProbe,
+    sites: frozenset[str],
+    items: LevelItems,
+    oracle: Port,
+    kernels: Any,
+    device: str = "cpu",
+    timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
+) -> Iterator[Reach]:
+    for _, kind, item in items:
+        with probe.recording(sites) as reached:
+            result = run_item(oracle, probe.reference, kind, item, kernels, device, timeout_s)
+        yield Reach(result.status, frozenset(reached))
+
+
+@dataclass(frozen=True)
+class ReachChunk:
+    """Consecutive items of one level for a worker's reach pass."""
+
+    probe: ProbeFactory
+    sites: frozenset[str]
+    items: tuple[tuple[int, str, Any], ...]
+
+
+def run_reach_chunk(sides: WorkerSides, chunk: ReachChunk) -> Iterator[Reach]:
+    yield from reach_items(
+        _probe(chunk.probe), chunk.sites, chunk.items, sides.oracle, sides.kernels, sides.device, sides.timeout_s
+    )
+
+
+def recover_reach_chunk(chunk: ReachChunk, finished: int, exitcode: int | None) -> tuple[list[Reach], Any]:
+    """The item a dead worker was on is not known to be at parity (every mutant
+    runs it); the items after it run again elsewhere."""
+    if finished >= len(chunk.items):
+        return [], None
+    rest = chunk.items[finished + 1 :]
+    return [Reach(NOT_RUN, frozenset())], (ReachChunk(chunk.probe, chunk.sites, rest) if rest else None)
+
+
+def reach_pass(
+    oracle: Port, probe: ProbeFactory, sites: frozenset[str], items: LevelItems, kernels: Any, pool: WorkerPool | None
+) -> list[Reach]:
+    """:class:`Reach` of every item, in order."""
+    if pool is None:
+        return list(reach_items(_probe(probe), sites, items, oracle, kernels))
+    from harness.pool import Task, cost_chunks
+
+    tasks = [
+        Task(
+            run=run_reach_chunk,
+            payload=ReachChunk(probe, sites, tuple(chunk)),
+            recover=recover_reach_chunk,
+            what=f"the reach pass over items {chunk[0][0]}..{chunk[-1][0]}",
+        )
+        for chunk in cost_chunks(items, pool.jobs)
+    ]
+    return list(pool.run(tasks))
+
+
+def reaching_items(items: LevelItems, reach: Sequence[Reach], sites: frozenset[str] | None) -> list[Any]:
+    """The items a mutant with fault ``sites`` must run: those reaching one of
+    them, and those the base is not at parity on (all of them when ``sites`` is None)."""
+    if sites is None:
+        return list(items)
+    return [item for item, seen in zip(items, reach, strict=True) if seen.status != PARITY or seen.reached & sites]
 
 
 def kill_matrix(
@@ -130,19 +257,36 @@ def kill_matrix(
     *,
     shrink: ShrinkKills | None = None,
     pool: WorkerPool | None = None,
+    probe: ProbeFactory | None = None,
 ) -> list[MutantRow]:
     """Every mutant's first kill at every level. A kill is shrunk as ``shrink``
     says when given (:func:`shrink_kill`), then passed to ``on_kill``.
     With ``pool`` the searches run in its workers, which load each mutant by
-    name (``mutant:NAME``: the mutants of :mod:`ports.mutants`)."""
-    by_level = {lv: [(k, i) for k, i in plan_items(suite, (lv,))] for lv in levels}
+    name (``mutant:NAME``: the mutants of :mod:`ports.mutants`). With ``probe``
+    a mutant runs only on the items that can reach its fault (the module's
+    docstring); without, on every item."""
+    by_level = {
+        lv: [(tried, kind, item) for tried, (kind, item) in enumerate(plan_items(suite, (lv,)), start=1)]
+        for lv in levels
+    }
+    searched = {(position, level): by_level[level] for position in range(len(mutants)) for level in levels}
+    if probe is not None:
+        sites_of = [_probe(probe).sites(mutant) for mutant in mutants]
+        known = [sites for sites in sites_of if sites is not None]
+        if known:
+            every_site = frozenset().union(*known)
+            for level in levels:
+                reach = reach_pass(oracle, probe, every_site, by_level[level], kernels, pool)
+                for position, sites in enumerate(sites_of):
+                    searched[position, level] = reaching_items(by_level[level], reach, sites)
     searches = [(position, mutant, level) for position, mutant in enumerate(mutants) for level in levels]
     if pool is None:
         outcomes = []
-        for _, mutant, level in searches:
-            kill, result = first_kill(oracle, mutant, by_level[level], kernels)
+        for position, mutant, level in searches:
+            items = searched[position, level]
+            kill, result = first_kill(oracle, mutant, items, kernels)
             if kill is not None and result is not None and shrink is not None:
-                case = _case_of(by_level[level], result)
+                case = _case_of(items, result)
                 shrink_kill(oracle, mutant, level, kill, result, case, shrink, kernels)
             outcomes.append((kill, result))
     else:
@@ -151,10 +295,10 @@ def kill_matrix(
         tasks = [
             Task(
                 run=search_kill,
-                payload=KillSearch(f"mutant:{mutant.name}", level, by_level[level], shrink),
+                payload=KillSearch(f"mutant:{mutant.name}", level, searched[position, level], shrink),
                 what=f"the kill search of mutant {mutant.name} at {level}",
             )
-            for _, mutant, level in searches
+            for position, mutant, level in searches
         ]
         outcomes = list(pool.run(tasks))
     rows = [MutantRow(mutant.name, mutant.description, mutant.source) for mutant in mutants]
@@ -162,6 +306,9 @@ def kill_matrix(
         if kill is not None and result is not None and on_kill is not None:
             on_kill(mutant, level, kill, result)
         rows[position].kills[level] = kill
+        decided = kill.items_tried if kill is not None else len(by_level[level])
+        rows[position].decided[level] = decided
+        rows[position].ran[level] = sum(1 for tried, _, _ in searched[position, level] if tried <= decided)
     return rows
 
 
@@ -188,6 +335,14 @@ def render_matrix(rows: list[MutantRow], levels: tuple[str, ...], suite: str) ->
         lines.append(f"| {r.name}: {r.description} | {r.source} | " + " | ".join(cells) + f" | {where} |")
     survivors = [r.name for r in rows if not r.killed]
     lines += ["", f"Survivors: {', '.join(survivors)}" if survivors else "Every mutant was killed."]
+    ran, decided = sum(sum(r.ran.values()) for r in rows), sum(sum(r.decided.values()) for r in rows)
+    if ran < decided:
+        lines += [
+            "",
+            f"The mutants ran {ran:,} of the {decided:,} item comparisons the matrix decided; on the rest the "
+            "fault-free base was at parity without calling the mutant's fault sites, so the mutant's answer was "
+            "the base's (ports/mutants/reach.py; `parity mutants --exhaustive` runs them all).",
+        ]
     return "\n".join(lines) + "\n"
 
 

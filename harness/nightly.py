@@ -746,10 +746,10 @@ def _kill_matrix(oracle: Port, plan: NightlyPlan) -> dict[str, Any]:
     """The seeded mutants against tonight's suite (no shrinking: a night has a budget)."""
     from harness.kernels import CpuKernels
     from harness.mutants import kill_matrix
-    from ports.mutants import MUTANTS
+    from ports.mutants import MUTANTS, fault_probe
 
     mutants = [m() for m in MUTANTS.values()]
-    rows = kill_matrix(oracle, mutants, plan.suite, plan.levels, CpuKernels(), pool=plan.pool)
+    rows = kill_matrix(oracle, mutants, plan.suite, plan.levels, CpuKernels(), pool=plan.pool, probe=fault_probe)
     return {"suite": plan.suite.name, "levels": list(plan.levels), "mutants": [r.to_json() for r in rows]}
 
 

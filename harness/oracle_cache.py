@@ -219,7 +219,9 @@ def _memory_bytes(kept: Any) -> int:
             else:
                 pending.extend(value)
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            pending.extend(getattr(value, f.name) for f in dataclasses.fields(value))
+            # The instance's own field values (the model's dataclasses keep a
+            # __dict__): dataclasses.fields per chunk cost more than the walk.
+            pending.extend(vars(value).values())
     return size
 
 
@@ -496,22 +498,35 @@ def _layout_of(data: dict[str, Any]) -> Layout:
     :func:`~harness.model.layout_from_json`'s per-field checks (which guard
     against a port's replies and cost as much as asking the pinned oracle
     again); the caller checks the result with :func:`check_layout`."""
-    sequences = set(Chunk.sequence_field_names())
+    decoders = _chunk_decoders()
     chunks = []
     for fields in data["chunks"]:
         values: dict[str, Any] = {}
-        for name in Chunk.field_names():
+        for name, decode in decoders:
             value = fields[name]
-            if value is not None:
-                if name.endswith("token_to_seq"):
-                    value = _expanded(value)
-                elif name == "local_context_lens_allranks":
-                    value = tuple(tuple(ranks) for ranks in value)
-                elif name in sequences:
-                    value = tuple(value)
-            values[name] = value
+            values[name] = value if value is None or decode is None else decode(value)
         chunks.append(Chunk(**values))
     return Layout(tuple(chunks), tuple((start, stop) for start, stop in data["empty_token_slices"]))
+
+
+def _ranks(value: list[list[int]]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(ranks) for ranks in value)
+
+
+@functools.cache
+def _chunk_decoders() -> tuple[tuple[str, Callable[[Any], Any] | None], ...]:
+    """Each chunk field with what turns its JSON form back into its value
+    (None: the JSON value itself, an int or a bool)."""
+    sequences = set(Chunk.sequence_field_names())
+    decoders: list[tuple[str, Callable[[Any], Any] | None]] = []
+    for name in Chunk.field_names():
+        if name.endswith("token_to_seq"):
+            decoders.append((name, _expanded))
+        elif name == "local_context_lens_allranks":
+            decoders.append((name, _ranks))
+        else:
+            decoders.append((name, tuple if name in sequences else None))
+    return tuple(decoders)
 
 
 def _encode_json_entry(header: dict[str, Any], answer: Any) -> bytes:

@@ -661,6 +661,39 @@ def recover_chunk(chunk: ItemChunk, finished: int, exitcode: int | None) -> tupl
     return [row], (ItemChunk(chunk.port_spec, rest, chunk.keep_layouts) if rest else None)
 
 
+def cost_chunks(
+    planned: Sequence[tuple[int, str, Any]],
+    jobs: int,
+    alone: Callable[[int, str, Any], bool] = lambda index, kind, item: False,
+) -> list[list[tuple[int, str, Any]]]:
+    """``planned`` items cut, in order, into chunks of about :data:`CHUNK_S` of
+    work each (by :data:`ITEM_COST_S`) and at least :data:`CHUNKS_PER_WORKER`
+    per worker of ``jobs`` (a slow port's items cost more than the estimate: a
+    short run still spreads); an item ``alone`` says is a chunk of its own."""
+    chunks: list[list[tuple[int, str, Any]]] = []
+    chunk: list[tuple[int, str, Any]] = []
+    cost = 0.0
+    most = max(1, min(CHUNK_ITEMS, -(-len(planned) // (jobs * CHUNKS_PER_WORKER))))
+
+    def flush() -> None:
+        nonlocal chunk, cost
+        if chunk:
+            chunks.append(chunk)
+        chunk, cost = [], 0.0
+
+    for index, kind, item in planned:
+        if alone(index, kind, item):
+            flush()
+            chunks.append([(index, kind, item)])
+            continue
+        chunk.append((index, kind, item))
+        cost += ITEM_COST_S.get(kind, ITEM_COST_S["layout"])
+        if cost >= CHUNK_S or len(chunk) >= most:
+            flush()
+    flush()
+    return chunks
+
+
 def item_tasks(
     port_spec: str,
     planned: Sequence[tuple[int, str, Any]],
@@ -669,36 +702,20 @@ def item_tasks(
     inline: Callable[[int, str, Any], bool] = lambda index, kind, item: False,
     run_inline: Callable[[int, str, Any], CaseResult] | None = None,
 ) -> list[Task]:
-    """``planned`` items cut into chunks of about :data:`CHUNK_S` of work each
-    (by :data:`ITEM_COST_S`), in order, and at least :data:`CHUNKS_PER_WORKER`
-    per worker of ``jobs`` (a slow port's items cost more than the estimate: a
-    short run still spreads); an item ``inline`` says must stay in the parent
-    is a task of its own that ``run_inline`` runs there."""
+    """``planned`` items as :func:`cost_chunks` cuts them, a task each; an item
+    ``inline`` says must stay in the parent is a task of its own that
+    ``run_inline`` runs there."""
     tasks: list[Task] = []
-    chunk: list[tuple[int, str, Any]] = []
-    cost = 0.0
-    most = max(1, min(CHUNK_ITEMS, -(-len(planned) // (jobs * CHUNKS_PER_WORKER))))
-
-    def flush() -> None:
-        nonlocal chunk, cost
-        if chunk:
-            what = f"items {chunk[0][0]}..{chunk[-1][0]}"
-            payload = ItemChunk(port_spec, tuple(chunk), keep_layouts)
-            tasks.append(Task(run=run_chunk, payload=payload, recover=recover_chunk, what=what))
-        chunk, cost = [], 0.0
-
-    for index, kind, item in planned:
-        if run_inline is not None and inline(index, kind, item):
-            flush()
+    stays = inline if run_inline is not None else (lambda index, kind, item: False)
+    for chunk in cost_chunks(planned, jobs, stays):
+        index, kind, item = chunk[0]
+        if run_inline is not None and len(chunk) == 1 and inline(index, kind, item):
             tasks.append(
                 Task(inline=functools.partial(_one_inline, run_inline, index, kind, item), what=f"item {index}")
             )
             continue
-        chunk.append((index, kind, item))
-        cost += ITEM_COST_S.get(kind, ITEM_COST_S["layout"])
-        if cost >= CHUNK_S or len(chunk) >= most:
-            flush()
-    flush()
+        payload = ItemChunk(port_spec, tuple(chunk), keep_layouts)
+        tasks.append(Task(run=run_chunk, payload=payload, recover=recover_chunk, what=f"items {index}..{chunk[-1][0]}"))
     return tasks
 
 

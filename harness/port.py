@@ -101,8 +101,8 @@ def _check_ints(value: Any, where: str) -> None:
 
 
 @functools.cache
-def _chunk_field_kinds() -> tuple[tuple[str, str], ...]:
-    """Each chunk field with the rule it follows: bool, int, ints, ranks, and
+def _chunk_field_kinds() -> tuple[tuple[str, str, bool], ...]:
+    """Each chunk field with the rule it follows (bool, int, ints or ranks) and
     whether it may be None (DCP)."""
     sequences, optional = set(Chunk.sequence_field_names()), set(Chunk.optional_field_names())
     kinds = []
@@ -113,7 +113,7 @@ def _chunk_field_kinds() -> tuple[tuple[str, str], ...]:
             kind = "ranks"
         else:
             kind = "ints" if name in sequences else "int"
-        kinds.append((name, kind + ("?" if name in optional else "")))
+        kinds.append((name, kind, name in optional))
     return tuple(kinds)
 
 
@@ -121,23 +121,26 @@ def check_chunk(chunk: Any, where: str) -> None:
     """Every field of one chunk, by the rule above (DCP fields may be None)."""
     if type(chunk) is not Chunk:
         raise PortValueError(f"{where}: {_type_name(chunk)}, not a harness.model.Chunk")
-    for name, kind in _chunk_field_kinds():
-        value, at = getattr(chunk, name), f"{where}.{name}"
-        if value is None and kind.endswith("?"):
+    for name, kind, optional in _chunk_field_kinds():
+        value = getattr(chunk, name)
+        if value is None and optional:
             continue
-        kind = kind.rstrip("?")
-        if kind == "bool":
+        # Runs for every chunk of every layout: the location string is built
+        # only to name an offender.
+        if kind == "ints":
+            if type(value) is not tuple or not set(map(type, value)) <= {int}:
+                _check_ints(value, f"{where}.{name}")
+        elif kind == "int":
+            if type(value) is not int:
+                check_int(value, f"{where}.{name}")
+        elif kind == "bool":
             if type(value) is not bool:
-                raise PortValueError(f"{at}: {_type_name(value)} {value!s:.40}, not bool")
-        elif kind == "ranks":
-            if type(value) is not tuple:
-                raise PortValueError(f"{at}: {_type_name(value)}, not a tuple of tuples of int")
-            for i, ranks in enumerate(value):
-                _check_ints(ranks, f"{at}[{i}]")
-        elif kind == "ints":
-            _check_ints(value, at)
+                raise PortValueError(f"{where}.{name}: {_type_name(value)} {value!s:.40}, not bool")
         else:
-            check_int(value, at)
+            if type(value) is not tuple:
+                raise PortValueError(f"{where}.{name}: {_type_name(value)}, not a tuple of tuples of int")
+            for i, ranks in enumerate(value):
+                _check_ints(ranks, f"{where}.{name}[{i}]")
 
 
 def check_layout(layout: Any) -> Layout:

@@ -30,6 +30,12 @@ def register(sub: Any) -> None:
     p_mutants.add_argument("--only", help="comma-separated mutant names")
     p_mutants.add_argument("--out", metavar="DIR", help="output folder (default reports/out/mutants-<suite>)")
     p_mutants.add_argument("--no-shrink", action="store_true", help="do not shrink the killing cases")
+    p_mutants.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="run every mutant on every item (default: only on the items whose run of the fault-free base "
+        "calls the mutant's fault, or is not at parity; the matrix is the same)",
+    )
     oracle_options(p_mutants)
     jobs_options(p_mutants)
     p_mutants.set_defaults(func=cmd_mutants)
@@ -41,7 +47,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     the matrix and the shrunk files are the same."""
     from harness.mutants import ShrinkKills, estimated_matrix_seconds, kill_matrix, render_matrix, write_matrix
     from harness.pool import PoolError, WorkerPool, resolve_jobs
-    from ports.mutants import MUTANTS
+    from ports.mutants import MUTANTS, fault_probe
 
     names = args.only.split(",") if args.only else list(MUTANTS)
     unknown = [n for n in names if n not in MUTANTS]
@@ -62,7 +68,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         out_dir = Path(args.out or f"reports/out/mutants-{suite.name}")
         shrink = None if args.no_shrink else ShrinkKills(out_dir / "shrunk", guarded_shrink)
         mutants = [MUTANTS[n]() for n in names]
-        rows = kill_matrix(oracle, mutants, suite, levels, kernels, shrink=shrink, pool=pool)
+        probe = None if args.exhaustive else fault_probe
+        rows = kill_matrix(oracle, mutants, suite, levels, kernels, shrink=shrink, pool=pool, probe=probe)
     except PoolError as exc:
         raise pool_failure(exc) from None
     finally:

@@ -27,5 +27,6 @@ class on which per_request is exact and the mutant is not.
 from __future__ import annotations
 
 from ports.mutants.catalogue import MUTANTS, Mutant
+from ports.mutants.reach import ReachProbe, fault_probe
 
-__all__ = ["MUTANTS", "Mutant"]
+__all__ = ["MUTANTS", "Mutant", "ReachProbe", "fault_probe"]
