@@ -78,11 +78,19 @@ class MutantRow:
 LevelItems = Sequence[tuple[int, str, Any]]
 
 
-def first_kill(oracle: Port, mutant: Port, items: LevelItems, kernels: Any) -> tuple[Kill | None, CaseResult | None]:
+def first_kill(
+    oracle: Port,
+    mutant: Port,
+    items: LevelItems,
+    kernels: Any,
+    device: str = "cpu",
+    timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
+) -> tuple[Kill | None, CaseResult | None]:
     """The first of ``items`` on which ``mutant`` is not at parity; its
-    ``items_tried`` is that item's position in the level."""
+    ``items_tried`` is that item's position in the level. ``device`` and
+    ``timeout_s`` are those the reach pass ran the base with."""
     for tried, kind, item in items:
-        result = run_item(oracle, mutant, kind, item, kernels)
+        result = run_item(oracle, mutant, kind, item, kernels, device, timeout_s)
         if result.status in (DIVERGENT, PORT_ERROR):
             return Kill(result.id, result.status, result.detail(), tried), result
     return None, None
@@ -127,7 +135,7 @@ class KillSearch:
 def search_kill(sides: WorkerSides, search: KillSearch) -> Iterator[tuple[Kill | None, CaseResult | None]]:
     """In a worker: :func:`first_kill`, then the kill shrunk as :func:`shrink_kill` does."""
     mutant = sides.port(search.mutant_spec)
-    kill, result = first_kill(sides.oracle, mutant, search.items, sides.kernels)
+    kill, result = first_kill(sides.oracle, mutant, search.items, sides.kernels, sides.device, sides.timeout_s)
     if kill is not None and result is not None and search.shrink is not None:
         case = _case_of(search.items, result)
         shrink_kill(sides.oracle, mutant, search.level, kill, result, case, search.shrink, sides.kernels)

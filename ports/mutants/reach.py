@@ -37,6 +37,22 @@ from ports.mutants.catalogue import Mutant
 
 # What a mutant class may set besides methods without changing what the base runs.
 DESCRIPTIVE_ATTRIBUTES = frozenset({"name", "description", "source", "aimed_at"})
+# What Python itself puts in a class's namespace; any other dunder (__getattr__,
+# __call__...) is a method like the rest: a site, or unknown.
+CLASS_BOOKKEEPING = frozenset(
+    {
+        "__module__",
+        "__qualname__",
+        "__doc__",
+        "__dict__",
+        "__weakref__",
+        "__annotations__",
+        "__firstlineno__",
+        "__static_attributes__",
+        "__orig_bases__",
+        "__parameters__",
+    }
+)
 
 
 def _swap_site(owner: Any, name: str) -> str | None:
@@ -79,14 +95,19 @@ class ReachProbe:
         if not isinstance(mutant, Mutant) or vars(mutant):
             return None  # not of the catalogue, or state of its own
         sites: set[str] = set()
-        for cls in type(mutant).__mro__:
-            if cls is Mutant:
-                break
+        # Every class the mutant's lookup order holds and the base's does not
+        # (a mixin after Mutant included).
+        for cls in (c for c in type(mutant).__mro__ if c not in Mutant.__mro__):
             for name, value in vars(cls).items():
-                if (name.startswith("__") and name.endswith("__")) or name in DESCRIPTIVE_ATTRIBUTES:
+                if name in CLASS_BOOKKEEPING or name in DESCRIPTIVE_ATTRIBUTES:
                     continue
                 if not isinstance(value, types.FunctionType):
                     return None  # a property, a class-level constant...: the base may read it
+                if name.startswith("__") or not hasattr(Mutant, name):
+                    # A special method is looked up on the type (no recorder on the
+                    # instance sees it); a method the base lacks, the harness may
+                    # look up by name (close, enforces_timeout...).
+                    return None
                 if name != "swaps":
                     sites.add(f"method:{name}")
         for owner, name, _ in mutant.swaps():
