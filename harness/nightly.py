@@ -620,6 +620,13 @@ def run_nightly(
     ``--out``). Bad input (the date, a baseline) is refused before anything is written.
     ``plan.pool`` (when given) runs the night's work in its worker processes."""
     validate_night_date(plan.date)
+    if plan.pool is not None and len(plan.port_specs) != len(ports):
+        # The workers load each port from its spelling; the Port objects given
+        # would otherwise only lend their names to whatever those load.
+        raise ValueError(
+            f"a night with a worker pool needs the spelling of each of its {len(ports)} ports "
+            f"(plan.port_specs holds {len(plan.port_specs)}): the workers load the ports from them"
+        )
     specs = list(plan.port_specs or [p.name for p in ports])
     with nightly_lock(plan.out_dir.parent):
         baselines = nightly_baselines(ports, specs, plan.baselines, plan.suite.name, oracle_provenance.get("release"))

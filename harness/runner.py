@@ -182,7 +182,11 @@ def _one_line(exc: BaseException) -> str:
 def compare_case(oracle: Port, port: Port, case: Case, timeout_s: float = DEFAULT_PORT_TIMEOUT_S) -> CaseResult:
     result = CaseResult(case.name, case.family, "layout", PARITY, row_budget=case.row_budget)
     try:
-        result.oracle_layout = oracle.plan_layout(case)
+        # The oracle's values are typed as strictly as the port's: an int where a
+        # bool belongs would otherwise compare equal only after coercion.
+        layout = oracle.plan_layout(case)
+        checked = getattr(oracle, "returns_checked_layouts", False) is True  # the oracle cache's promise
+        result.oracle_layout = layout if checked else check_layout(layout)
     except BaseException as exc:
         reraise_interrupt(exc)
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
@@ -211,7 +215,7 @@ def compare_workspace(
 ) -> CaseResult:
     result = CaseResult(config.name, "workspace-size", "workspace", PARITY)
     try:
-        result.oracle_workspace = oracle.workspace_size(config)
+        result.oracle_workspace = check_int(oracle.workspace_size(config), "the oracle's workspace_size returned")
     except BaseException as exc:
         reraise_interrupt(exc)
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
@@ -459,16 +463,21 @@ def run_items(
 
 
 def unfinished_items(
-    suite: Suite, levels: tuple[str, ...], shard: Shard | None, finished: set[str] | frozenset[str]
+    suite: Suite,
+    levels: tuple[str, ...],
+    shard: Shard | None,
+    finished: set[str] | frozenset[str],
+    why: str = "the run was interrupted",
 ) -> list[CaseResult]:
     """A ``not-run`` row for every selected item whose id is not in ``finished``:
-    what an interrupted run did not compare, so its table can never pass."""
+    what a run did not compare (it was interrupted, or a fault lost the item),
+    so its table can never pass."""
     rows = []
     for index, (kind, item) in enumerate(plan_items(suite, levels)):
         if (shard is not None and not shard.owns(index)) or item_id(kind, item.name) in finished:
             continue
         family = getattr(item, "family", "workspace-size")
-        row = CaseResult(item.name, family, kind, NOT_RUN, error="not compared: the run was interrupted")
+        row = CaseResult(item.name, family, kind, NOT_RUN, error=f"not compared: {why}")
         row.index = index
         rows.append(row)
     return rows

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -362,3 +363,57 @@ def test_nightly_shards_must_add_up(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["nightly", "--from-shards", shard, "--out", str(tmp_path / "m")]) == 2
     assert "field 'items_digest': port per_request" in capsys.readouterr().err
     assert main(["nightly", "--from-shards", shard, shard, "--out", str(tmp_path / "m")]) == 2
+
+
+# -- the oracle's values and a run's completeness ------------------------------------------
+
+
+def test_an_oracle_layout_typed_loosely_is_an_oracle_error() -> None:
+    """An int where the oracle's bool belongs would compare equal to the port's
+    bool only after coercion: the oracle's layout is typed like the port's."""
+    from harness.cases import load_case_file
+    from harness.oracle_cache import CachedOracle
+    from harness.port import PortValueError
+    from harness.runner import ORACLE_ERROR, compare_case, compare_workspace
+    from harness.suites import load_suite
+    from ports.per_request import PerRequestPort
+    from tests.value_ports import FractionalWorkspacePort, IntContinuationPort
+
+    port = PerRequestPort()
+    case = load_case_file(SMOKE / "upstream-worst-case.json")[0]
+    # The oracle as the runner calls it: plain, and behind the cache (which checks instead).
+    for oracle in (IntContinuationPort(), CachedOracle(IntContinuationPort(), "0" * 64, None)):
+        for _ in range(2):  # a mistyped answer is never kept: the second call is checked too
+            result = compare_case(oracle, port, case)
+            assert result.status == ORACLE_ERROR
+            assert result.error == "PortValueError: plan_layout: chunks[0].is_continuation: int 0, not bool"
+    # The cache keeps its promise (returns_checked_layouts) itself, not through the runner.
+    with pytest.raises(PortValueError, match="is_continuation: int 0, not bool"):
+        CachedOracle(IntContinuationPort(), "0" * 64, None).plan_layout(case)
+    config = load_suite("smoke").workspace_configs[0]
+    sized = compare_workspace(FractionalWorkspacePort(), port, config)
+    assert sized.status == ORACLE_ERROR
+    assert (sized.error or "").startswith("PortValueError: the oracle's workspace_size returned: float")
+
+
+def test_an_item_the_run_loses_is_not_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A result stream that ends one item short (a harness fault) leaves that
+    item not-run: the verdict is INCOMPLETE, never PASS."""
+    import harness.pool
+    from harness.pool import ItemStream
+
+    real = harness.pool.stream_items
+
+    def one_short(*args: Any, **kwargs: Any) -> ItemStream:
+        return ItemStream(iter(list(real(*args, **kwargs))[1:]), None)
+
+    monkeypatch.setattr(harness.pool, "stream_items", one_short)
+    report = tmp_path / "run.json"
+    code = main(["run", "--suite", "smoke", "--level", "layout", "--port", "per_request", "--json", str(report)])
+    capsys.readouterr()
+    summary = json.loads(report.read_text())
+    assert code == 1
+    assert summary["summary"]["verdict"] == "incomplete", summary["summary"]
+    assert summary["summary"]["counts"]["not-run"] == 1

@@ -79,6 +79,19 @@ def test_sites_unknown_for_state_the_base_may_read() -> None:
         name = "with-mixin"
 
     probe = fault_probe()
+    with pytest.MonkeyPatch.context() as patch:
+        # A method overriding what the base holds as a property: nothing to record.
+        patch.setattr(Mutant, "rows_per_chunk", property(lambda self: 3), raising=False)
+
+        class OverProperty(Mutant):
+            name = "over-property"
+
+            def rows_per_chunk(self) -> int:
+                return 4
+
+        assert probe.sites(OverProperty()) is None
+        with pytest.raises(ValueError, match="not a method"), probe.recording({"method:rows_per_chunk"}):
+            pass
     assert probe.sites(WithConstant()) is None
     assert probe.sites(WithState()) is None
     assert probe.sites(WithSpecialMethod()) is None

@@ -261,3 +261,12 @@ def test_an_interrupted_port_is_incomplete_never_pass(tmp_path: Path, capsys: py
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("interrupting")]
     assert line.split()[1] == "INCOMPLETE", line
     assert main([*argv[:-1], ""]) == 2  # --date "" is not today: it is refused
+
+
+def test_a_pooled_night_needs_each_ports_spelling(tmp_path: Path, oracle: Port, per_request: Port) -> None:
+    """Workers load ports from their spellings: without them a pooled night would
+    judge whatever the names load, not the Port objects given."""
+    pool: Any = object()  # refused before the pool is used
+    with pytest.raises(ValueError, match="needs the spelling of each of its 1 ports"):
+        run_nightly(plan_for(tmp_path, pool=pool), oracle, [per_request], {}, write_report=write_report)
+    assert not (tmp_path / "2026-11-28").exists()

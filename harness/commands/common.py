@@ -493,9 +493,12 @@ def execute(
     result.seconds = time.perf_counter() - started
     result.provenance = {**provenance, **dcp_settings(args)}
     rows = (writer.done if writer else []) + [result_row(r) for r in result.results]
-    if interrupted:
-        finished = skip | {r.id for r in result.results}
-        rows += [result_row(r) for r in unfinished_items(suite, levels, shard, finished)]
+    finished = skip | {r.id for r in result.results}
+    if interrupted or not finished.issuperset(item_ids):
+        # Every selected item has its row: one the run never compared (interrupted,
+        # or lost to a harness fault) is not-run, and the verdict cannot be PASS.
+        why = "the run was interrupted" if interrupted else "the run ended without comparing it (a harness fault)"
+        rows += [result_row(r) for r in unfinished_items(suite, levels, shard, finished, why)]
     table = pd.DataFrame(rows, columns=list(COLUMNS)).sort_values("index", kind="stable").reset_index(drop=True)
     return Execution(
         table, result, port, suite, provenance, interrupted, oracle,

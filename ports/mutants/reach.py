@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import types
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -108,6 +109,8 @@ class ReachProbe:
                     # instance sees it); a method the base lacks, the harness may
                     # look up by name (close, enforces_timeout...).
                     return None
+                if not isinstance(inspect.getattr_static(Mutant, name), types.FunctionType):
+                    return None  # the base's NAME is a property, a constant...: no call to record
                 if name != "swaps":
                     sites.add(f"method:{name}")
         for owner, name, _ in mutant.swaps():
@@ -136,10 +139,13 @@ class ReachProbe:
                 kind, _, name = site.partition(":")
                 if kind == "method":
                     original = getattr(self.reference, name, None)
-                    if callable(original):
-                        # An instance attribute: what self.NAME finds first.
-                        installed.append((self.reference, name, None, False))
-                        setattr(self.reference, name, recorder(site, original))
+                    if not callable(original):
+                        # sites() names only the base's plain methods: an uncallable one
+                        # would never be recorded, and the mutant skipped everywhere.
+                        raise ValueError(f"{site}: the base's {name} is not a method, so no call to it can be recorded")
+                    # An instance attribute: what self.NAME finds first.
+                    installed.append((self.reference, name, None, False))
+                    setattr(self.reference, name, recorder(site, original))
                     continue
                 owner, attribute = _resolve(site)
                 had = attribute in vars(owner)
