@@ -57,6 +57,8 @@ from harness.port import BUILTIN_PORTS, Port
 from harness.provenance import collect, port_repository
 from harness.results_file import items_digest
 from harness.runner import (
+    INTERRUPTED_WHY,
+    LOST_WHY,
     NOT_RUN,
     PARITY,
     Shard,
@@ -695,12 +697,15 @@ def _run_locked(
                 # What workers finished past the last result in order is kept too; what
                 # the port did not reach is not-run, so its row can never read PASS.
                 rows += [result_row(r) for r in stream.unreported()]
-                finished = {str(row["id"]) for row in rows}
-                rows += [result_row(r) for r in unfinished_items(plan.suite, plan.levels, plan.shard, finished)]
             finally:
                 stream.close()
                 if bar is not None:
                     bar.stop()
+            # Every selected item has its row: what the port did not reach (interrupted,
+            # or lost to a harness fault) is not-run, so its row can never read PASS.
+            why = INTERRUPTED_WHY if night.interrupted else LOST_WHY
+            finished = {str(row["id"]) for row in rows}
+            rows += [result_row(r) for r in unfinished_items(plan.suite, plan.levels, plan.shard, finished, why)]
             baseline = baselines.get(port.name)
             table = judge_port(pd.DataFrame(rows, columns=list(COLUMNS)), port.name, baseline, plan.levels)
             summary = summarise_table(table, plan.suite.name, port.name, plan.levels)

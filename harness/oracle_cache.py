@@ -102,7 +102,7 @@ from harness.dcp import OneProcessRanks
 from harness.kernels import CpuKernels, CudaKernels, SharedKernels, kernels_untouched
 from harness.model import Case, Chunk, Layout, MergeCase, NumericSpec, WorkspaceConfig
 from harness.numeric import DcpInputs, MergeInputs, PrefillInputs, RankCache
-from harness.port import Port, PortValueError, check_layout, port_levels
+from harness.port import Port, check_layout, port_levels
 
 # Part of every key: a change to what an entry holds or how a key is made
 # starts a new folder instead of misreading the old one.
@@ -737,14 +737,14 @@ class CachedOracle:
             if error is not None:
                 self._keep(kind, item, key, error)
             raise
-        try:
+        if kind == "layout":
+            # returns_checked_layouts: whatever the check raises is the oracle's error.
             stored = self._storable(kind, answer)
-        except PortValueError:
-            if kind == "layout":
-                raise  # returns_checked_layouts: a mistyped layout is the oracle's error
-            return answer
-        except (_Uncacheable, ValueError, TypeError):
-            return answer
+        else:
+            try:
+                stored = self._storable(kind, answer)
+            except (_Uncacheable, ValueError, TypeError):
+                return answer
         with contextlib.suppress(_Uncacheable, ValueError, TypeError):
             self._keep(kind, item, key, stored)
         return answer

@@ -257,6 +257,12 @@ def _tensor_verdict(result: CaseResult, oracle_out: dict[str, Any], port_out: di
         kind = "lse" if name.endswith("lse") else "output"
         a, b = oracle_out[name], port_out[name]
         try:
+            check_tensor(a, f"the oracle's {name!r}")
+        except BaseException as exc:
+            reraise_interrupt(exc)
+            result.status, result.error = ORACLE_ERROR, _one_line(exc)
+            return result
+        try:
             check_tensor(b, f"port's {name!r}", a.device)
             if kind == "lse":  # [heads, tokens] compared token-major, so rows are tokens
                 a, b = a.transpose(0, 1), b.transpose(0, 1) if b.dim() == 2 else b
@@ -462,12 +468,18 @@ def run_items(
         yield result
 
 
+# Why an item has a not-run row (unfinished_items): the run stopped early, or
+# ended without ever yielding it.
+INTERRUPTED_WHY = "the run was interrupted"
+LOST_WHY = "the run ended without comparing it (a harness fault)"
+
+
 def unfinished_items(
     suite: Suite,
     levels: tuple[str, ...],
     shard: Shard | None,
     finished: set[str] | frozenset[str],
-    why: str = "the run was interrupted",
+    why: str = INTERRUPTED_WHY,
 ) -> list[CaseResult]:
     """A ``not-run`` row for every selected item whose id is not in ``finished``:
     what a run did not compare (it was interrupted, or a fault lost the item),

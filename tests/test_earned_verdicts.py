@@ -377,7 +377,7 @@ def test_an_oracle_layout_typed_loosely_is_an_oracle_error() -> None:
     from harness.runner import ORACLE_ERROR, compare_case, compare_workspace
     from harness.suites import load_suite
     from ports.per_request import PerRequestPort
-    from tests.value_ports import FractionalWorkspacePort, IntContinuationPort
+    from tests.value_ports import IntContinuationPort, NumpyWorkspacePort
 
     port = PerRequestPort()
     case = load_case_file(SMOKE / "upstream-worst-case.json")[0]
@@ -391,9 +391,9 @@ def test_an_oracle_layout_typed_loosely_is_an_oracle_error() -> None:
     with pytest.raises(PortValueError, match="is_continuation: int 0, not bool"):
         CachedOracle(IntContinuationPort(), "0" * 64, None).plan_layout(case)
     config = load_suite("smoke").workspace_configs[0]
-    sized = compare_workspace(FractionalWorkspacePort(), port, config)
+    sized = compare_workspace(NumpyWorkspacePort(), port, config)  # equal to the int: coercion
     assert sized.status == ORACLE_ERROR
-    assert (sized.error or "").startswith("PortValueError: the oracle's workspace_size returned: float")
+    assert (sized.error or "").startswith("PortValueError: the oracle's workspace_size returned: numpy.int64")
 
 
 def test_an_item_the_run_loses_is_not_run(

@@ -270,3 +270,23 @@ def test_a_pooled_night_needs_each_ports_spelling(tmp_path: Path, oracle: Port, 
     with pytest.raises(ValueError, match="needs the spelling of each of its 1 ports"):
         run_nightly(plan_for(tmp_path, pool=pool), oracle, [per_request], {}, write_report=write_report)
     assert not (tmp_path / "2026-11-28").exists()
+
+
+def test_an_item_the_night_loses_is_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, oracle: Port, per_request: Port
+) -> None:
+    """A result stream one item short (a harness fault) leaves that item not-run:
+    the port's night is INCOMPLETE, never PASS."""
+    import harness.nightly
+    from harness.pool import ItemStream
+    from harness.pool import stream_items as real
+
+    def one_short(*args: Any, **kwargs: Any) -> ItemStream:
+        return ItemStream(iter(list(real(*args, **kwargs))[1:]), None)
+
+    monkeypatch.setattr(harness.nightly, "stream_items", one_short)
+    night = run_nightly(plan_for(tmp_path), oracle, [per_request], {}, write_report=write_report)
+    (port_night,) = night.ports
+    assert port_night.summary["verdict"] == "incomplete", port_night.summary
+    lost = port_night.table[port_night.table["status"] == "not-run"]
+    assert len(lost) == 1 and "without comparing it" in lost["detail"].iloc[0]

@@ -20,7 +20,15 @@ from harness.cases import load_cases
 from harness.kernels import SharedKernels
 from harness.model import Case
 from harness.port import Port, load_port
-from harness.runner import RunResult, Shard, reraise_interrupt, selected_levels, unfinished_items
+from harness.runner import (
+    INTERRUPTED_WHY,
+    LOST_WHY,
+    RunResult,
+    Shard,
+    reraise_interrupt,
+    selected_levels,
+    unfinished_items,
+)
 from harness.suites import Suite, load_suite
 
 if TYPE_CHECKING:
@@ -497,7 +505,7 @@ def execute(
     if interrupted or not finished.issuperset(item_ids):
         # Every selected item has its row: one the run never compared (interrupted,
         # or lost to a harness fault) is not-run, and the verdict cannot be PASS.
-        why = "the run was interrupted" if interrupted else "the run ended without comparing it (a harness fault)"
+        why = INTERRUPTED_WHY if interrupted else LOST_WHY
         rows += [result_row(r) for r in unfinished_items(suite, levels, shard, finished, why)]
     table = pd.DataFrame(rows, columns=list(COLUMNS)).sort_values("index", kind="stable").reset_index(drop=True)
     return Execution(
