@@ -1,0 +1,304 @@
+"""The sparse MLA path's oracle: the installed release's own sparse backend, called.
+
+Every value of a :class:`~harness.sparse_model.SparseLayout` and every L2 tensor
+comes from the release's own functions (module
+``vllm.model_executor.layers.attention.sparse_mla_attention``, ``SPARSE``):
+
+- the workspace size: ``SparseMLACommonMetadataBuilder.determine_chunked_prefill_workspace_size``;
+- the chunks: the release's side (:class:`oracle.side.OracleSide` or
+  :class:`oracle.legacy.LegacyOracleSide`) planning the batch into that workspace;
+- ``masked_threshold``: ``_use_masked_mha``; ``masks_fit``:
+  ``SparseMLACommonImpl.masked_mha_workspace_fits`` on the release's own chunk
+  metadata (0.27.1 has no such check: None);
+- the global mask's shape and verdict: ``_try_build_global_mask`` on a
+  stand-in workspace whose ``numel()`` is the case's mask workspace and whose
+  view records the shape it is asked for (0.27.1 checks a module constant, 64
+  MiB, instead of the workspace; its shape is read with that constant raised);
+- the suffix's and each chunk's per-range mask shapes: ``_run_masked_mha``,
+  called as the release's own loop calls it, up to the view of the workspace;
+- L2: ``_run_masked_mha`` building the mask for real (``_build_topk_mask``,
+  its Triton kernels interpreted; the global form through
+  ``_try_build_global_mask`` and the key-starts copy), with
+  ``flash_attn_varlen_func`` stood in for by a function that keeps the mask it
+  is handed; ``_remap_topk_to_ranges`` for the remap.
+
+Two pieces are the harness's translation of upstream code that is not a
+function of its own, and say so: the builder's ``use_dense_mha`` flag
+(``SparseMLACommonMetadataBuilder.build``) and the route's conjunctions
+(``MLAAttention.forward_impl`` and ``SparseMLACommonImpl.forward_mha``), each
+transcribed beside its source below. The masked kernel module and
+``vllm.vllm_flash_attn`` cannot be imported without CUDA; stand-ins replace
+them in ``sys.modules`` for the duration of a call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+from unittest import mock
+
+from harness.model import Case, Layout
+from harness.sparse_model import Shape, SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
+from oracle.environment import import_vllm_module
+
+if TYPE_CHECKING:
+    import torch
+
+SPARSE = "vllm.model_executor.layers.attention.sparse_mla_attention"
+MASK_MODULE = "vllm.model_executor.layers.attention.sparse_mla_mask"
+FLASH_MODULE = "vllm.vllm_flash_attn"
+# Beyond any mask a case can ask for: the probe's numel when only a shape is wanted.
+_UNBOUNDED = 1 << 62
+
+
+class _ShapeAsked(Exception):
+    """Raised by the workspace probe's view: the shape upstream asked for."""
+
+    def __init__(self, shape: Shape) -> None:
+        super().__init__(shape)
+        self.shape = shape
+
+
+class _WorkspaceProbe:
+    """A mask workspace of ``words`` int32 words that allocates nothing: its
+    slice's ``view`` raises :class:`_ShapeAsked` with the requested shape."""
+
+    def __init__(self, words: int) -> None:
+        self.words = words
+
+    def numel(self) -> int:
+        return self.words
+
+    def __getitem__(self, key: Any) -> _WorkspaceProbe:
+        return self
+
+    def view(self, *shape: int) -> Any:
+        raise _ShapeAsked((int(shape[0]), int(shape[1]), int(shape[2])))
+
+
+class _KeptMask(Exception):
+    """Raised by the stand-in attention: the mask ``_run_masked_mha`` handed it."""
+
+    def __init__(self, mask: Any) -> None:
+        super().__init__("mask")
+        self.mask = mask
+
+
+def _stand_in_attention(**kwargs: Any) -> Any:
+    raise _KeptMask(kwargs["aux_tensors"][0])
+
+
+@contextlib.contextmanager
+def _without_cuda_modules() -> Iterator[None]:
+    """The masked kernel's mask functions and the CUDA flash-attention module,
+    stood in for: ``_run_masked_mha`` imports both before it builds a mask."""
+    mask_module = types.ModuleType(MASK_MODULE)
+    mask_module.dense_mask_mod = "dense_mask_mod"  # type: ignore[attr-defined]
+    mask_module.offset_dense_mask_mod = "offset_dense_mask_mod"  # type: ignore[attr-defined]
+    flash_module = types.ModuleType(FLASH_MODULE)
+    flash_module.flash_attn_varlen_func = _stand_in_attention  # type: ignore[attr-defined]
+    with mock.patch.dict(sys.modules, {MASK_MODULE: mask_module, FLASH_MODULE: flash_module}):
+        yield
+
+
+class SparseOracle:
+    """The sparse backend of the release ``side`` runs (0.28.0 or 0.27.1).
+
+    ``side`` is the release's dense oracle side: its ``plan_layout`` and
+    ``upstream_metadata`` plan a :class:`~harness.model.Case`.
+    """
+
+    def __init__(self, side: Any) -> None:
+        self.side = side
+        self.sparse = import_vllm_module(SPARSE)
+        self.mla = import_vllm_module("vllm.model_executor.layers.attention.mla_attention")
+        self.torch = import_vllm_module("torch")
+        # 0.27.1 predates the shared shape function and the fit check.
+        self.legacy = not hasattr(self.sparse, "_topk_mask_shape")
+
+    # -- L1 ---------------------------------------------------------------------------------
+
+    def workspace_size(self, config: SparseWorkspaceConfig) -> int:
+        from oracle.side import workspace_vllm_config
+
+        vllm_config = workspace_vllm_config(config)  # type: ignore[arg-type]
+        vllm_config.model_config.hf_config = SimpleNamespace(index_topk=config.index_topk)
+        sizing = self.sparse.SparseMLACommonMetadataBuilder.determine_chunked_prefill_workspace_size
+        return int(sizing(vllm_config))
+
+    def _per_range_shape(self, q_lens: list[int], max_query_len: int, max_key_len: int) -> Shape:
+        """The view ``_run_masked_mha`` takes of the mask workspace for a per-range mask."""
+        impl = self.sparse.SparseMLACommonImpl
+        try:
+            with _without_cuda_modules():
+                impl._run_masked_mha(
+                    SimpleNamespace(scale=1.0),
+                    q=None,
+                    k=None,
+                    v=None,
+                    cu_seqlens_q=None,
+                    cu_seqlens_k=None,
+                    max_seqlen_q=max_query_len,
+                    max_seqlen_k=max_key_len,
+                    topk_per_req=[],
+                    q_lens=q_lens,
+                    causal=False,
+                    topk_mask_workspace=_WorkspaceProbe(_UNBOUNDED),
+                )
+        except _ShapeAsked as asked:
+            return asked.shape
+        raise RuntimeError("_run_masked_mha built no per-range mask view")
+
+    def _global_mask(self, q_lens: list[int], max_query_len: int, max_seq_len: int, words: int) -> tuple[Shape, bool]:
+        """``_try_build_global_mask``'s shape and verdict for a ``words``-word workspace."""
+        build = self.sparse.SparseMLACommonImpl._try_build_global_mask
+
+        def attempt(workspace_words: int) -> Shape | None:
+            try:
+                found = build([], q_lens, max_query_len, max_seq_len, _WorkspaceProbe(workspace_words))
+            except _ShapeAsked as asked:
+                return asked.shape
+            if found is not None:
+                raise RuntimeError("_try_build_global_mask returned a mask from a probe")
+            return None
+
+        if self.legacy:
+            with mock.patch.object(self.sparse, "GLOBAL_TOPK_MASK_MAX_BYTES", _UNBOUNDED):
+                shape = attempt(_UNBOUNDED)
+            verdict = attempt(_UNBOUNDED)
+        else:
+            shape = attempt(_UNBOUNDED)
+            verdict = attempt(words)
+        if shape is None:
+            raise RuntimeError("_try_build_global_mask refused an unbounded workspace")
+        return shape, verdict is not None
+
+    def plan(self, case: SparseCase) -> SparseLayout:
+        torch = self.torch
+        workspace = self.workspace_size(case.workspace_config)
+        planned: Case = case.planned_case(workspace)
+        metadata = self.side.upstream_metadata(planned) if any(case.context_lens) else None
+        layout = self.side.plan_layout(planned) if metadata is not None else Layout(chunks=())
+        q_lens = list(case.query_lens)
+        max_query = max(q_lens)
+        # SparseMLACommonMetadataBuilder.build: prefill_max_seq_len is the
+        # longest seq_lens_cpu entry of the prefills (context plus new tokens).
+        max_seq = max(c + q for c, q in zip(case.context_lens, case.query_lens, strict=True))
+        mask_words = case.mask_workspace_words if case.masked_kernel else 0
+        # SparseMLACommonMetadataBuilder.build:
+        #   use_dense_mha = prefill_max_seq_len <= self.topk_tokens and not sparse_mla_force_mqa
+        use_dense = max_seq <= case.index_topk and not case.force_mqa
+        threshold = bool(
+            self.mla._use_masked_mha(
+                backend_name=case.backend,
+                tensor_parallel_size=case.tensor_parallel_size,
+                query_len=max_query,
+                seq_len=max_seq,
+            )
+        )
+        fits: bool | None = None
+        if not self.legacy:
+            prefill = SimpleNamespace(
+                topk_mask_workspace=_WorkspaceProbe(mask_words) if case.masked_kernel else None,
+                query_lens_cpu=torch.tensor(q_lens, dtype=torch.int32),
+                max_query_len=max_query,
+                chunked_context=metadata,
+            )
+            fits = bool(self.sparse.SparseMLACommonImpl.masked_mha_workspace_fits(prefill))
+        # MLAAttention.forward_impl (prefill_backend is not None: a backend exists):
+        #   use_masked_mha = masked_mha_available and dcp_world_size <= 1 and _use_masked_mha(...)
+        #                    [0.28.0: and masked_mha_workspace_fits(prefill)]
+        #   use_mha = (use_dense_mha or use_masked_mha) and not sparse_mla_force_mqa
+        use_masked = case.masked_kernel and case.dcp_world_size <= 1 and threshold and (fits is not False)
+        route = "mqa"
+        if (use_dense or use_masked) and not case.force_mqa:
+            # SparseMLACommonImpl.forward_mha: dense when forced, or when
+            # prefill_max_seq_len <= topk_tokens and masked is not forced; the
+            # masked path asserts masked_mha_available.
+            dense = case.force_dense_mha or (max_seq <= case.index_topk and not case.force_masked_mha)
+            route = "dense-mha" if dense else ("masked-mha" if case.masked_kernel else "masked-mha-unavailable")
+        global_shape: Shape | None = None
+        global_fits: bool | None = None
+        if metadata is not None:
+            global_shape, global_fits = self._global_mask(q_lens, max_query, max_seq, mask_words)
+        if global_shape is not None and global_fits:
+            suffix_shape = global_shape
+            # _compute_context_mha: 0.28.0 reads dense_mask[chunk.request_slice];
+            # 0.27.1 hands every chunk the whole mask.
+            chunk_shapes = tuple(
+                (len(q_lens) if self.legacy else c.request_end - c.request_start, global_shape[1], global_shape[2])
+                for c in layout.chunks
+            )
+        else:
+            suffix_shape = self._per_range_shape(q_lens, max_query, max_query)
+            chunk_shapes = tuple(self._chunk_shape(q_lens, max_query, c) for c in layout.chunks)
+        return SparseLayout(
+            workspace_size=workspace,
+            layout=layout,
+            prefill_max_query_len=max_query,
+            prefill_max_seq_len=max_seq,
+            use_dense_mha=use_dense,
+            masked_threshold=threshold,
+            masks_fit=fits,
+            use_masked_mha=use_masked,
+            route=route,
+            global_mask_shape=global_shape,
+            global_mask_fits=global_fits,
+            suffix_mask_shape=suffix_shape,
+            chunk_mask_shapes=chunk_shapes,
+        )
+
+    def _chunk_shape(self, q_lens: list[int], max_query: int, chunk: Any) -> Shape:
+        # _compute_context_mha's call: 0.28.0 passes the chunk's own requests and
+        # query maximum, 0.27.1 every request and the batch's.
+        if self.legacy:
+            return self._per_range_shape(q_lens, max_query, chunk.max_seq_len)
+        requests = q_lens[chunk.request_start : chunk.request_end]
+        return self._per_range_shape(requests, chunk.max_query_len, chunk.max_seq_len)
+
+    # -- L2 ---------------------------------------------------------------------------------
+
+    def build_topk_mask(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> torch.Tensor:
+        torch = self.torch
+        impl = self.sparse.SparseMLACommonImpl
+        q_lens = [int(t.shape[0]) for t in topk]
+        max_query, max_keys = max(q_lens), max(case.seq_lens)
+        # Room for any shape the release may ask for (rows padded to 256, one spare word).
+        room = len(q_lens) * (-(-max_query // 256) * 256 + 256) * (-(-max_keys // 32) + 1)
+        workspace = torch.zeros(room, dtype=torch.int32)
+        dense_mask = None
+        key_starts = None
+        if case.form == "global":
+            dense_mask = impl._try_build_global_mask(topk, q_lens, max_query, max_keys, workspace)
+            if dense_mask is None:
+                raise RuntimeError(f"the release's global mask does not fit for {case.name}")
+            key_starts = torch.tensor(case.key_starts or [0] * len(q_lens), dtype=torch.int32)
+        try:
+            with _without_cuda_modules():
+                impl._run_masked_mha(
+                    SimpleNamespace(scale=1.0),
+                    q=None,
+                    k=None,
+                    v=None,
+                    cu_seqlens_q=None,
+                    cu_seqlens_k=None,
+                    max_seqlen_q=max_query,
+                    max_seqlen_k=max_keys,
+                    topk_per_req=topk,
+                    q_lens=q_lens,
+                    causal=False,
+                    dense_mask=dense_mask,
+                    key_starts=key_starts,
+                    topk_mask_workspace=workspace,
+                )
+        except _KeptMask as kept:
+            return kept.mask.clone()
+        raise RuntimeError("_run_masked_mha never reached the attention call")
+
+    def remap_topk(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> list[torch.Tensor]:
+        remap = self.sparse.SparseMLACommonImpl._remap_topk_to_ranges
+        return [t.clone() for t in remap(topk, list(case.range_starts), list(case.range_lens))]

@@ -1,0 +1,193 @@
+"""The sparse (top-k) MLA path of upstream b38e111d3e, written from SPEC section 1d.
+
+What the sparse backend decides before attention runs: the workspace it plans
+chunks into, the route of a batch's prefill tokens, the shapes of the top-k
+masks, and the two mask operations themselves (the bit-packed mask builder and
+the per-range remap). Nothing here imports vLLM.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from harness.model import Layout, alignment_unit
+from harness.sparse_model import Shape, SparseCase, SparseLayout, SparseWorkspaceConfig
+from ports.per_request.metadata import build_layout
+
+if TYPE_CHECKING:
+    import torch
+
+    from harness.sparse_model import TopkMaskCase
+
+DENSE_WORKSPACE_CAP = 65536
+KEY_BITS = 32  # keys per mask word; key k is bit (k % 32), least significant first
+
+# Minimum prefill query length for masked MHA, per backend and tensor-parallel
+# size, one entry per sequence-length bucket (None: never in that bucket); a
+# batch whose longest sequence passes the last bucket never takes masked MHA.
+MASKED_MHA_MIN_QUERY: dict[str, dict[int, tuple[int | None, ...]]] = {
+    "FLASHMLA_SPARSE": {
+        1: (1536, 4096, None, None, None),
+        2: (512, 1024, 4096, None, None),
+        4: (512, 1024, 1536, 8192, None),
+        8: (512, 512, 1024, 2048, 16384),
+    },
+    "FLASHINFER_MLA_SPARSE": {8: (512, 1024, 1024, 2048, 32768)},
+}
+SEQ_LEN_BUCKETS = (2048, 4096, 8192, 16384, 32768)
+
+
+def sparse_workspace_size(config: SparseWorkspaceConfig) -> int:
+    """``min(max(8*len, 4*seqs*block), 65536, seqs*topk)``, at least one block,
+    and under DCP rounded up to ``lcm(block, D*I)`` (the dense path's alignment).
+    No ``max_num_seqs * block_size`` floor (seeds/004)."""
+    wanted = min(
+        max(8 * config.max_model_len, 4 * config.max_num_seqs * config.block_size),
+        DENSE_WORKSPACE_CAP,
+        config.max_num_seqs * config.index_topk,
+    )
+    wanted = max(wanted, config.block_size)
+    if config.dcp_world_size > 1:
+        unit = alignment_unit(config.block_size, config.dcp_world_size, config.cp_kv_cache_interleave_size)
+        wanted = max(-(-wanted // unit) * unit, unit)
+    return wanted
+
+
+def topk_mask_shape(batch: int, max_query_len: int, max_key_len: int, key_starts_word: bool = False) -> Shape:
+    """``(batch, query rows padded to the tile, words)``: the tile is 128 rows up
+    to 128 queries and 256 past it; a word holds 32 keys; the global mask keeps
+    one extra word per row for the key start."""
+    tile = 128 if max_query_len <= 128 else 256
+    rows = -(-max_query_len // tile) * tile
+    words = -(-max_key_len // KEY_BITS) + (1 if key_starts_word else 0)
+    return batch, rows, words
+
+
+def masked_threshold(backend: str, tensor_parallel_size: int, query_len: int, seq_len: int) -> bool:
+    """Whether the batch is long enough for masked MHA on this backend and TP size."""
+    minimums = MASKED_MHA_MIN_QUERY.get(backend, {}).get(tensor_parallel_size)
+    if minimums is None:
+        return False
+    for bucket, limit in enumerate(SEQ_LEN_BUCKETS):
+        if seq_len <= limit:
+            needed = minimums[bucket]
+            return needed is not None and query_len >= needed
+    return False
+
+
+def _words(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+def plan_sparse(case: SparseCase) -> SparseLayout:
+    """The whole sparse plan of ``case`` (see :class:`SparseLayout` for each field)."""
+    workspace = sparse_workspace_size(case.workspace_config)
+    layout = build_layout(case.planned_case(workspace)) if any(case.context_lens) else Layout(chunks=())
+    return route_sparse(case, workspace, layout)
+
+
+def route_sparse(case: SparseCase, workspace: int, layout: Layout) -> SparseLayout:
+    """The route and mask shapes of ``case`` once its chunks are planned."""
+    batch = len(case.query_lens)
+    max_query, max_seq = case.max_query_len, case.max_seq_len
+    mask_words = case.mask_workspace_words if case.masked_kernel else 0
+    use_dense = max_seq <= case.index_topk and not case.force_mqa
+    threshold = masked_threshold(case.backend, case.tensor_parallel_size, max_query, max_seq)
+    longest_chunk = max((chunk.max_seq_len for chunk in layout.chunks), default=0)
+    # The suffix and every chunk mask are at most this big; no workspace: no fit.
+    fits = case.masked_kernel and _words(topk_mask_shape(batch, max_query, max(max_query, longest_chunk))) <= mask_words
+    use_masked = case.masked_kernel and case.dcp_world_size <= 1 and threshold and fits
+    route = "mqa"
+    if (use_dense or use_masked) and not case.force_mqa:
+        dense = case.force_dense_mha or (max_seq <= case.index_topk and not case.force_masked_mha)
+        route = "dense-mha" if dense else ("masked-mha" if case.masked_kernel else "masked-mha-unavailable")
+    has_context = any(case.context_lens)
+    global_shape = topk_mask_shape(batch, max_query, max_seq, key_starts_word=True) if has_context else None
+    global_fits = None if global_shape is None else _words(global_shape) <= mask_words
+    if global_shape is not None and global_fits:
+        suffix_shape = global_shape
+        chunk_shapes = tuple(
+            (chunk.request_end - chunk.request_start, global_shape[1], global_shape[2]) for chunk in layout.chunks
+        )
+    else:
+        suffix_shape = topk_mask_shape(batch, max_query, max_query)
+        chunk_shapes = tuple(
+            topk_mask_shape(chunk.request_end - chunk.request_start, chunk.max_query_len, chunk.max_seq_len)
+            for chunk in layout.chunks
+        )
+    return SparseLayout(
+        workspace_size=workspace,
+        layout=layout,
+        prefill_max_query_len=max_query,
+        prefill_max_seq_len=max_seq,
+        use_dense_mha=use_dense,
+        masked_threshold=threshold,
+        masks_fit=fits,
+        use_masked_mha=use_masked,
+        route=route,
+        global_mask_shape=global_shape,
+        global_mask_fits=global_fits,
+        suffix_mask_shape=suffix_shape,
+        chunk_mask_shapes=chunk_shapes,
+    )
+
+
+# -- the mask operations (L2) ------------------------------------------------------------
+
+
+def pack_topk(topk_per_request: list[torch.Tensor], out: torch.Tensor) -> None:
+    """Set bit ``t % 32`` of word ``t // 32`` of ``out[r, q]`` for every index
+    ``t >= 0`` of query row ``q`` of request ``r``; every word of the key range
+    ``[0, out.shape[2])`` of every row is written (rows past a request's queries
+    stay zero)."""
+    import torch
+
+    out.zero_()
+    keys = out.shape[2] * KEY_BITS
+    weights = torch.bitwise_left_shift(torch.ones(KEY_BITS, dtype=torch.int64), torch.arange(KEY_BITS))
+    for request, topk in enumerate(topk_per_request):
+        rows = topk.shape[0]
+        if rows == 0:
+            continue
+        # One flag per key (duplicates set the same flag); -1 goes to a spare
+        # column past the last key, which is dropped.
+        column = torch.where(topk >= 0, topk.long(), keys)
+        selected = torch.zeros((rows, keys + 1), dtype=torch.bool)
+        selected.scatter_(1, column, True)
+        flags = selected[:, :keys].reshape(rows, out.shape[2], KEY_BITS).long()
+        words = (flags * weights).sum(dim=2)
+        # The top bit of a word is the int32 sign bit.
+        out[request, :rows] = torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
+
+
+def build_topk_mask(case: TopkMaskCase, topk_per_request: list[torch.Tensor]) -> torch.Tensor:
+    """The mask of ``case`` in its form: one or several requests over keys
+    ``[0, max(seq_lens))``, or the global mask with row 0's reserved word
+    holding each request's key start."""
+    import torch
+
+    query_lens = [t.shape[0] for t in topk_per_request]
+    max_keys = max(case.seq_lens)
+    reserve = case.form == "global"
+    shape = topk_mask_shape(len(query_lens), max(query_lens), max_keys, key_starts_word=reserve)
+    mask = torch.zeros(shape, dtype=torch.int32)
+    key_words = -(-max_keys // KEY_BITS)
+    pack_topk(topk_per_request, mask[:, :, :key_words])
+    if reserve and case.key_starts:
+        mask[:, 0, -1] = torch.tensor(case.key_starts, dtype=torch.int32)
+    return mask
+
+
+def remap_topk(
+    topk_per_request: list[torch.Tensor], starts: list[int] | tuple[int, ...], lengths: list[int] | tuple[int, ...]
+) -> list[torch.Tensor]:
+    """Per request, each index ``t`` as ``t - start`` when it falls in
+    ``[start, start + length)``, else -1."""
+    import torch
+
+    out = []
+    for topk, start, length in zip(topk_per_request, starts, lengths, strict=True):
+        inside = (topk >= start) & (topk < start + length)
+        out.append(torch.where(inside, topk - start, torch.full_like(topk, -1)))
+    return out
