@@ -34,7 +34,16 @@ class Port(Protocol):
 
 
 # Every level a side can be compared at (SPEC section 3), in suite order.
-ALL_LEVELS: tuple[str, ...] = ("layout", "merge", "prefill")
+ALL_LEVELS: tuple[str, ...] = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask")
+
+# The methods that make a port implement each level (SPEC 1d for the sparse ones).
+LEVEL_METHODS: dict[str, tuple[str, ...]] = {
+    "layout": ("plan_layout", "workspace_size"),
+    "merge": ("merge_states",),
+    "prefill": ("prefill",),
+    "sparse-layout": ("plan_sparse", "sparse_workspace_size"),
+    "sparse-mask": ("build_topk_mask", "remap_topk"),
+}
 
 
 def port_levels(port: Any) -> tuple[str, ...]:
@@ -42,16 +51,19 @@ def port_levels(port: Any) -> tuple[str, ...]:
 
     A port may declare them (``levels``, a tuple of level names: an external
     ``cmd:`` port lists them in its hello). Otherwise they follow from its
-    methods: ``layout`` always (the protocol's two methods), ``merge`` with
-    ``merge_states``, ``prefill`` with ``prefill``. Items at any other level are
+    methods (:data:`LEVEL_METHODS`): ``layout`` always (the protocol's two
+    methods), ``merge`` with ``merge_states``, ``prefill`` with ``prefill``,
+    ``sparse-layout`` with ``plan_sparse`` and ``sparse_workspace_size``,
+    ``sparse-mask`` with ``build_topk_mask`` and ``remap_topk``. Items at any other level are
     ``not-run`` for it, never silently dropped.
     """
     declared = getattr(port, "levels", None)
     if declared is not None:
         check_declared_levels(declared)
         return tuple(lv for lv in ALL_LEVELS if lv in declared)
-    methods = {"layout": "plan_layout", "merge": "merge_states", "prefill": "prefill"}
-    return tuple(lv for lv in ALL_LEVELS if callable(getattr(port, methods[lv], None)))
+    return tuple(
+        lv for lv in ALL_LEVELS if all(callable(getattr(port, method, None)) for method in LEVEL_METHODS[lv])
+    )
 
 
 def check_declared_levels(declared: Any) -> None:

@@ -38,7 +38,14 @@ PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR = "parity", "divergent", "oracle-err
 # parity. A run holding one is INCOMPLETE unless ``--level`` leaves that level out.
 NOT_RUN = "not-run"
 # Parity levels (SPEC section 3); "workspace" items belong to the layout level.
-LEVELS = ("layout", "merge", "prefill")
+LEVELS = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask")
+# The level of each item kind that is not a level's own name.
+KIND_LEVELS = {"workspace": "layout", "sparse-workspace": "sparse-layout"}
+
+
+def level_of(kind: str) -> str:
+    """The parity level an item of ``kind`` belongs to."""
+    return KIND_LEVELS.get(kind, kind)
 
 
 @dataclass
@@ -47,7 +54,7 @@ class CaseResult:
 
     name: str
     family: str
-    kind: str  # "layout", "workspace", "merge" or "prefill"
+    kind: str  # "layout", "workspace", "merge", "prefill", "sparse-layout", "sparse-workspace" or "sparse-mask"
     status: str
     oracle_layout: Layout | None = None
     port_layout: Layout | None = None
@@ -60,9 +67,13 @@ class CaseResult:
     # Position in the suite's full item order (stable across shards).
     index: int = -1
 
+    # The sparse layouts of a sparse-layout item (None for every other kind).
+    oracle_sparse: Any = None
+    port_sparse: Any = None
+
     @property
     def level(self) -> str:
-        return "layout" if self.kind == "workspace" else self.kind
+        return level_of(self.kind)
 
     @property
     def id(self) -> str:
@@ -94,7 +105,11 @@ class CaseResult:
                 out["port_layout"] = "same-as-oracle"
             else:
                 out["port_layout"] = self.port_layout.to_json() if self.port_layout else None
-        elif self.kind == "workspace":
+        elif self.kind == "sparse-layout":
+            out["oracle_sparse"] = self.oracle_sparse.to_json() if self.oracle_sparse else None
+            same = self.status == PARITY
+            out["port_sparse"] = "same-as-oracle" if same else (self.port_sparse.to_json() if self.port_sparse else None)
+        elif self.kind in ("workspace", "sparse-workspace"):
             out["oracle_workspace"] = self.oracle_workspace
             out["port_workspace"] = self.port_workspace
         out["divergence"] = self.divergence.to_json() if self.divergence else None
@@ -395,7 +410,9 @@ class Shard:
 
 def plan_items(suite: Suite, levels: tuple[str, ...]) -> list[tuple[str, Any]]:
     """The suite's items at ``levels`` in their fixed order: layout cases,
-    workspace configs, merge cases, prefill cases."""
+    workspace configs, merge cases, prefill cases, sparse cases, sparse
+    workspace configs, top-k mask cases (the sparse items last, so the dense
+    items keep their indices)."""
     items: list[tuple[str, Any]] = []
     if "layout" in levels:
         items += [("layout", case) for case in suite.cases]
@@ -404,12 +421,17 @@ def plan_items(suite: Suite, levels: tuple[str, ...]) -> list[tuple[str, Any]]:
         items += [("merge", case) for case in suite.merge_cases]
     if "prefill" in levels:
         items += [("prefill", case) for case in suite.cases if case.numeric is not None]
+    if "sparse-layout" in levels:
+        items += [("sparse-layout", case) for case in suite.sparse_cases]
+        items += [("sparse-workspace", config) for config in suite.sparse_workspace_configs]
+    if "sparse-mask" in levels:
+        items += [("sparse-mask", case) for case in suite.mask_cases]
     return items
 
 
 def not_run(port: Port, kind: str, item: Any) -> CaseResult:
     """The row of an item at a level ``port`` does not implement."""
-    level = "layout" if kind == "workspace" else kind
+    level = level_of(kind)
     family = getattr(item, "family", "workspace-size")
     error = f"port {port.name} does not implement level {level} (it implements {', '.join(port_levels(port))})"
     return CaseResult(item.name, family, kind, NOT_RUN, error=error)
@@ -428,8 +450,12 @@ def run_item(
     """One item; the numeric levels run on ``device`` (layouts are host work).
     An item at a level the port does not implement is ``not-run``. A DCP
     prefill item runs on real ranks when ``real_ranks`` says how (only those)."""
-    if ("layout" if kind == "workspace" else kind) not in port_levels(port):
+    if level_of(kind) not in port_levels(port):
         return not_run(port, kind, item)
+    if kind in SPARSE_KINDS:
+        from harness.sparse_runner import run_sparse_item
+
+        return run_sparse_item(oracle, port, kind, item, timeout_s)
     if kind == "layout":
         return compare_case(oracle, port, item, timeout_s)
     if kind == "workspace":
@@ -466,6 +492,9 @@ def run_items(
         result = run_item(oracle, port, kind, item, kernels, device, timeout_s, real_ranks)
         result.index = index
         yield result
+
+
+SPARSE_KINDS = ("sparse-layout", "sparse-workspace", "sparse-mask")
 
 
 # Why an item has a not-run row (unfinished_items): the run stopped early, or

@@ -56,6 +56,8 @@ class SparseWorkspaceConfig:
     dcp_world_size: int = 1
     cp_kv_cache_interleave_size: int = 1
 
+    family = "sparse-workspace-size"
+
     @property
     def name(self) -> str:
         return (

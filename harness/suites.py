@@ -30,6 +30,8 @@ from harness.cases import CaseError, load_cases
 from harness.generate import generate, generate_prefill
 from harness.merge_cases import generate_merge
 from harness.model import Case, MergeCase, WorkspaceConfig
+from harness.sparse_generate import SPARSE_GRIDS, generate_mask_cases, generate_sparse, sparse_workspace_grid
+from harness.sparse_model import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 
 CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
 SUITES_FILE = CASES_DIR / "suites.json"
@@ -97,6 +99,10 @@ class Suite:
     cases: tuple[Case, ...]
     workspace_configs: tuple[WorkspaceConfig, ...]
     merge_cases: tuple[MergeCase, ...] = ()
+    # The sparse path (SPEC 1d): batches, workspace settings, top-k mask cases.
+    sparse_cases: tuple[SparseCase, ...] = ()
+    sparse_workspace_configs: tuple[SparseWorkspaceConfig, ...] = ()
+    mask_cases: tuple[TopkMaskCase, ...] = ()
 
 
 def workspace_grid(kind: str) -> tuple[WorkspaceConfig, ...]:
@@ -183,4 +189,24 @@ def load_suite(name: str, size: int | None = None, numeric_size: int | None = No
         raise CaseError(str(SUITES_FILE), name, f"case name {duplicate!r} appears twice")
     grids = spec.get("workspace_grid", [])
     grid = workspace_grids(grids if isinstance(grids, list) else [grids])
-    return Suite(name, tuple(cases), grid, merge_cases)
+    sparse_groups = _groups(spec, "sparse")
+    sparse_cases: list[SparseCase] = []
+    for group, count in zip(sparse_groups, _counts(sparse_groups, size), strict=True):
+        sparse_cases += generate_sparse(group["seed"], count, group.get("families"))
+    mask_groups = _groups(spec, "topk_mask")
+    mask_cases: list[TopkMaskCase] = []
+    for group, count in zip(mask_groups, _counts(mask_groups, numeric_size), strict=True):
+        mask_cases += generate_mask_cases(group["seed"], count)
+    sparse_names = [c.name for c in sparse_cases] + [c.name for c in mask_cases]
+    if len(set(sparse_names)) != len(sparse_names):
+        duplicate = next(n for n in sparse_names if sparse_names.count(n) > 1)
+        raise CaseError(str(SUITES_FILE), name, f"sparse item name {duplicate!r} appears twice")
+    sparse_grids = spec.get("sparse_workspace_grid", [])
+    sparse_configs: list[SparseWorkspaceConfig] = []
+    for kind in sparse_grids if isinstance(sparse_grids, list) else [sparse_grids]:
+        if kind not in SPARSE_GRIDS:
+            raise CaseError(str(SUITES_FILE), name, f"no sparse workspace grid {kind!r} (known: {', '.join(SPARSE_GRIDS)})")
+        sparse_configs += [c for c in sparse_workspace_grid(kind) if c not in sparse_configs]
+    return Suite(
+        name, tuple(cases), grid, merge_cases, tuple(sparse_cases), tuple(sparse_configs), tuple(mask_cases)
+    )

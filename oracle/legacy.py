@@ -63,6 +63,7 @@ from harness.model import Case, Chunk, Layout, WorkspaceConfig
 from oracle.environment import import_vllm_module
 from oracle.numeric import _Observed, _SharedAttentionBackend, _SharedGatherOps, _SharedProjection
 from oracle.pin import MLA
+from oracle.side import SparseSideMixin
 
 if TYPE_CHECKING:
     import torch
@@ -220,7 +221,7 @@ class _ShapeOnlyBackend:
         return self._torch.zeros((tokens, heads, v.shape[-1])), self._torch.zeros((heads, tokens))
 
 
-class LegacyOracleSide:
+class LegacyOracleSide(SparseSideMixin):
     """vllm==0.27.1's equal-share grid, through the installed 0.27.1.
 
     Implements the same interface as :class:`oracle.side.OracleSide`.

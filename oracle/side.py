@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig
+from harness.sparse_model import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
 
 if TYPE_CHECKING:
     import torch
@@ -41,7 +42,35 @@ def workspace_vllm_config(config: WorkspaceConfig) -> SimpleNamespace:
     )
 
 
-class OracleSide:
+class SparseSideMixin:
+    """The sparse path's oracle methods (:mod:`oracle.sparse`) for a release's side."""
+
+    _sparse_oracle: Any = None
+
+    def _sparse(self) -> Any:
+        if self._sparse_oracle is None:
+            from oracle.sparse import SparseOracle
+
+            self._sparse_oracle = SparseOracle(self)
+        return self._sparse_oracle
+
+    def plan_sparse(self, case: SparseCase) -> SparseLayout:
+        layout: SparseLayout = self._sparse().plan(case)
+        return layout
+
+    def sparse_workspace_size(self, config: SparseWorkspaceConfig) -> int:
+        return int(self._sparse().workspace_size(config))
+
+    def build_topk_mask(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> torch.Tensor:
+        mask: torch.Tensor = self._sparse().build_topk_mask(case, topk)
+        return mask
+
+    def remap_topk(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> list[torch.Tensor]:
+        remapped: list[torch.Tensor] = self._sparse().remap_topk(case, topk)
+        return remapped
+
+
+class OracleSide(SparseSideMixin):
     """Upstream b38e111d3e through the installed vllm==0.28.0.
 
     Implements the same interface as a port (:class:`harness.port.Port`).
@@ -133,3 +162,4 @@ class OracleSide:
     def workspace_size(self, config: WorkspaceConfig) -> int:
         sizing = self._mla.MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size
         return int(sizing(workspace_vllm_config(config)))
+

@@ -16,12 +16,14 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig
+from harness.sparse_model import SparseCase, SparseLayout, SparseWorkspaceConfig
 
 if TYPE_CHECKING:
     import torch
 
     from harness.kernels import SharedKernels
     from harness.numeric import MergeInputs, PrefillInputs
+    from harness.sparse_model import TopkMaskCase
 
 
 def _local_rows(rows: int, world: int, interleave: int) -> int:
@@ -149,6 +151,29 @@ class EqualSharePort:
         from ports.equal_share.prefill import prefill
 
         return prefill(grid_layout(case), case.workspace_size, inputs, kernels)
+
+    # -- the sparse path as 0.27.1 had it (ports/equal_share/sparse.py) ---------------------
+
+    def plan_sparse(self, case: SparseCase) -> SparseLayout:
+        from ports.equal_share.sparse import legacy_plan_sparse
+
+        return legacy_plan_sparse(case)
+
+    def sparse_workspace_size(self, config: SparseWorkspaceConfig) -> int:
+        from ports.equal_share.sparse import legacy_sparse_workspace_size
+
+        return legacy_sparse_workspace_size(config)
+
+    def build_topk_mask(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> torch.Tensor:
+        # The mask builder did not change in b38e111d3e.
+        from ports.per_request import PORT as per_request
+
+        return per_request.build_topk_mask(case, topk)
+
+    def remap_topk(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> list[torch.Tensor]:
+        from ports.per_request import PORT as per_request
+
+        return per_request.remap_topk(case, topk)
 
 
 PORT = EqualSharePort()

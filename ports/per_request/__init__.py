@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.model import Case, Layout, WorkspaceConfig, alignment_unit
+from harness.sparse_model import SparseCase, SparseLayout, SparseWorkspaceConfig
+from ports.per_request import sparse
 from ports.per_request.metadata import build_layout
 
 if TYPE_CHECKING:
@@ -16,6 +18,7 @@ if TYPE_CHECKING:
 
     from harness.kernels import SharedKernels
     from harness.numeric import MergeInputs, PrefillInputs
+    from harness.sparse_model import TopkMaskCase
 
 # Upstream's dense workspace heuristic (SPEC section 1b): room for 8 full-length
 # requests or 4 pages per sequence, capped so the up-projected context stays bounded.
@@ -65,6 +68,20 @@ class PerRequestPort:
         from ports.per_request.prefill import prefill
 
         return prefill(build_layout(case), case.workspace_size, inputs, kernels)
+
+    # -- the sparse path (SPEC 1d) -------------------------------------------------------
+
+    def plan_sparse(self, case: SparseCase) -> SparseLayout:
+        return sparse.plan_sparse(case)
+
+    def sparse_workspace_size(self, config: SparseWorkspaceConfig) -> int:
+        return sparse.sparse_workspace_size(config)
+
+    def build_topk_mask(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> torch.Tensor:
+        return sparse.build_topk_mask(case, topk)
+
+    def remap_topk(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> list[torch.Tensor]:
+        return sparse.remap_topk(topk, case.range_starts, case.range_lens)
 
 
 PORT = PerRequestPort()
