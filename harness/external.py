@@ -29,6 +29,7 @@ import torch
 
 from harness.model import Case, Layout, WorkspaceConfig, layout_from_json
 from harness.port import DEFAULT_PORT_TIMEOUT_S
+from harness.sparse_model import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase, sparse_layout_from_json
 
 if TYPE_CHECKING:
     from harness.kernels import SharedKernels
@@ -37,7 +38,9 @@ if TYPE_CHECKING:
 PROTOCOL_VERSION = 1
 STDERR_TAIL = 600
 # The ops that exchange tensors through safetensors files; each is a level.
-TENSOR_OPS = ("merge", "prefill")
+TENSOR_OPS = ("merge", "prefill", "topk_mask", "topk_remap")
+# The levels a port may declare in its hello (the sparse ones: SPEC 1d).
+PROTOCOL_LEVELS = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask")
 # A reply line longer than this is a port gone wrong, not a layout.
 MAX_REPLY_BYTES = 256 << 20
 
@@ -107,7 +110,7 @@ class ExternalPort:
         self._start()
         self.name = str(self.hello.get("name", Path(self.command[0]).name))
         # The levels the port declares; the harness runs only these for it.
-        self.levels = tuple(lv for lv in self.hello.get("levels", ["layout"]) if lv in TENSOR_OPS or lv == "layout")
+        self.levels = tuple(lv for lv in self.hello.get("levels", ["layout"]) if lv in PROTOCOL_LEVELS)
         atexit.register(self.close)
 
     # -- process ---------------------------------------------------------------------------------
@@ -321,6 +324,44 @@ class ExternalPort:
                 return {name: t.to(device) for name, t in load(data).items()}
             except Exception as exc:
                 raise ExternalPortError(f"port wrote an unreadable {outputs.name}: {exc}") from None
+
+    # -- the sparse path (SPEC 1d) ---------------------------------------------------------------
+
+    def plan_sparse(self, case: SparseCase) -> SparseLayout:
+        reply = self._request({"op": "sparse_layout", "case": case.to_json()})
+        context_rows = sum(case.context_lens)
+        padding = len(case.context_lens) * case.cp_kv_cache_interleave_size
+        max_rows = 2 * (2 * context_rows + padding + (1 << 22))
+        try:
+            return sparse_layout_from_json(reply.get("sparse_layout"), max_rows=max_rows, max_chunks=context_rows)
+        except (ValueError, TypeError) as exc:
+            raise ExternalPortError(f"port sent a malformed sparse layout: {exc}") from None
+
+    def sparse_workspace_size(self, config: SparseWorkspaceConfig) -> int:
+        reply = self._request({"op": "sparse_workspace_size", "config": config.to_json()})
+        size = reply.get("workspace_size")
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise ExternalPortError(f"port sent workspace_size {size!r}, not an integer")
+        return size
+
+    def build_topk_mask(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> torch.Tensor:
+        """The ``topk_mask`` op: request ``r``'s indices travel as int32 ``topk.{r}``;
+        the port writes ``mask`` (int32 ``[batch, rows, words]``)."""
+        tensors = {f"topk.{r}": t for r, t in enumerate(topk)}
+        out = self._tensor_call("topk_mask", tensors, {"case": case.to_json()})
+        if sorted(out) != ["mask"]:
+            raise ExternalPortError(f"port's topk_mask outputs are {sorted(out)}, not ['mask']")
+        return out["mask"]
+
+    def remap_topk(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The ``topk_remap`` op: inputs as for ``topk_mask``; the port writes
+        ``remapped.{r}`` for every request."""
+        tensors = {f"topk.{r}": t for r, t in enumerate(topk)}
+        out = self._tensor_call("topk_remap", tensors, {"case": case.to_json()})
+        wanted = [f"remapped.{r}" for r in range(len(topk))]
+        if sorted(out) != sorted(wanted):
+            raise ExternalPortError(f"port's topk_remap outputs are {sorted(out)}, not {wanted}")
+        return [out[name] for name in wanted]
 
     def merge_states(self, inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]:
         out = self._tensor_call("merge", *merge_request(inputs))

@@ -294,3 +294,59 @@ class TopkMaskCase:
             "key_starts": list(self.key_starts),
             **({"topk": [[list(row) for row in rows] for rows in self.topk]} if self.topk is not None else {}),
         }
+
+
+def _json_shape(value: Any, name: str, optional: bool = False) -> Shape | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, list) or len(value) != 3 or not all(type(v) is int for v in value):
+        raise ValueError(f"sparse layout field {name!r} must be a list of 3 integers")
+    return (value[0], value[1], value[2])
+
+
+def _json_flag(value: Any, name: str, optional: bool = False) -> bool | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, bool):
+        raise ValueError(f"sparse layout field {name!r} must be true or false")
+    return value
+
+
+def _json_int(value: Any, name: str) -> int:
+    if type(value) is not int:
+        raise ValueError(f"sparse layout field {name!r} must be an integer")
+    return value
+
+
+def sparse_layout_from_json(data: Any, max_rows: int | None = None, max_chunks: int | None = None) -> SparseLayout:
+    """The inverse of :meth:`SparseLayout.to_json`, checking types (for ports that
+    speak JSON); ``max_rows`` and ``max_chunks`` bound the chunks as for
+    :func:`harness.model.layout_from_json`."""
+    from harness.model import layout_from_json
+
+    if not isinstance(data, dict):
+        raise ValueError("a sparse layout must be a JSON object")
+    missing = [n for n in ("workspace_size", "layout", *SparseLayout.ROUTE_FIELDS) if n not in data]
+    if missing:
+        raise ValueError(f"sparse layout lacks field {missing[0]!r}")
+    shapes = data["chunk_mask_shapes"]
+    if not isinstance(shapes, list):
+        raise ValueError("sparse layout field 'chunk_mask_shapes' must be a list")
+    route = data["route"]
+    if not isinstance(route, str):
+        raise ValueError("sparse layout field 'route' must be a string")
+    return SparseLayout(
+        workspace_size=_json_int(data["workspace_size"], "workspace_size"),
+        layout=layout_from_json(data["layout"], max_rows=max_rows, max_chunks=max_chunks),
+        prefill_max_query_len=_json_int(data["prefill_max_query_len"], "prefill_max_query_len"),
+        prefill_max_seq_len=_json_int(data["prefill_max_seq_len"], "prefill_max_seq_len"),
+        use_dense_mha=bool(_json_flag(data["use_dense_mha"], "use_dense_mha")),
+        masked_threshold=bool(_json_flag(data["masked_threshold"], "masked_threshold")),
+        masks_fit=_json_flag(data["masks_fit"], "masks_fit", optional=True),
+        use_masked_mha=bool(_json_flag(data["use_masked_mha"], "use_masked_mha")),
+        route=route,
+        global_mask_shape=_json_shape(data["global_mask_shape"], "global_mask_shape", optional=True),
+        global_mask_fits=_json_flag(data["global_mask_fits"], "global_mask_fits", optional=True),
+        suffix_mask_shape=_json_shape(data["suffix_mask_shape"], "suffix_mask_shape"),  # type: ignore[arg-type]
+        chunk_mask_shapes=tuple(_json_shape(s, "chunk_mask_shapes") for s in shapes),  # type: ignore[misc]
+    )

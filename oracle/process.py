@@ -27,6 +27,7 @@ import torch
 
 from harness.external import ExternalPort, ExternalPortError, merge_request
 from harness.model import Case, Layout, WorkspaceConfig
+from harness.sparse_model import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
 
 if TYPE_CHECKING:
     from harness.kernels import SharedKernels
@@ -160,6 +161,18 @@ class OracleProcess(ExternalPort):
 
     def workspace_size(self, config: WorkspaceConfig) -> int:
         return self._call(super().workspace_size, config)  # type: ignore[no-any-return]
+
+    def plan_sparse(self, case: SparseCase) -> SparseLayout:
+        return self._call(super().plan_sparse, case)  # type: ignore[no-any-return]
+
+    def sparse_workspace_size(self, config: SparseWorkspaceConfig) -> int:
+        return self._call(super().sparse_workspace_size, config)  # type: ignore[no-any-return]
+
+    def build_topk_mask(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> torch.Tensor:
+        return self._call(super().build_topk_mask, case, topk)  # type: ignore[no-any-return]
+
+    def remap_topk(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> list[torch.Tensor]:
+        return self._call(super().remap_topk, case, topk)  # type: ignore[no-any-return]
 
     def _viewed_call(self, op: str, tensors: dict[str, torch.Tensor], extra: dict[str, Any]) -> dict[str, torch.Tensor]:
         stored, views = {}, {}

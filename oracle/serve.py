@@ -37,6 +37,7 @@ from typing import IO, Any
 
 PROTOCOL_VERSION = 1
 TENSOR_OPS = ("merge", "oracle_prefill")
+SPARSE_TENSOR_OPS = ("topk_mask", "topk_remap")
 # The release whose oracle is not the pinned one's code: its own side module.
 LEGACY_RELEASE = "0.27.1"
 
@@ -76,8 +77,8 @@ def hello() -> dict[str, Any]:
     return {
         "protocol": PROTOCOL_VERSION,
         "name": f"oracle vllm=={version}",
-        "levels": ["layout", "merge", "prefill"],
-        "ops": ["layout", "workspace_size", *TENSOR_OPS],
+        "levels": ["layout", "merge", "prefill", "sparse-layout", "sparse-mask"],
+        "ops": ["layout", "workspace_size", *TENSOR_OPS, "sparse_layout", "sparse_workspace_size", *SPARSE_TENSOR_OPS],
         "installed_vllm": version,
         "installed_commit_id": commit,
         "pin": pin,
@@ -168,9 +169,35 @@ class Server:
 
             config = workspace_config_from_json(request["config"], "request")
             return {"workspace_size": int(self.side.workspace_size(config))}
+        if op == "sparse_layout":
+            from harness.sparse_inputs import sparse_case_from_json
+
+            return {"sparse_layout": self.side.plan_sparse(sparse_case_from_json(request["case"], "request")).to_json()}
+        if op == "sparse_workspace_size":
+            from harness.sparse_inputs import sparse_workspace_config_from_json
+
+            config = sparse_workspace_config_from_json(request["config"], "request")
+            return {"workspace_size": int(self.side.sparse_workspace_size(config))}
+        if op in SPARSE_TENSOR_OPS:
+            return self._topk_op(op, request)
         if op in TENSOR_OPS:
             return self._tensor_op(op, request)
         raise ValueError(f"unknown op {op!r}")
+
+    def _topk_op(self, op: str, request: dict[str, Any]) -> dict[str, Any]:
+        from safetensors.torch import load_file, save_file
+
+        from harness.sparse_inputs import topk_mask_case_from_json
+
+        case = topk_mask_case_from_json(request["case"], "request")
+        stored = load_file(request["inputs"])
+        topk = [stored[f"topk.{r}"].clone() for r in range(case.num_requests)]
+        if op == "topk_mask":
+            outputs = {"mask": self.side.build_topk_mask(case, topk)}
+        else:
+            outputs = {f"remapped.{r}": t for r, t in enumerate(self.side.remap_topk(case, topk))}
+        save_file({k: v.contiguous() for k, v in outputs.items()}, request["outputs"])
+        return {}
 
     def _tensor_op(self, op: str, request: dict[str, Any]) -> dict[str, Any]:
         from safetensors.torch import load_file, save_file

@@ -262,6 +262,18 @@ class SparseOracle:
 
     # -- L2 ---------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _host_tensors(self) -> Iterator[None]:
+        """0.27.1's ``np_to_pinned_tensor`` pins host memory, which a CPU-only
+        torch cannot allocate; the same values in plain host memory stand in
+        (0.28.0's version already skips pinning where it cannot pin)."""
+        if not self.legacy:
+            yield
+            return
+        torch = self.torch
+        with mock.patch.object(self.sparse, "np_to_pinned_tensor", lambda array: torch.from_numpy(array.copy())):
+            yield
+
     def build_topk_mask(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> torch.Tensor:
         torch = self.torch
         impl = self.sparse.SparseMLACommonImpl
@@ -273,12 +285,13 @@ class SparseOracle:
         dense_mask = None
         key_starts = None
         if case.form == "global":
-            dense_mask = impl._try_build_global_mask(topk, q_lens, max_query, max_keys, workspace)
+            with self._host_tensors():
+                dense_mask = impl._try_build_global_mask(topk, q_lens, max_query, max_keys, workspace)
             if dense_mask is None:
                 raise RuntimeError(f"the release's global mask does not fit for {case.name}")
             key_starts = torch.tensor(case.key_starts or [0] * len(q_lens), dtype=torch.int32)
         try:
-            with _without_cuda_modules():
+            with _without_cuda_modules(), self._host_tensors():
                 impl._run_masked_mha(
                     SimpleNamespace(scale=1.0),
                     q=None,
