@@ -94,7 +94,7 @@ import pandas as pd
 
 from harness.bits import ulp_text
 from harness.cases import CaseError
-from harness.runner import DIVERGENT, LEVELS, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR
+from harness.runner import DIVERGENT, LEVELS, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, level_of
 
 if TYPE_CHECKING:
     from harness.suites import Suite
@@ -319,7 +319,7 @@ class SuiteTargets:
         families: dict[str, set[str]] = {lv: set() for lv in LEVELS}
         names: dict[str, set[str]] = {lv: set() for lv in LEVELS}
         for kind, item in plan_items(suite, LEVELS):
-            level = "layout" if kind == "workspace" else kind
+            level = level_of(kind)
             families[level].add(getattr(item, "family", "workspace-size"))
             names[level].add(item.name)
         return cls(suite.name, _freeze(families), _freeze(names))

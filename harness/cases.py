@@ -328,6 +328,10 @@ def load_item_file(path: Path) -> tuple[str, list[Case] | MergeCase | WorkspaceC
         raise CaseError(source, None, "must hold a JSON object (a case, a merge case or a workspace config)")
     if data.get("kind") == "workspace":
         return "workspace", workspace_config_from_json(data, source)
+    if data.get("kind") in ("sparse", "sparse-workspace", "topk-mask"):
+        from harness.sparse_inputs import sparse_item_from_json
+
+        return sparse_item_from_json(data, source)  # type: ignore[return-value]
     if "context_lens" in data or "cases" in data:
         return "layout", load_case_file(path)
     if "pattern" in data and "num_tokens" in data:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult, plan_items, run_item
+from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult, level_of, plan_items, run_item
 
 if TYPE_CHECKING:
     from harness.kernels import SharedKernels
@@ -460,7 +460,7 @@ def compare_oracles(
     workspace items belong to the layout level."""
     out = {level: LevelDrift(level) for level in levels}
     for kind, item in plan_items(suite, levels):
-        level = "layout" if kind == "workspace" else kind
+        level = level_of(kind)
         started = time.perf_counter()
         result = run_item(pinned, release, kind, item, kernels, device, timeout_s)
         out[level].items.append(item_drift(result, release, item, kernels, device))

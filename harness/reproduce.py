@@ -28,15 +28,17 @@ import functools
 import re
 import shlex
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.cases import CaseError, load_case_file, load_cases, load_item_file
 from harness.model import Case, MergeCase, WorkspaceConfig
+from harness.sparse_model import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 from harness.port import DEFAULT_PORT_TIMEOUT_S
 from oracle.pin import load_pin
 
-ITEM_KINDS = ("layout", "workspace", "merge", "prefill")
+ITEM_KINDS = ("layout", "workspace", "merge", "prefill", "sparse-layout", "sparse-workspace", "sparse-mask")
 # The suite name of a run over ``--cases`` files (harness.commands.common.select_suite).
 CASES_SUITE = "cases"
 # Where a bare name is looked up when neither the id nor --suite names a suite.
@@ -50,12 +52,15 @@ _WORKSPACE_NAME = re.compile(
     r"^(?:workspace/)?len(?P<len>\d+)-seqs(?P<seqs>\d+)-blk(?P<blk>\d+)-dcp(?P<dcp>\d+)x(?P<il>\d+)$"
 )
 
-Item = Case | MergeCase | WorkspaceConfig
+Item = Case | MergeCase | WorkspaceConfig | SparseCase | SparseWorkspaceConfig | TopkMaskCase
 
 
 def level_of(kind: str) -> str:
-    """The parity level an item kind belongs to (workspace items are layout's)."""
-    return "layout" if kind == "workspace" else kind
+    """The parity level an item kind belongs to (workspace items are layout's,
+    sparse-workspace items sparse-layout's)."""
+    from harness.runner import level_of as runner_level_of
+
+    return runner_level_of(kind)
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,25 @@ def workspace_config_named(name: str) -> WorkspaceConfig | None:
     return config
 
 
+_SPARSE_WORKSPACE_NAME = re.compile(
+    r"^sparse-workspace/len(?P<len>\d+)-seqs(?P<seqs>\d+)-blk(?P<blk>\d+)-topk(?P<topk>\d+)-dcp(?P<dcp>\d+)x(?P<il>\d+)$"
+)
+
+
+def sparse_workspace_config_named(name: str) -> SparseWorkspaceConfig | None:
+    """The configuration a sparse workspace item's name spells, or None."""
+    match = _SPARSE_WORKSPACE_NAME.match(name)
+    if match is None:
+        return None
+    values = [int(match[g]) for g in ("len", "seqs", "blk", "topk", "dcp", "il")]
+    config = SparseWorkspaceConfig(*values)
+    if config.name != name:
+        return None
+    if min(values) < 1:
+        raise CaseError(name, None, "every field of a sparse workspace configuration must be >= 1")
+    return config
+
+
 def _known_suites() -> list[str]:
     from harness.suites import suite_names
 
@@ -123,6 +147,10 @@ def resolve_item(
     if id_suite and suite and id_suite != suite:
         raise CaseError(spec, None, f"names suite {id_suite} but --suite is {suite}")
     suite = suite or id_suite
+    if wanted in (None, "sparse-workspace"):
+        sparse_config = sparse_workspace_config_named(name)
+        if sparse_config is not None:
+            return ResolvedItem("sparse-workspace", sparse_config, "its name", wanted, suite)
     if wanted in (None, "workspace"):
         config = workspace_config_named(name)
         if config is not None:
@@ -193,13 +221,14 @@ def _lookups(suite: str | None, size: int | None, case_paths: Sequence[str] | No
 
 
 @functools.lru_cache(maxsize=4)
-def _suite_items(name: str, size: int | None) -> tuple[list[Case], list[MergeCase]]:
-    """A suite's cases and merge cases, loaded once per process (suites are
-    deterministic; resolving many ids must not regenerate one per id)."""
+def _suite_items(name: str, size: int | None) -> tuple[list[Case], list[MergeCase], list[Any]]:
+    """A suite's cases, merge cases and sparse items, loaded once per process
+    (suites are deterministic; resolving many ids must not regenerate one per id)."""
     from harness.suites import load_suite
 
     loaded = load_suite(name, size=size)
-    return list(loaded.cases), list(loaded.merge_cases)
+    sparse = [*loaded.sparse_cases, *loaded.mask_cases]
+    return list(loaded.cases), list(loaded.merge_cases), sparse
 
 
 def _in_suite(name: str, size: int | None) -> Lookup:
@@ -209,8 +238,11 @@ def _in_suite(name: str, size: int | None) -> Lookup:
     return lookup
 
 
-def _in_cases(cases: list[Case], merge_cases: list[MergeCase]) -> Lookup:
+def _in_cases(cases: list[Case], merge_cases: list[MergeCase], sparse: Sequence[Any] = ()) -> Lookup:
     def lookup(item_name: str, wanted: str | None) -> tuple[str, Item] | None:
+        found = next((s for s in sparse if s.name == item_name), None)
+        if found is not None:
+            return ("sparse-mask" if isinstance(found, TopkMaskCase) else "sparse-layout"), found
         # The kind the id asked for decides a tie; a mismatch is reported by the caller.
         case = next((c for c in cases if c.name == item_name), None)
         merge = next((m for m in merge_cases if m.name == item_name), None)

@@ -191,7 +191,13 @@ def load_suite(name: str, size: int | None = None, numeric_size: int | None = No
     grid = workspace_grids(grids if isinstance(grids, list) else [grids])
     sparse_groups = _groups(spec, "sparse")
     sparse_cases: list[SparseCase] = []
-    for group, count in zip(sparse_groups, _counts(sparse_groups, size), strict=True):
+    # --size scales the sparse batches as it scales every later layout group.
+    first_count = int(layout_groups[0]["count"]) if layout_groups else 0
+    sparse_counts = [
+        int(g["count"]) if size is None or not first_count else int(g["count"]) * size // first_count
+        for g in sparse_groups
+    ]
+    for group, count in zip(sparse_groups, sparse_counts, strict=True):
         sparse_cases += generate_sparse(group["seed"], count, group.get("families"))
     mask_groups = _groups(spec, "topk_mask")
     mask_cases: list[TopkMaskCase] = []

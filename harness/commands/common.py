@@ -161,6 +161,20 @@ def drift_banner(provenance: dict[str, Any]) -> str | None:
 NUMERIC_THREADS = 1
 
 
+def prepare_device(device: str) -> None:
+    """Set ``device``'s recipe in this process before any port is loaded: a port
+    module that imports Triton (the mutants do) fixes Triton's mode at import, and
+    the oracle's interpreted kernels call Triton's library helpers, which must be
+    built in the same mode."""
+    from oracle.environment import OracleUnavailable, prepare_environment, use_device
+
+    try:
+        use_device(device)
+    except OracleUnavailable as exc:
+        raise UsageError(f"--device {device}: {exc}") from None
+    prepare_environment()
+
+
 def select_device(device: str) -> SharedKernels:
     """Prepare the oracle's recipe for ``device``, fix torch's threads at
     :data:`NUMERIC_THREADS` and return that device's shared kernels. Call
@@ -404,6 +418,7 @@ def execute(
     # An explicit --jobs N starts its workers first: their imports overlap loading the port and the suite.
     pool = start_pool(args, None, (), None, [args.port]) if (getattr(args, "jobs", None) or 1) > 1 else None
     try:
+        prepare_device(args.device)
         port = load_port(args.port, args.timeout)
         suite = select_suite(args)
         levels = selected_levels(args.level)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.commands.common import (
+    prepare_device,
     EXIT_DIVERGENT,
     EXIT_PARITY,
     EXIT_USAGE,
@@ -40,7 +41,8 @@ from harness.kernels import SharedKernels
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
 from harness.port import DEFAULT_PORT_TIMEOUT_S, Port, load_port, port_levels
 from harness.reproduce import ResolvedItem, level_of, resolve_item
-from harness.runner import LEVELS, CaseResult, run_item, selected_levels
+from harness.runner import LEVELS, SPARSE_KINDS, CaseResult, run_item, selected_levels
+from harness.sparse_model import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 
 if TYPE_CHECKING:
     from harness.dcp_ranks import RealRanks
@@ -84,6 +86,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if json_path is not None and not json_path.parent.is_dir():
         raise UsageError(f"--json {json_path}: folder {json_path.parent} does not exist")
     real_ranks = real_ranks_of(args)
+    prepare_device(args.device)
     port = load_port(args.port, args.timeout)
     try:
         chosen = args.level is not None or resolved.wanted is not None
@@ -137,6 +140,12 @@ def item_kinds(item: Case | MergeCase | WorkspaceConfig) -> list[str]:
         return ["merge"]
     if isinstance(item, WorkspaceConfig):
         return ["workspace"]
+    if isinstance(item, SparseCase):
+        return ["sparse-layout"]
+    if isinstance(item, SparseWorkspaceConfig):
+        return ["sparse-workspace"]
+    if isinstance(item, TopkMaskCase):
+        return ["sparse-mask"]
     return ["layout"] + (["prefill"] if item.numeric is not None else [])
 
 
@@ -144,7 +153,13 @@ def diff_kinds(resolved: ResolvedItem, spec: str, level: str | None) -> list[str
     """The items ``parity diff`` compares: those of ``level`` (``--level``),
     else of the id's ``[KIND]``, else all the item has. None is usage."""
     has = item_kinds(resolved.item)
-    what = {"merge": "a merge case", "workspace": "a workspace configuration"}.get(
+    what = {
+        "merge": "a merge case",
+        "workspace": "a workspace configuration",
+        "sparse-layout": "a sparse batch",
+        "sparse-workspace": "a sparse workspace configuration",
+        "sparse-mask": "a top-k mask case",
+    }.get(
         resolved.kind, "a case with a numeric section" if "prefill" in has else "a layout-only case"
     )
     if resolved.wanted is not None and resolved.wanted not in has:
@@ -201,7 +216,11 @@ def compare_and_print(
     for kind in kinds:
         result = run_item(oracle, port, kind, item, kernels, device, timeout_s, real_ranks)
         results.append(result)
-        if isinstance(item, Case) and kind == "layout":
+        if kind in SPARSE_KINDS:
+            from reports.sparse_text import format_sparse_item
+
+            print(format_sparse_item(item, result))
+        elif isinstance(item, Case) and kind == "layout":
             print(format_diff(item, result))
         elif isinstance(item, WorkspaceConfig):
             print(format_workspace_diff(item, result))

@@ -26,7 +26,11 @@ class on which per_request is exact and the mutant is not.
 
 from __future__ import annotations
 
-from ports.mutants.catalogue import MUTANTS, Mutant
+from ports.mutants.catalogue import DENSE_MUTANTS, Mutant
 from ports.mutants.reach import ReachProbe, fault_probe
+from ports.mutants.sparse import SPARSE_MUTANTS
+
+# Every mutant by name: the dense path's (catalogue), then the sparse path's.
+MUTANTS: dict[str, type[Mutant]] = {**DENSE_MUTANTS, **{m.name: m for m in SPARSE_MUTANTS}}
 
 __all__ = ["MUTANTS", "Mutant", "ReachProbe", "fault_probe"]

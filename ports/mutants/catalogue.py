@@ -73,6 +73,23 @@ class Mutant(PerRequestPort):
         with swapped(self.swaps()):
             return prefill_module.prefill(layout, case.workspace_size, inputs, kernels)
 
+    # The sparse path (ports/per_request/sparse.py), under the same swaps.
+    def plan_sparse(self, case: Any) -> Any:
+        with swapped(self.swaps()):
+            return super().plan_sparse(case)
+
+    def sparse_workspace_size(self, config: Any) -> int:
+        with swapped(self.swaps()):
+            return super().sparse_workspace_size(config)
+
+    def build_topk_mask(self, case: Any, topk: list[torch.Tensor]) -> torch.Tensor:
+        with swapped(self.swaps()):
+            return super().build_topk_mask(case, topk)
+
+    def remap_topk(self, case: Any, topk: list[torch.Tensor]) -> list[torch.Tensor]:
+        with swapped(self.swaps()):
+            return super().remap_topk(case, topk)
+
 
 # -- planning ----------------------------------------------------------------------------------
 
@@ -991,7 +1008,7 @@ class DcpSegmentUncapped(Mutant):
         return [(dcp_module, "rank_rows_in_chunk", uncapped), (dcp_module, "kept_rows", kept_without_check)]
 
 
-MUTANTS: dict[str, type[Mutant]] = {
+DENSE_MUTANTS: dict[str, type[Mutant]] = {
     m.name: m
     for m in (
         LegacyGrid,

@@ -76,6 +76,21 @@ def masked_threshold(backend: str, tensor_parallel_size: int, query_len: int, se
     return False
 
 
+def within_topk(max_seq_len: int, index_topk: int) -> bool:
+    """Whether every key of the longest sequence can be selected: the batch is
+    short enough for dense MHA (``<=``: a sequence of exactly ``index_topk`` keys
+    selects them all)."""
+    return max_seq_len <= index_topk
+
+
+def bit_weights() -> torch.Tensor:
+    """Each key's bit within its word, key ``32*w + b`` at bit ``b`` (least
+    significant first), as int64 weights."""
+    import torch
+
+    return torch.bitwise_left_shift(torch.ones(KEY_BITS, dtype=torch.int64), torch.arange(KEY_BITS))
+
+
 def _words(shape: Shape) -> int:
     return math.prod(shape)
 
@@ -92,7 +107,7 @@ def route_sparse(case: SparseCase, workspace: int, layout: Layout) -> SparseLayo
     batch = len(case.query_lens)
     max_query, max_seq = case.max_query_len, case.max_seq_len
     mask_words = case.mask_workspace_words if case.masked_kernel else 0
-    use_dense = max_seq <= case.index_topk and not case.force_mqa
+    use_dense = within_topk(max_seq, case.index_topk) and not case.force_mqa
     threshold = masked_threshold(case.backend, case.tensor_parallel_size, max_query, max_seq)
     longest_chunk = max((chunk.max_seq_len for chunk in layout.chunks), default=0)
     # The suffix and every chunk mask are at most this big; no workspace: no fit.
@@ -100,7 +115,7 @@ def route_sparse(case: SparseCase, workspace: int, layout: Layout) -> SparseLayo
     use_masked = case.masked_kernel and case.dcp_world_size <= 1 and threshold and fits
     route = "mqa"
     if (use_dense or use_masked) and not case.force_mqa:
-        dense = case.force_dense_mha or (max_seq <= case.index_topk and not case.force_masked_mha)
+        dense = case.force_dense_mha or (within_topk(max_seq, case.index_topk) and not case.force_masked_mha)
         route = "dense-mha" if dense else ("masked-mha" if case.masked_kernel else "masked-mha-unavailable")
     has_context = any(case.context_lens)
     global_shape = topk_mask_shape(batch, max_query, max_seq, key_starts_word=True) if has_context else None
@@ -145,7 +160,7 @@ def pack_topk(topk_per_request: list[torch.Tensor], out: torch.Tensor) -> None:
 
     out.zero_()
     keys = out.shape[2] * KEY_BITS
-    weights = torch.bitwise_left_shift(torch.ones(KEY_BITS, dtype=torch.int64), torch.arange(KEY_BITS))
+    weights = bit_weights()
     for request, topk in enumerate(topk_per_request):
         rows = topk.shape[0]
         if rows == 0:
