@@ -104,6 +104,8 @@ EXPECTED, NEW, STALE = "expected", "new", "stale"
 # An oracle error only in a baseline of a release other than the pin.
 ENTRY_STATUSES = (DIVERGENT, PORT_ERROR, ORACLE_ERROR)
 NUMERIC_LEVELS = ("merge", "prefill")
+# The levels whose divergences name a first divergent field (a baseline entry may too).
+FIELD_LEVELS = ("layout", "sparse-layout")
 _FIELDS = {
     "port", "case", "family", "level", "status", "reason", "max_ulp", "max_mismatch_fraction", "field", "error",
     "items",
@@ -231,8 +233,8 @@ def _parse_entry(source: str, i: int, item: Any, file_port: Any, oracle: str) ->
                 raise CaseError(
                     source, f"{where}.{key}", "is a cap: only divergent merge and prefill entries have caps"
                 )
-    if "field" in item and not (status == DIVERGENT and level == "layout"):
-        raise CaseError(source, f"{where}.field", "applies only to divergent layout entries")
+    if "field" in item and not (status == DIVERGENT and level in FIELD_LEVELS):
+        raise CaseError(source, f"{where}.field", "applies only to divergent layout and sparse-layout entries")
     if "error" in item and status not in (PORT_ERROR, ORACLE_ERROR):
         raise CaseError(source, f"{where}.error", "applies only to port-error and oracle-error entries")
     if status == ORACLE_ERROR:
@@ -609,7 +611,7 @@ def measure_entries(table: pd.DataFrame, port: str, oracle: str | None = None) -
     (a baseline without reasons is refused by :func:`load_baseline`)."""
     failing = table[table["status"].isin(ENTRY_STATUSES)].copy()
     failing["field"] = [
-        divergent_field(str(d)) if lv == "layout" and s == DIVERGENT else None
+        divergent_field(str(d)) if lv in FIELD_LEVELS and s == DIVERGENT else None
         for lv, s, d in zip(failing["level"], failing["status"], failing["detail"], strict=True)
     ]
     # An oracle error's class is its text: each class a release refuses is its own entry.

@@ -56,6 +56,7 @@ from typing import Any
 from harness.cases import CaseError
 from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES, Case, Chunk, MergeCase, WorkspaceConfig
 from harness.port import Port
+from harness.sparse_coverage import measure_sparse, sparse_features
 from harness.suites import CASES_DIR, Suite
 
 TARGETS_FILE = CASES_DIR / "coverage.json"
@@ -176,11 +177,19 @@ FEATURES: tuple[Feature, ...] = (
     _f("prefill.dcp_dtypes", "set", "dtypes of DCP L3 cases", labels=NUMERIC_DTYPES),
     _f("prefill.dcp_continuations", "count", "DCP L3 chunks that continue a request (local starts past 0)"),
     _f("prefill.dcp_padded_segments", "count", "DCP L3 (chunk, request, rank) segments with padding to drop"),
+    # The sparse path (harness/sparse_coverage.py).
+    *sparse_features(_f),
 )
 FEATURE_BY_ID = {f.id: f for f in FEATURES}
 
 # The inputs that cover nothing: any count above zero fails the verdict.
-REFUSAL_FEATURES = ("layout.oracle_refused", "grid.oracle_refused", "merge.not_materialised")
+REFUSAL_FEATURES = (
+    "layout.oracle_refused",
+    "grid.oracle_refused",
+    "merge.not_materialised",
+    "sparse.oracle_refused",
+    "sparse_grid.oracle_refused",
+)
 REFUSAL_RULE = "built-in: a refused input covers nothing, so any refusal fails coverage"
 
 
@@ -514,6 +523,7 @@ def measure(suite: Suite, oracle: Port) -> CoverageReport:
         _measure_config(tally, oracle, config)
     for merge_case in suite.merge_cases:
         _measure_merge(tally, merge_case)
+    measure_sparse(tally, suite, oracle)
     return CoverageReport(suite.name, tally.finish())
 
 

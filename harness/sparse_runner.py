@@ -77,7 +77,7 @@ def compare_sparse_workspace(
         return result
     if result.oracle_workspace != result.port_workspace:
         result.status = DIVERGENT
-        result.divergence = Divergence("sparse workspace_size", result.oracle_workspace, result.port_workspace)
+        result.divergence = Divergence("sparse_workspace_size", result.oracle_workspace, result.port_workspace)
     return result
 
 

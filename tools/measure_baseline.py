@@ -45,6 +45,26 @@ FIELD_WHY: dict[str, str] = {
 }
 
 
+# Why 0.27.1's sparse plan (ports/equal_share/sparse.py) differs from the pin's, by first field.
+SPARSE_FIELD_WHY: dict[str, str] = {
+    "workspace_size": "its sparse workspace keeps the max_num_seqs x block_size floor (seeds/004) and no DCP alignment",
+    "sparse_workspace_size": (
+        "its sparse workspace keeps the max_num_seqs x block_size floor (seeds/004) and no DCP alignment"
+    ),
+    "masks_fit": "it has no check that the suffix and chunk masks fit the mask workspace (None)",
+    "global_mask_fits": "its global mask fits a fixed 64 MiB, not the mask workspace",
+    "suffix_mask_shape": "its suffix reads another mask (the global one fits 64 MiB where the pin's misses, or back)",
+    "mask_shape": "its chunk attention runs over the whole batch's queries, so each chunk mask spans every request",
+    "use_masked_mha": "masked MHA on the threshold alone, without the fit check",
+    "route": "masked MHA on the threshold alone, without the fit check",
+    **{f: f"the equal-share grid plans other chunks ({f})" for f in (
+        "num_chunks", "request_start", "request_end", "token_start", "token_end", "continuation_token_end",
+        "is_continuation", "num_context_tokens", "query_start_loc", "starts", "seq_lens", "cu_seq_lens",
+        "empty_token_slices", "max_seq_len", "max_query_len", "token_to_seq", "local_starts",
+    )},
+}
+
+
 # "... over N prefills is below one block (B rows)" or "... over N prefills (S rows)
 # is not a multiple of the DCP world size D": the refusal is the clause after the
 # prefill count, without its numbers.
@@ -115,12 +135,18 @@ def main(argv: list[str]) -> int:
                     split.append({**e, "error": kind, "reason": reason})
             e.update(split[0])
             extra += split[1:]
+        elif e["level"] == "sparse-layout":
+            field = e.get("field", "")
+            why = SPARSE_FIELD_WHY.get(field, f"0.27.1's sparse plan differs first in {field}")
+            e["reason"] = f"the sparse path as vllm 0.27.1 had it (SPEC 1d): {why}; measured: {n} items"
         elif e["level"] == "layout":
             field = e["field"]
             why = FIELD_WHY.get(field, f"the grid's chunks differ first in {field}")
             e["reason"] = f"legacy equal-share grid (SPEC 1a): {why}; measured: {n} items diverge first at {field}"
             if field == "workspace_size":
                 e["reason"] = f"{why}; measured: {n} configurations"
+            if field == "sparse_workspace_size":
+                e["reason"] = f"{SPARSE_FIELD_WHY[field]}; measured: {n} configurations"
         else:
             frac = e["max_mismatch_fraction"]
             hist = [json.loads(h) for h in g["histogram"]]

@@ -1,0 +1,164 @@
+"""Measured coverage of the sparse path (features ``sparse.*``, ``mask.*`` and
+``sparse_grid.*`` of :mod:`harness.coverage`): what a suite's sparse items make
+upstream's sparse backend decide, read from the *oracle's* sparse layouts.
+
+- ``sparse``: every sparse batch's route, the ``index_topk`` classes, the
+  threshold table's sequence-length buckets and their edges (one below, at,
+  one above), the dense-route edge (longest sequence vs ``index_topk``), the
+  longest query against its bucket's minimum, both fit verdicts with their
+  by-one edges, the 128/256 tile switch, global vs per-range masks, the forcing
+  flags;
+- ``mask``: the forms, the tile switch and the 32-key word edges of the mask
+  cases, and the indices that sit on a range's end (the row after a range) and
+  in continuation pieces;
+- ``sparse_grid``: which term of the sparse workspace size binds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.coverage import Feature, _Tally
+    from harness.port import Port
+    from harness.suites import Suite
+
+BUCKETS = ("2048", "4096", "8192", "16384", "32768", "beyond")
+EDGE_LABELS = tuple(f"{edge}{d}" for edge in BUCKETS[:-1] for d in ("-1", "", "+1"))
+ROUTE_LABELS = ("dense-mha", "masked-mha", "mqa", "masked-mha-unavailable")
+FIT_LABELS = ("fits", "misses", "fits-exactly", "misses-by-one")
+TERMS = ("8*max_model_len", "4*max_num_seqs*block_size", "65536", "max_num_seqs*index_topk", "block_size floor")
+MINIMUMS: dict[tuple[str, int], tuple[int | None, ...]] = {
+    ("FLASHMLA_SPARSE", 1): (1536, 4096, None, None, None),
+    ("FLASHMLA_SPARSE", 2): (512, 1024, 4096, None, None),
+    ("FLASHMLA_SPARSE", 4): (512, 1024, 1536, 8192, None),
+    ("FLASHMLA_SPARSE", 8): (512, 512, 1024, 2048, 16384),
+    ("FLASHINFER_MLA_SPARSE", 8): (512, 1024, 1024, 2048, 32768),
+}
+EDGES = (2048, 4096, 8192, 16384, 32768)
+
+
+def sparse_features(make: Any) -> tuple[Feature, ...]:
+    """The sparse features, built by :mod:`harness.coverage`'s ``_f``."""
+    return (
+        make("sparse.cases", "count", "sparse batches measured (the oracle planned them)"),
+        make("sparse.oracle_refused", "count", "sparse batches the oracle could not plan"),
+        make("sparse.routes", "set", "routes the oracle took", labels=ROUTE_LABELS),
+        make("sparse.topk", "set", "index_topk values of the sparse batches", element="int"),
+        make("sparse.buckets", "histogram", "batches by threshold sequence-length bucket", labels=BUCKETS),
+        make("sparse.bucket_edges", "set", "longest sequences one below, at, one above a bucket edge", labels=EDGE_LABELS),
+        make("sparse.topk_edges", "set", "longest sequence vs index_topk", labels=("topk-1", "topk", "topk+1")),
+        make("sparse.query_edges", "set", "longest query vs its bucket's minimum", labels=("min-1", "min", "min+1")),
+        make("sparse.masks_fit", "set", "the suffix/chunk mask fit verdicts and edges", labels=FIT_LABELS),
+        make("sparse.global_mask", "set", "the global mask verdicts and edges", labels=FIT_LABELS),
+        make("sparse.tile_queries", "set", "longest queries at the 128/256 tile switch", element="int"),
+        make("sparse.forced", "set", "forcing flags and a missing kernel", labels=("dense", "masked", "mqa", "no-kernel")),
+        make("mask.cases", "count", "top-k mask cases measured"),
+        make("mask.forms", "set", "mask forms", labels=("single", "batched", "global")),
+        make("mask.tile_queries", "set", "mask cases' longest queries at the tile switch", element="int"),
+        make("mask.key_word_edges", "set", "key lengths vs a 32-key word", labels=("below", "at", "above")),
+        make("mask.range_end_indices", "count", "indices on the row right after their remap range"),
+        make("mask.continuation_indices", "count", "indices inside a range that starts mid-sequence"),
+        make("mask.padding", "count", "-1 padding slots"),
+        make("sparse_grid.configs", "count", "sparse workspace configurations measured"),
+        make("sparse_grid.oracle_refused", "count", "sparse workspace configurations the oracle could not size"),
+        make("sparse_grid.binding_terms", "set", "which term of the sparse size binds", labels=TERMS),
+    )
+
+
+def _fit_labels(needed: int, words: int) -> list[str]:
+    labels = ["fits" if needed <= words else "misses"]
+    if needed == words:
+        labels.append("fits-exactly")
+    if needed == words + 1:
+        labels.append("misses-by-one")
+    return labels
+
+
+def _words(shape: tuple[int, int, int]) -> int:
+    return math.prod(shape)
+
+
+def _measure_batch(tally: _Tally, case: Any, layout: Any) -> None:
+    tally.count("sparse.cases")
+    tally.add("sparse.routes", layout.route)
+    tally.add("sparse.topk", case.index_topk)
+    max_seq, max_query = layout.prefill_max_seq_len, layout.prefill_max_query_len
+    bucket = next((i for i, edge in enumerate(EDGES) if max_seq <= edge), len(EDGES))
+    tally.bucket("sparse.buckets", BUCKETS[bucket])
+    for edge in EDGES:
+        if abs(max_seq - edge) <= 1:
+            tally.add("sparse.bucket_edges", str(edge) + {-1: "-1", 0: "", 1: "+1"}[max_seq - edge])
+    if abs(max_seq - case.index_topk) <= 1:
+        tally.add("sparse.topk_edges", {-1: "topk-1", 0: "topk", 1: "topk+1"}[max_seq - case.index_topk])
+    minimums = MINIMUMS.get((case.backend, case.tensor_parallel_size))
+    if minimums is not None and bucket < len(EDGES) and minimums[bucket] is not None:
+        gap = max_query - minimums[bucket]
+        if abs(gap) <= 1:
+            tally.add("sparse.query_edges", {-1: "min-1", 0: "min", 1: "min+1"}[gap])
+    words = case.mask_workspace_words if case.masked_kernel else 0
+    if layout.masks_fit is not None and case.masked_kernel:
+        longest = max((c.max_seq_len for c in layout.layout.chunks), default=0)
+        tile = 128 if max_query <= 128 else 256
+        needed = len(case.query_lens) * (-(-max_query // tile) * tile) * (-(-max(max_query, longest) // 32))
+        for label in _fit_labels(needed, words):
+            tally.add("sparse.masks_fit", label)
+    if layout.global_mask_shape is not None and case.masked_kernel:
+        for label in _fit_labels(_words(layout.global_mask_shape), words):
+            tally.add("sparse.global_mask", label)
+    if max_query in (127, 128, 129, 255, 256, 257):
+        tally.add("sparse.tile_queries", max_query)
+    for flag, label in ((case.force_dense_mha, "dense"), (case.force_masked_mha, "masked"), (case.force_mqa, "mqa")):
+        if flag:
+            tally.add("sparse.forced", label)
+    if not case.masked_kernel:
+        tally.add("sparse.forced", "no-kernel")
+
+
+def _measure_mask(tally: _Tally, case: Any) -> None:
+    from harness.sparse_inputs import materialise_topk
+
+    tally.count("mask.cases")
+    tally.add("mask.forms", case.form)
+    if max(case.query_lens) in (127, 128, 129, 255, 256, 257):
+        tally.add("mask.tile_queries", max(case.query_lens))
+    keys = max(case.seq_lens) % 32
+    tally.add("mask.key_word_edges", {31: "below", 0: "at", 1: "above"}.get(keys, "below" if keys > 16 else "above"))
+    for request, topk in enumerate(materialise_topk(case)):
+        start, span = case.range_starts[request], case.range_lens[request]
+        tally.count("mask.range_end_indices", int((topk == start + span).sum()))
+        if start > 0:
+            tally.count("mask.continuation_indices", int(((topk >= start) & (topk < start + span)).sum()))
+        tally.count("mask.padding", int((topk == -1).sum()))
+
+
+def _binding_term(config: Any) -> str:
+    terms = {
+        "8*max_model_len": 8 * config.max_model_len,
+        "4*max_num_seqs*block_size": 4 * config.max_num_seqs * config.block_size,
+    }
+    larger = max(terms, key=lambda k: terms[k])
+    capped = {larger: terms[larger], "65536": 65536, "max_num_seqs*index_topk": config.max_num_seqs * config.index_topk}
+    chosen = min(capped, key=lambda k: capped[k])
+    return "block_size floor" if capped[chosen] < config.block_size else chosen
+
+
+def measure_sparse(tally: _Tally, suite: Suite, oracle: Port) -> None:
+    for case in suite.sparse_cases:
+        try:
+            layout = oracle.plan_sparse(case)  # type: ignore[attr-defined]
+        except Exception:
+            tally.count("sparse.oracle_refused")
+            continue
+        _measure_batch(tally, case, layout)
+    for mask_case in suite.mask_cases:
+        _measure_mask(tally, mask_case)
+    for config in suite.sparse_workspace_configs:
+        try:
+            oracle.sparse_workspace_size(config)  # type: ignore[attr-defined]
+        except Exception:
+            tally.count("sparse_grid.oracle_refused")
+            continue
+        tally.count("sparse_grid.configs")
+        tally.add("sparse_grid.binding_terms", _binding_term(config))
