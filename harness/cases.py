@@ -311,7 +311,7 @@ def merge_case_from_json(data: dict[str, Any], source: str) -> MergeCase:
     return MergeCase(**values)
 
 
-def load_item_file(path: Path) -> tuple[str, list[Case] | MergeCase | WorkspaceConfig]:
+def load_item_file(path: Path) -> tuple[str, Any]:
     """An item file: ``("layout", cases)`` for a case file (one case or
     ``{"cases": [...]}``), ``("merge", merge_case)`` or ``("workspace", config)``.
     Anything else is a :class:`CaseError` naming the file."""
@@ -331,7 +331,7 @@ def load_item_file(path: Path) -> tuple[str, list[Case] | MergeCase | WorkspaceC
     if data.get("kind") in ("sparse", "sparse-workspace", "topk-mask"):
         from harness.sparse_inputs import sparse_item_from_json
 
-        return sparse_item_from_json(data, source)  # type: ignore[return-value]
+        return sparse_item_from_json(data, source)
     if "context_lens" in data or "cases" in data:
         return "layout", load_case_file(path)
     if "pattern" in data and "num_tokens" in data:

@@ -61,9 +61,7 @@ def port_levels(port: Any) -> tuple[str, ...]:
     if declared is not None:
         check_declared_levels(declared)
         return tuple(lv for lv in ALL_LEVELS if lv in declared)
-    return tuple(
-        lv for lv in ALL_LEVELS if all(callable(getattr(port, method, None)) for method in LEVEL_METHODS[lv])
-    )
+    return tuple(lv for lv in ALL_LEVELS if all(callable(getattr(port, method, None)) for method in LEVEL_METHODS[lv]))
 
 
 def check_declared_levels(declared: Any) -> None:

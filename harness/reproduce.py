@@ -28,14 +28,14 @@ import functools
 import re
 import shlex
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.cases import CaseError, load_case_file, load_cases, load_item_file
 from harness.model import Case, MergeCase, WorkspaceConfig
-from harness.sparse_model import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 from harness.port import DEFAULT_PORT_TIMEOUT_S
+from harness.sparse_model import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 from oracle.pin import load_pin
 
 ITEM_KINDS = ("layout", "workspace", "merge", "prefill", "sparse-layout", "sparse-workspace", "sparse-mask")

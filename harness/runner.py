@@ -108,7 +108,9 @@ class CaseResult:
         elif self.kind == "sparse-layout":
             out["oracle_sparse"] = self.oracle_sparse.to_json() if self.oracle_sparse else None
             same = self.status == PARITY
-            out["port_sparse"] = "same-as-oracle" if same else (self.port_sparse.to_json() if self.port_sparse else None)
+            out["port_sparse"] = (
+                "same-as-oracle" if same else (self.port_sparse.to_json() if self.port_sparse else None)
+            )
         elif self.kind in ("workspace", "sparse-workspace"):
             out["oracle_workspace"] = self.oracle_workspace
             out["port_workspace"] = self.port_workspace

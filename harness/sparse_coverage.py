@@ -47,13 +47,17 @@ def sparse_features(make: Any) -> tuple[Feature, ...]:
         make("sparse.routes", "set", "routes the oracle took", labels=ROUTE_LABELS),
         make("sparse.topk", "set", "index_topk values of the sparse batches", element="int"),
         make("sparse.buckets", "histogram", "batches by threshold sequence-length bucket", labels=BUCKETS),
-        make("sparse.bucket_edges", "set", "longest sequences one below, at, one above a bucket edge", labels=EDGE_LABELS),
+        make(
+            "sparse.bucket_edges", "set", "longest sequences one below, at, one above a bucket edge", labels=EDGE_LABELS
+        ),
         make("sparse.topk_edges", "set", "longest sequence vs index_topk", labels=("topk-1", "topk", "topk+1")),
         make("sparse.query_edges", "set", "longest query vs its bucket's minimum", labels=("min-1", "min", "min+1")),
         make("sparse.masks_fit", "set", "the suffix/chunk mask fit verdicts and edges", labels=FIT_LABELS),
         make("sparse.global_mask", "set", "the global mask verdicts and edges", labels=FIT_LABELS),
         make("sparse.tile_queries", "set", "longest queries at the 128/256 tile switch", element="int"),
-        make("sparse.forced", "set", "forcing flags and a missing kernel", labels=("dense", "masked", "mqa", "no-kernel")),
+        make(
+            "sparse.forced", "set", "forcing flags and a missing kernel", labels=("dense", "masked", "mqa", "no-kernel")
+        ),
         make("mask.cases", "count", "top-k mask cases measured"),
         make("mask.forms", "set", "mask forms", labels=("single", "batched", "global")),
         make("mask.tile_queries", "set", "mask cases' longest queries at the tile switch", element="int"),

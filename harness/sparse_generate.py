@@ -79,12 +79,12 @@ def _route_case(rng: random.Random, name: str) -> SparseCase:
     bucket = rng.randrange(len(BUCKET_EDGES))
     topk = rng.choice(TOPK_CLASSES)
     if rng.random() < 0.3:
-        max_seq = topk + rng.choice((-1, 0, 1))
+        max_seq = max(1, topk + rng.choice((-1, 0, 1)))
     else:
         max_seq = BUCKET_EDGES[bucket] + rng.choice((-1, 0, 1))
     minimum = minimums[bucket] or rng.choice((512, 1536, 4096))
     max_query = min(max_seq, minimum + rng.choice((-1, 0, 1)))
-    context, query = _batch_with(rng, max(max_seq, 1), max_query, rng.randint(1, 4))
+    context, query = _batch_with(rng, max_seq, max_query, rng.randint(1, 4))
     return SparseCase(
         name,
         tuple(context),

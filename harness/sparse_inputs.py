@@ -131,7 +131,11 @@ def sparse_case_from_json(data: dict[str, Any], source: str) -> SparseCase:
         backend=backend,
         tensor_parallel_size=_int(source, "tensor_parallel_size", data.get("tensor_parallel_size", 1), 1, 1024),
         mask_workspace_words=_int(
-            source, "mask_workspace_words", data.get("mask_workspace_words", SparseCase.mask_workspace_words), 0, 1 << 34
+            source,
+            "mask_workspace_words",
+            data.get("mask_workspace_words", SparseCase.mask_workspace_words),
+            0,
+            1 << 34,
         ),
         family=family,
         **flags,
@@ -142,7 +146,9 @@ def _topk_field(value: Any, case: TopkMaskCase, source: str) -> tuple[tuple[tupl
     """Explicit indices: per request a ``[query_len][index_topk]`` list of ints,
     each -1 or inside ``[0, sequence length)``."""
     if not isinstance(value, list) or len(value) != case.num_requests:
-        raise CaseError(source, "topk", f"must be a list of {case.num_requests} requests' [query_len][index_topk] lists")
+        raise CaseError(
+            source, "topk", f"must be a list of {case.num_requests} requests' [query_len][index_topk] lists"
+        )
     out = []
     for r, rows in enumerate(value):
         where = f"topk[{r}]"

@@ -56,9 +56,7 @@ def compare_sparse_layout(oracle: Port, port: Port, case: SparseCase, timeout_s:
     return result
 
 
-def compare_sparse_workspace(
-    oracle: Port, port: Port, config: SparseWorkspaceConfig, timeout_s: float
-) -> CaseResult:
+def compare_sparse_workspace(oracle: Port, port: Port, config: SparseWorkspaceConfig, timeout_s: float) -> CaseResult:
     result = CaseResult(config.name, config.family, "sparse-workspace", PARITY)
     try:
         value = oracle.sparse_workspace_size(config)  # type: ignore[attr-defined]

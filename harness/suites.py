@@ -203,6 +203,15 @@ def load_suite(name: str, size: int | None = None, numeric_size: int | None = No
     mask_cases: list[TopkMaskCase] = []
     for group, count in zip(mask_groups, _counts(mask_groups, numeric_size), strict=True):
         mask_cases += generate_mask_cases(group["seed"], count)
+    # A generated item is input like any other: the validator refuses a bad one.
+    from harness.sparse_inputs import sparse_case_from_json, topk_mask_case_from_json
+
+    for generated in sparse_cases:
+        sparse_case_from_json(generated.to_json(), f"{SUITES_FILE} (suite {name}, generated {generated.name})")
+    for generated_mask in mask_cases:
+        topk_mask_case_from_json(
+            generated_mask.to_json(), f"{SUITES_FILE} (suite {name}, generated {generated_mask.name})"
+        )
     sparse_names = [c.name for c in sparse_cases] + [c.name for c in mask_cases]
     if len(set(sparse_names)) != len(sparse_names):
         duplicate = next(n for n in sparse_names if sparse_names.count(n) > 1)
@@ -211,8 +220,9 @@ def load_suite(name: str, size: int | None = None, numeric_size: int | None = No
     sparse_configs: list[SparseWorkspaceConfig] = []
     for kind in sparse_grids if isinstance(sparse_grids, list) else [sparse_grids]:
         if kind not in SPARSE_GRIDS:
-            raise CaseError(str(SUITES_FILE), name, f"no sparse workspace grid {kind!r} (known: {', '.join(SPARSE_GRIDS)})")
-        sparse_configs += [c for c in sparse_workspace_grid(kind) if c not in sparse_configs]
-    return Suite(
-        name, tuple(cases), grid, merge_cases, tuple(sparse_cases), tuple(sparse_configs), tuple(mask_cases)
-    )
+            raise CaseError(
+                str(SUITES_FILE), name, f"no sparse workspace grid {kind!r} (known: {', '.join(SPARSE_GRIDS)})"
+            )
+        seen = set(sparse_configs)
+        sparse_configs += [c for c in sparse_workspace_grid(kind) if c not in seen]
+    return Suite(name, tuple(cases), grid, merge_cases, tuple(sparse_cases), tuple(sparse_configs), tuple(mask_cases))

@@ -176,8 +176,8 @@ class Server:
         if op == "sparse_workspace_size":
             from harness.sparse_inputs import sparse_workspace_config_from_json
 
-            config = sparse_workspace_config_from_json(request["config"], "request")
-            return {"workspace_size": int(self.side.sparse_workspace_size(config))}
+            sparse_config = sparse_workspace_config_from_json(request["config"], "request")
+            return {"workspace_size": int(self.side.sparse_workspace_size(sparse_config))}
         if op in SPARSE_TENSOR_OPS:
             return self._topk_op(op, request)
         if op in TENSOR_OPS:

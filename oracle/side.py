@@ -162,4 +162,3 @@ class OracleSide(SparseSideMixin):
     def workspace_size(self, config: WorkspaceConfig) -> int:
         sizing = self._mla.MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size
         return int(sizing(workspace_vllm_config(config)))
-

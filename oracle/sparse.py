@@ -309,7 +309,7 @@ class SparseOracle:
                     topk_mask_workspace=workspace,
                 )
         except _KeptMask as kept:
-            return kept.mask.clone()
+            return kept.mask.clone()  # type: ignore[no-any-return]
         raise RuntimeError("_run_masked_mha never reached the attention call")
 
     def remap_topk(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -19,6 +19,7 @@ from typing import Any
 from harness.bits import ulp_of_larger_text, ulp_text
 from harness.model import Case, Chunk, Layout, MergeCase, WorkspaceConfig
 from harness.runner import PARITY, CaseResult
+from harness.sparse_model import SparseWorkspaceConfig
 
 
 def _short(values: Sequence[object], limit: int = 4) -> str:
@@ -346,15 +347,18 @@ def result_record(result: CaseResult) -> dict[str, Any]:
     return record
 
 
-def item_fields(item: Case | MergeCase | WorkspaceConfig) -> dict[str, Any]:
+def item_fields(item: Any) -> dict[str, Any]:
+    """A compared item as JSON: a case, merge case, sparse batch or mask case by
+    its ``to_json``; a workspace configuration by its fields and name."""
     if isinstance(item, WorkspaceConfig):
         return {"name": item.name, **dataclasses.asdict(item)}
-    return item.to_json()
+    if isinstance(item, SparseWorkspaceConfig):
+        return {"name": item.name, **item.to_json()}
+    fields: dict[str, Any] = item.to_json()
+    return fields
 
 
-def diff_record(
-    item: Case | MergeCase | WorkspaceConfig, results: Sequence[CaseResult], context: dict[str, Any]
-) -> dict[str, Any]:
+def diff_record(item: Any, results: Sequence[CaseResult], context: dict[str, Any]) -> dict[str, Any]:
     """``parity diff --json``: the item, the run's ``context`` (port, device,
     provenance, the command that reproduces it), each level's verdict, and
     every compared item side by side. JSON-safe (non-finite floats by name)."""

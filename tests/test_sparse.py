@@ -50,7 +50,7 @@ def _run(oracle: Any, port: Any, kind: str, item: Any) -> Any:
 def test_smoke_sparse_items_are_at_parity(oracle: Any) -> None:
     suite = load_suite("smoke")
     assert suite.sparse_cases and suite.sparse_workspace_configs and suite.mask_cases
-    items = [("sparse-layout", c) for c in suite.sparse_cases]
+    items: list[tuple[str, Any]] = [("sparse-layout", c) for c in suite.sparse_cases]
     items += [("sparse-workspace", c) for c in suite.sparse_workspace_configs]
     items += [("sparse-mask", c) for c in suite.mask_cases]
     statuses = {(kind, item.name): _run(oracle, PER_REQUEST, kind, item).status for kind, item in items}
@@ -68,7 +68,7 @@ def _batch(**fields: Any) -> SparseCase:
         index_topk=2048,
         tensor_parallel_size=8,
     )
-    return SparseCase(**{**base, **fields})  # type: ignore[arg-type]
+    return SparseCase(**{**base, **fields})
 
 
 def test_route_takes_each_value_and_agrees(oracle: Any) -> None:
@@ -142,7 +142,7 @@ def _mask_case(**fields: Any) -> TopkMaskCase:
         range_starts=(40, 32),
         range_lens=(100, 33),
     )
-    return TopkMaskCase(**{**base, **fields})  # type: ignore[arg-type]
+    return TopkMaskCase(**{**base, **fields})
 
 
 @pytest.mark.parametrize("name", [m.name for m in SPARSE_MUTANTS if m.name != "sparse-workspace-floor"])
@@ -215,8 +215,19 @@ def test_explicit_indices_and_bad_input(tmp_path: Path, oracle: Any) -> None:
 
 def test_diff_on_a_bad_sparse_file_is_exit_2(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({"kind": "topk-mask", "name": "x", "query_lens": [1], "seq_lens": [4],
-                                "index_topk": 1, "form": "single", "topk": [[[9]]]}))
+    path.write_text(
+        json.dumps(
+            {
+                "kind": "topk-mask",
+                "name": "x",
+                "query_lens": [1],
+                "seq_lens": [4],
+                "index_topk": 1,
+                "form": "single",
+                "topk": [[[9]]],
+            }
+        )
+    )
     done = subprocess.run(
         [sys.executable, "-m", "harness", "diff", str(path), "--port", "per_request"],
         capture_output=True,
@@ -234,7 +245,7 @@ def test_equal_share_sparse_matches_0_27_1() -> None:
     legacy, _ = open_oracle_process("0.27.1")
     try:
         suite = load_suite("smoke")
-        items = [("sparse-layout", c) for c in suite.sparse_cases[:12]]
+        items: list[tuple[str, Any]] = [("sparse-layout", c) for c in suite.sparse_cases[:12]]
         items += [("sparse-workspace", c) for c in suite.sparse_workspace_configs[:30]]
         items += [("sparse-mask", c) for c in suite.mask_cases[:3]]
         statuses = {item.name: _run(legacy, EQUAL_SHARE, kind, item).status for kind, item in items}

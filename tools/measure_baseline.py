@@ -57,11 +57,28 @@ SPARSE_FIELD_WHY: dict[str, str] = {
     "mask_shape": "its chunk attention runs over the whole batch's queries, so each chunk mask spans every request",
     "use_masked_mha": "masked MHA on the threshold alone, without the fit check",
     "route": "masked MHA on the threshold alone, without the fit check",
-    **{f: f"the equal-share grid plans other chunks ({f})" for f in (
-        "num_chunks", "request_start", "request_end", "token_start", "token_end", "continuation_token_end",
-        "is_continuation", "num_context_tokens", "query_start_loc", "starts", "seq_lens", "cu_seq_lens",
-        "empty_token_slices", "max_seq_len", "max_query_len", "token_to_seq", "local_starts",
-    )},
+    **{
+        f: f"the equal-share grid plans other chunks ({f})"
+        for f in (
+            "num_chunks",
+            "request_start",
+            "request_end",
+            "token_start",
+            "token_end",
+            "continuation_token_end",
+            "is_continuation",
+            "num_context_tokens",
+            "query_start_loc",
+            "starts",
+            "seq_lens",
+            "cu_seq_lens",
+            "empty_token_slices",
+            "max_seq_len",
+            "max_query_len",
+            "token_to_seq",
+            "local_starts",
+        )
+    },
 }
 
 

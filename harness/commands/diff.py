@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.commands.common import (
-    prepare_device,
     EXIT_DIVERGENT,
     EXIT_PARITY,
     EXIT_USAGE,
@@ -24,6 +23,7 @@ from harness.commands.common import (
     dcp_settings,
     drift_banner,
     open_oracle,
+    prepare_device,
     real_ranks_of,
     select_device,
     wants_oracle_cache,
@@ -40,7 +40,7 @@ from harness.commands.options import (
 from harness.kernels import SharedKernels
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
 from harness.port import DEFAULT_PORT_TIMEOUT_S, Port, load_port, port_levels
-from harness.reproduce import ResolvedItem, level_of, resolve_item
+from harness.reproduce import Item, ResolvedItem, level_of, resolve_item
 from harness.runner import LEVELS, SPARSE_KINDS, CaseResult, run_item, selected_levels
 from harness.sparse_model import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 
@@ -133,7 +133,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return code
 
 
-def item_kinds(item: Case | MergeCase | WorkspaceConfig) -> list[str]:
+def item_kinds(item: Item) -> list[str]:
     """The kinds of item a thing has: a case its layout and, with a numeric
     section, its prefill; a merge case its merge; a configuration its size."""
     if isinstance(item, MergeCase):
@@ -159,9 +159,7 @@ def diff_kinds(resolved: ResolvedItem, spec: str, level: str | None) -> list[str
         "sparse-layout": "a sparse batch",
         "sparse-workspace": "a sparse workspace configuration",
         "sparse-mask": "a top-k mask case",
-    }.get(
-        resolved.kind, "a case with a numeric section" if "prefill" in has else "a layout-only case"
-    )
+    }.get(resolved.kind, "a case with a numeric section" if "prefill" in has else "a layout-only case")
     if resolved.wanted is not None and resolved.wanted not in has:
         raise UsageError(f"{spec}: {resolved.item.name} is {what}: it has no {resolved.wanted} item")
     if level is not None:
@@ -189,7 +187,7 @@ def _port_layout(port: Port, case: Case) -> Layout | None:
 def compare_and_print(
     oracle: Port,
     port: Port,
-    item: Case | MergeCase | WorkspaceConfig,
+    item: Item,
     kinds: list[str],
     kernels: SharedKernels,
     device: str,

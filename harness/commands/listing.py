@@ -27,13 +27,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         for name in suite_names():
             print(f"{name:<10} {_abridged(suite_description(name))}")
     elif args.what == "cases":
-        from harness.runner import item_id, plan_items
+        from harness.runner import LEVELS, item_id, plan_items
 
         if args.suite not in suite_names():
             raise UsageError(f"--suite {args.suite}: no such suite (known: {', '.join(suite_names())})")
         suite = load_suite(args.suite, size=args.size)
         # The ids every report prints, and `parity diff` takes as they are.
-        for kind, item in plan_items(suite, ("layout", "merge", "prefill")):
+        for kind, item in plan_items(suite, LEVELS):
             print(f"{suite.name}/{item_id(kind, item.name)}")
     elif args.what == "mutants":
         from ports.mutants import MUTANTS
