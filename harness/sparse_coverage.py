@@ -127,8 +127,11 @@ def _measure_mask(tally: _Tally, case: Any) -> None:
     tally.add("mask.forms", case.form)
     if max(case.query_lens) in (127, 128, 129, 255, 256, 257):
         tally.add("mask.tile_queries", max(case.query_lens))
-    keys = max(case.seq_lens) % 32
-    tally.add("mask.key_word_edges", {31: "below", 0: "at", 1: "above"}.get(keys, "below" if keys > 16 else "above"))
+    # Only a key length one below, at or one above a word's end counts.
+    for length in case.seq_lens:
+        edge = {31: "below", 0: "at", 1: "above"}.get(length % 32)
+        if edge is not None:
+            tally.add("mask.key_word_edges", edge)
     for request, topk in enumerate(materialise_topk(case)):
         start, span = case.range_starts[request], case.range_lens[request]
         tally.count("mask.range_end_indices", int((topk == start + span).sum()))

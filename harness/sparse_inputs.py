@@ -59,6 +59,13 @@ def _missing(data: dict[str, Any], names: tuple[str, ...], source: str) -> None:
             raise CaseError(source, name, "is missing")
 
 
+def _family(data: dict[str, Any], default: str, source: str) -> str:
+    value = data.get("family", default)
+    if not isinstance(value, str) or not value:
+        raise CaseError(source, "family", f"must be a non-empty string, got {json.dumps(value)}")
+    return value
+
+
 def _name(data: dict[str, Any], source: str) -> str:
     value = data["name"]
     if not isinstance(value, str) or not value:
@@ -115,9 +122,7 @@ def sparse_case_from_json(data: dict[str, Any], source: str) -> SparseCase:
             ("force_mqa", False),
         )
     }
-    family = data.get("family", "sparse")
-    if not isinstance(family, str):
-        raise CaseError(source, "family", f"must be a string, got {json.dumps(family)}")
+    family = _family(data, "sparse", source)
     return SparseCase(
         name=_name(data, source),
         context_lens=context,
@@ -191,15 +196,21 @@ def topk_mask_case_from_json(data: dict[str, Any], source: str) -> TopkMaskCase:
         raise CaseError(source, "form", f"must be one of {', '.join(MASK_FORMS)}, got {json.dumps(form)}")
     if form == "single" and len(query) != 1:
         raise CaseError(source, "form", f"'single' takes one request, got {len(query)}")
+    if form == "batched" and len(query) < 2:
+        raise CaseError(source, "form", "'batched' takes two requests or more (one runs the single-request kernel)")
+    tile = 128 if max(query) <= 128 else 256
+    mask_words = len(query) * (-(-max(query) // tile) * tile) * (-(-max(seqs) // 32) + 1)
+    if mask_words > MAX_TOPK_ELEMENTS:
+        raise CaseError(source, "seq_lens", f"the mask would take {mask_words} words, more than {MAX_TOPK_ELEMENTS}")
     pattern = data.get("pattern", "uniform")
     if pattern not in TOPK_PATTERNS:
         raise CaseError(source, "pattern", f"must be one of {', '.join(TOPK_PATTERNS)}, got {json.dumps(pattern)}")
     n = len(query)
     starts = _int_list(source, "range_starts", data.get("range_starts", [0] * n), 0, LIMITS["context_len"])
     lens = _int_list(source, "range_lens", data.get("range_lens", list(seqs)), 0, LIMITS["context_len"])
-    keys = tuple(data.get("key_starts", []))
-    if keys:
-        keys = _int_list(source, "key_starts", list(keys), 0, LIMITS["context_len"])
+    keys: tuple[int, ...] = ()
+    if data.get("key_starts", []) != []:
+        keys = _int_list(source, "key_starts", data["key_starts"], 0, LIMITS["context_len"])
     for field, values in (("range_starts", starts), ("range_lens", lens)) + ((("key_starts", keys),) if keys else ()):
         if len(values) != n:
             raise CaseError(source, field, f"has {len(values)} entries for {n} requests")
@@ -214,7 +225,7 @@ def topk_mask_case_from_json(data: dict[str, Any], source: str) -> TopkMaskCase:
         range_starts=starts,
         range_lens=lens,
         key_starts=keys,
-        family=str(data.get("family", "topk-mask")),
+        family=_family(data, "topk-mask", source),
     )
     if "topk" in data:
         case = dataclasses.replace(case, topk=_topk_field(data["topk"], case, source))

@@ -80,6 +80,11 @@ class SparseWorkspaceConfig:
 class SparseCase:
     """One sparse prefill batch and every input of its route.
 
+    Like :class:`harness.model.Case`, it is the *prefill* part of a step, after
+    upstream's ``split_decodes_and_prefills``: every request here is a prefill,
+    whatever its query length (which requests a scheduler's step counts as
+    decodes is not part of this contract).
+
     Invariants (:func:`harness.sparse_inputs.validate_sparse_case`): the batch
     fields as for :class:`harness.model.Case`; ``index_topk >= 1``;
     ``backend`` is one of :data:`SPARSE_BACKENDS`; ``tensor_parallel_size >= 1``;
