@@ -96,7 +96,15 @@ def test_every_smoke_item_kind_reproduces_to_itself(size: int | None) -> None:
     """Parsed as printed, each line names the item it was printed for and
     selects exactly its kind; a run's --size is carried along."""
     items = plan_items(load_suite("smoke", size=size), LEVELS)
-    assert {kind for kind, _ in items} == {"layout", "workspace", "merge", "prefill"}
+    assert {kind for kind, _ in items} == {
+        "layout",
+        "workspace",
+        "merge",
+        "prefill",
+        "sparse-layout",
+        "sparse-workspace",
+        "sparse-mask",
+    }
     for kind, item in items:
         line = reproduce_command(f"{item.name}[{kind}]", kind, "smoke", MUTANT_PORT, size=size)
         _, args = parse(line)

@@ -108,9 +108,9 @@ def test_global_mask_fits_by_one_and_misses_by_one(oracle: Any, slack: int) -> N
 
 
 def test_threshold_bucket_edges(oracle: Any) -> None:
-    """FLASHMLA_SPARSE at TP 8: 512 queries for sequences up to 2048 keys, 1024 up to 8192."""
-    for context, query, expected in ((1536, 512, True), (1537, 512, False), (1536, 511, False)):
-        case = _batch(context_lens=(context,), query_lens=(query,), index_topk=256)
+    """FLASHMLA_SPARSE at TP 1: 1536 queries for sequences up to 2048 keys, 4096 up to 4096."""
+    for context, query, expected in ((512, 1536, True), (513, 1536, False), (513, 1535, False)):
+        case = _batch(context_lens=(context,), query_lens=(query,), index_topk=256, tensor_parallel_size=1)
         theirs = oracle.plan_sparse(case)
         assert theirs.masked_threshold is expected, (context, query)
         assert PER_REQUEST.plan_sparse(case) == theirs
@@ -127,7 +127,7 @@ def test_sparse_workspace_terms_and_legacy_floor(oracle: Any) -> None:
     for config in configs:
         assert PER_REQUEST.sparse_workspace_size(config) == oracle.sparse_workspace_size(config)
     floor = MUTANTS["sparse-workspace-floor"]()
-    assert _run(oracle, floor, "sparse-workspace", SparseWorkspaceConfig(163840, 4, 64, 256)).status == DIVERGENT
+    assert _run(oracle, floor, "sparse-workspace", SparseWorkspaceConfig(163840, 4, 64, 16)).status == DIVERGENT
 
 
 def _mask_case(**fields: Any) -> TopkMaskCase:
@@ -251,7 +251,7 @@ def test_equal_share_sparse_matches_0_27_1() -> None:
         statuses = {item.name: _run(legacy, EQUAL_SHARE, kind, item).status for kind, item in items}
         assert set(statuses.values()) == {PARITY}, statuses
         # The pinned port is not 0.27.1's: its sparse workspace lost the floor.
-        floor = _run(legacy, PER_REQUEST, "sparse-workspace", SparseWorkspaceConfig(163840, 4, 64, 256))
+        floor = _run(legacy, PER_REQUEST, "sparse-workspace", SparseWorkspaceConfig(163840, 4, 64, 16))
         assert floor.status == DIVERGENT
     finally:
         legacy.close()
