@@ -13,6 +13,7 @@ from harness.commands.common import (
     guarded_shrink,
     open_oracle,
     pool_failure,
+    prepare_device,
     select_device,
     wants_oracle_cache,
     worker_spec,
@@ -47,6 +48,10 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     the matrix and the shrunk files are the same."""
     from harness.mutants import ShrinkKills, estimated_matrix_seconds, kill_matrix, render_matrix, write_matrix
     from harness.pool import PoolError, WorkerPool, resolve_jobs
+
+    # Mutants run on the CPU; its recipe before the mutants import Triton (the
+    # oracle's interpreted kernels call Triton's helpers, built in import-time mode).
+    prepare_device("cpu")
     from ports.mutants import MUTANTS, fault_probe
 
     names = args.only.split(",") if args.only else list(MUTANTS)

@@ -16,6 +16,7 @@ from harness.commands.common import (
     pool_failure,
     progress_bar,
     refuse_empty,
+    prepare_device,
     select_device,
     wants_oracle_cache,
     worker_spec,
@@ -97,6 +98,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         )
     else:
         port_names = args.ports.split(",") if args.ports else list(BUILTIN_PORTS)
+        # The night runs on the CPU: its recipe before any port (or the mutants) imports Triton.
+        prepare_device("cpu")
         ports = [load_port(name) for name in port_names]
         suite = load_suite("nightly", size=args.size, numeric_size=args.numeric_size)
         shard = parse_shard(args.shard)
