@@ -37,7 +37,9 @@ def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str,
         f"suite {summary['suite']}  port {summary['port']}{device}  verdict {summary['verdict'].upper()}",
         f"items {summary['items']} ({summary['layout_cases']} layout cases, "
         f"{summary['workspace_configs']} workspace configs, {summary['merge_cases']} merge cases, "
-        f"{summary['prefill_cases']} prefill cases){seconds}",
+        f"{summary['prefill_cases']} prefill cases, {summary.get('sparse_cases', 0)} sparse batches, "
+        f"{summary.get('sparse_workspace_configs', 0)} sparse workspace configs, "
+        f"{summary.get('mask_cases', 0)} top-k mask cases){seconds}",
         f"parity {counts[PARITY]}  divergent {counts[DIVERGENT]}  "
         f"errors {counts[ORACLE_ERROR] + counts[PORT_ERROR]} "
         f"(oracle {counts[ORACLE_ERROR]}, port {counts[PORT_ERROR]})",
@@ -53,10 +55,10 @@ def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str,
             continue
         errors = c[ORACLE_ERROR] + c[PORT_ERROR]
         not_run = f"  not run {c[NOT_RUN]:>5}" if c[NOT_RUN] else ""
-        lines.append(f"  {level:<8} parity {c[PARITY]:>5}  divergent {c[DIVERGENT]:>5}  errors {errors:>4}{not_run}")
+        lines.append(f"  {level:<13} parity {c[PARITY]:>5}  divergent {c[DIVERGENT]:>5}  errors {errors:>4}{not_run}")
     for level, n in summary["numeric"].items():
         if n["items"]:
-            lines.append(f"  {level:<8} {numeric_text(n)}")
+            lines.append(f"  {level:<13} {numeric_text(n)}")
     lines += ["", f"{'level/family':<30}{'items':>7}{'parity':>8}{'divergent':>11}{'errors':>8}"]
     for family, c in summary["families"].items():
         total = sum(c.values())

@@ -39,12 +39,13 @@ def rows_of(tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> t
 def test_cpp_port_is_at_parity_at_every_level_on_ci(cpp_port: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 14's done-when: the C++ reference port runs the ci suite at every
     level (layout, workspace, merge over the protocol, prefill over the
-    protocol) and every item is bit-exact with the oracle."""
+    protocol, and since issue 28 the sparse levels) and every item is exact."""
     code = main(["run", "--suite", "ci", "--port", f"cmd:{cpp_port}"])
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     assert "port cpp-per-request  verdict PASS" in out and "divergent 0" in out
-    for level in ("layout", "merge", "prefill"):  # workspace items count at the layout level
+    # Workspace items count at the layout level, sparse workspace items at sparse-layout.
+    for level in ("layout", "merge", "prefill", "sparse-layout", "sparse-mask"):
         counts = re.search(rf"^  {level} +parity +(\d+) +divergent +(\d+) +errors +(\d+)", out, re.MULTILINE)
         assert counts and int(counts[1]) > 0 and counts[2] == counts[3] == "0", (level, out[-3000:])
 
@@ -102,7 +103,7 @@ def test_levels_the_port_does_not_declare_are_not_run(tmp_path: Path, capsys: py
     out = capsys.readouterr().out
     assert code == 1, out[-2000:]
     assert "verdict INCOMPLETE" in out
-    assert "its items at merge, prefill are not-run" in out
+    assert "its items at merge, prefill, sparse-layout, sparse-mask are not-run" in out
     rows = [json.loads(line) for line in results.read_text().splitlines()[1:]]
     by_level = {(r["level"], r["status"]) for r in rows}
     assert ("merge", "not-run") in by_level and ("prefill", "not-run") in by_level

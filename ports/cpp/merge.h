@@ -25,8 +25,9 @@ inline float load_as_fp32(const Tensor& t, i64 i) {
     case DType::F32: return t.f32(i);
     case DType::BF16: return bits_float(interpreter_bf16_to_fp32(t.bits16(i)));
     case DType::F16: return bits_float(numpy_fp16_to_fp32(t.bits16(i)));
+    case DType::I32: break;
   }
-  return 0.0f;
+  throw std::runtime_error("an I32 tensor is not a value tensor");
 }
 
 // Stores an fp32 result into element `i` the way the kernel's tl.store casts it.
@@ -35,7 +36,9 @@ inline void store_from_fp32(Tensor& t, i64 i, float v) {
     case DType::F32: t.set_f32(i, v); return;
     case DType::BF16: t.set_bits16(i, interpreter_fp32_to_bf16(float_bits(v))); return;
     case DType::F16: t.set_bits16(i, numpy_fp32_to_fp16(float_bits(v))); return;
+    case DType::I32: break;
   }
+  throw std::runtime_error("an I32 tensor is not a value tensor");
 }
 
 // Copies element `from_index` of `from` into element `to_index` of `to` (same dtype), bits unchanged.

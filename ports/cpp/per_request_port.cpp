@@ -5,6 +5,8 @@
 // exchanged as safetensors files.
 //
 // Written from the contract, like ports/per_request; it shares no code with vLLM.
+// The sparse path (SPEC 1d: sparse workspace, route, mask shapes, mask builder,
+// remap) is sparse.inc.
 // The merge is bit-exact with the oracle's Triton kernel as Triton's interpreter
 // runs it on a CPU: see merge.h, float32_math.h and float_casts.h for what that takes.
 // Build: g++ -O2 -std=c++17 -ffp-contract=off -o build/cpp-port ports/cpp/per_request_port.cpp
@@ -283,6 +285,8 @@ i64 workspace_size(const Json& c) {
   return (wanted + unit - 1) / unit * unit;
 }
 
+#include "sparse.inc"
+
 std::string reply(i64 id, const std::string& body) { return "{\"id\":" + std::to_string(id) + ",\"ok\":true" + body + "}"; }
 
 // Not a protocol level: the element-wise pieces of the merge on given inputs, so
@@ -334,7 +338,7 @@ int main() {
       id = request.has("id") ? request.int_at("id") : 0;
       const std::string op = request.string_at("op");
       if (op == "hello") {
-        std::cout << reply(id, ",\"protocol\":1,\"name\":\"cpp-per-request\",\"version\":\"1.0\",\"levels\":[\"layout\",\"merge\",\"prefill\"]");
+        std::cout << reply(id, ",\"protocol\":1,\"name\":\"cpp-per-request\",\"version\":\"1.0\",\"levels\":[\"layout\",\"merge\",\"prefill\",\"sparse-layout\",\"sparse-mask\"],\"ops\":[\"layout\",\"workspace_size\",\"merge\",\"prefill\",\"sparse_layout\",\"sparse_workspace_size\",\"topk_mask\",\"topk_remap\"]");
       } else if (op == "layout") {
         std::cout << reply(id, ",\"layout\":" + layout_json(request.at("case")));
       } else if (op == "workspace_size") {
@@ -344,6 +348,16 @@ int main() {
         std::cout << reply(id, "");
       } else if (op == "prefill") {
         port::prefill_op(request);
+        std::cout << reply(id, "");
+      } else if (op == "sparse_layout") {
+        std::cout << reply(id, ",\"sparse_layout\":" + sparse_layout_json(request.at("case")));
+      } else if (op == "sparse_workspace_size") {
+        std::cout << reply(id, ",\"workspace_size\":" + std::to_string(sparse_workspace_size(request.at("config"))));
+      } else if (op == "topk_mask") {
+        topk_mask_op(request);
+        std::cout << reply(id, "");
+      } else if (op == "topk_remap") {
+        topk_remap_op(request);
         std::cout << reply(id, "");
       } else if (op == "numerics_selftest") {
         std::cout << reply(id, numerics_selftest(request));

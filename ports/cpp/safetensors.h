@@ -1,7 +1,8 @@
 // Reading and writing safetensors files: an 8-byte little-endian header length,
 // a JSON header {name: {dtype, shape, data_offsets}, optional __metadata__},
-// then the raw little-endian data. Only the float dtypes the protocol exchanges
-// (BF16, F16, F32) are accepted; anything else is an error naming the tensor.
+// then the raw little-endian data. Only the dtypes the protocol exchanges (BF16,
+// F16, F32 values; I32 top-k indices and masks) are accepted; anything else is an
+// error naming the tensor.
 #pragma once
 
 #include <cstdint>
@@ -22,18 +23,19 @@
 
 namespace port {
 
-enum class DType { BF16, F16, F32 };
+enum class DType { BF16, F16, F32, I32 };
 
 inline const char* dtype_name(DType d) {
   switch (d) {
     case DType::BF16: return "BF16";
     case DType::F16: return "F16";
     case DType::F32: return "F32";
+    case DType::I32: return "I32";
   }
   return "?";
 }
 
-inline size_t dtype_size(DType d) { return d == DType::F32 ? 4 : 2; }
+inline size_t dtype_size(DType d) { return d == DType::F32 || d == DType::I32 ? 4 : 2; }
 
 // The number of elements of `shape`. A negative dimension is an error, and so is
 // a shape whose size in `element_size`-byte elements overflows int64 counting its
@@ -87,6 +89,12 @@ struct Tensor {
     return v;
   }
   void set_f32(i64 i, float v) { std::memcpy(data.data() + 4 * i, &v, 4); }
+  std::int32_t i32(i64 i) const {
+    std::int32_t v;
+    std::memcpy(&v, data.data() + 4 * i, 4);
+    return v;
+  }
+  void set_i32(i64 i, std::int32_t v) { std::memcpy(data.data() + 4 * i, &v, 4); }
   std::string describe() const { return dtype_name(dtype) + ints(shape); }
 };
 
@@ -96,7 +104,8 @@ inline DType parse_dtype(const std::string& name, const std::string& where) {
   if (name == "BF16") return DType::BF16;
   if (name == "F16") return DType::F16;
   if (name == "F32") return DType::F32;
-  throw std::runtime_error(where + ": dtype '" + name + "' is not one of BF16, F16, F32");
+  if (name == "I32") return DType::I32;
+  throw std::runtime_error(where + ": dtype '" + name + "' is not one of BF16, F16, F32, I32");
 }
 
 inline TensorMap read_safetensors(const std::string& path) {
