@@ -30,6 +30,7 @@ from harness.model import PRESETS, Case, MergeCase, WorkspaceConfig
 from harness.nightly import Night
 from harness.numeric import materialise_merge
 from harness.port import Port
+from harness.sparse_model import SparseCase, SparseWorkspaceConfig
 from harness.suites import Suite, load_suite, suite_names
 from reports.coverage import render_markdown, render_text
 from reports.nightly import render_html
@@ -48,7 +49,16 @@ MERGES = (
     MergeCase("m-none", 6, 3, 128, "bf16", "mixed", 11),
     MergeCase("m-all", 5, 2, 96, "fp32", "mixed", 12, prefill_tokens_with_context=5),
 )
-SYNTHETIC = Suite("synthetic", (LONG, DCP, ODD_BLOCK, NUMERIC), (ODD_CONFIG, PLAIN_CONFIG), MERGES)
+SPARSE = SparseCase("sparse", (3000, 0), (600, 5), 16, 163840, 256, 2048, tensor_parallel_size=8)
+SPARSE_CONFIG = SparseWorkspaceConfig(163840, 4, 64, 2048)
+SYNTHETIC = Suite(
+    "synthetic",
+    (LONG, DCP, ODD_BLOCK, NUMERIC),
+    (ODD_CONFIG, PLAIN_CONFIG),
+    MERGES,
+    sparse_cases=(SPARSE,),
+    sparse_workspace_configs=(SPARSE_CONFIG,),
+)
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +222,12 @@ class RefusingOracle:
     def workspace_size(self, config: WorkspaceConfig) -> int:
         raise RuntimeError("refused")
 
+    def plan_sparse(self, case: SparseCase) -> Any:
+        raise RuntimeError("refused")
+
+    def sparse_workspace_size(self, config: SparseWorkspaceConfig) -> int:
+        raise RuntimeError("refused")
+
 
 def _unmaterialisable(case: MergeCase) -> Any:
     raise RuntimeError("cannot build")
@@ -225,6 +241,8 @@ def test_refused_inputs_cover_nothing_but_their_refusal_count(monkeypatch: pytes
         "layout.oracle_refused": len(SYNTHETIC.cases),
         "grid.oracle_refused": len(SYNTHETIC.workspace_configs),
         "merge.not_materialised": len(SYNTHETIC.merge_cases),
+        "sparse.oracle_refused": len(SYNTHETIC.sparse_cases),
+        "sparse_grid.oracle_refused": len(SYNTHETIC.sparse_workspace_configs),
     }
     assert set(counts) == set(REFUSAL_FEATURES) and all(counts.values())
     assert {k: refused[k] for k in counts} == counts
@@ -355,7 +373,12 @@ def test_command_fails_when_the_oracle_refuses(
     code, out, _ = run_cli(capsys, "coverage", "--suite", "smoke", "--targets", str(path))
     assert code == 1, out
     missed = [line.split()[0] for line in out.splitlines() if "MISSED" in line and not line.startswith("Coverage")]
-    assert sorted(missed) == ["grid.oracle_refused", "layout.oracle_refused"]
+    assert sorted(missed) == [
+        "grid.oracle_refused",
+        "layout.oracle_refused",
+        "sparse.oracle_refused",
+        "sparse_grid.oracle_refused",
+    ]
 
 
 def test_report_only_rows_are_shown_never_met(synthetic: CoverageReport) -> None:
