@@ -58,7 +58,7 @@ def check_sparse_layout(value: Any, where: str = "plan_sparse") -> SparseLayout:
         _check_bool(getattr(value, name), f"{where}: {name}")
     _check_bool(value.masks_fit, f"{where}: masks_fit", optional=True)
     _check_bool(value.global_mask_fits, f"{where}: global_mask_fits", optional=True)
-    if type(value.route) is not str or value.route not in (*ROUTES, "masked-mha-unavailable"):
+    if type(value.route) is not str or value.route not in ROUTES:
         raise PortValueError(f"{where}: route {value.route!r:.40} is not one of {', '.join(ROUTES)}")
     _check_shape(value.global_mask_shape, f"{where}: global_mask_shape", optional=True)
     _check_shape(value.suffix_mask_shape, f"{where}: suffix_mask_shape")

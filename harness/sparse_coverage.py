@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 BUCKETS = ("2048", "4096", "8192", "16384", "32768", "beyond")
 EDGE_LABELS = tuple(f"{edge}{d}" for edge in BUCKETS[:-1] for d in ("-1", "", "+1"))
-ROUTE_LABELS = ("dense-mha", "masked-mha", "mqa", "masked-mha-unavailable")
+ROUTE_LABELS = ("dense-mha", "masked-mha", "mqa", "masked-mha-unavailable", "masked-mha-overflow")
 FIT_LABELS = ("fits", "misses", "fits-exactly", "misses-by-one")
 TERMS = ("8*max_model_len", "4*max_num_seqs*block_size", "65536", "max_num_seqs*index_topk", "block_size floor")
 MINIMUMS: dict[tuple[str, int], tuple[int | None, ...]] = {

@@ -13,8 +13,8 @@ carries its family's name):
 - ``sparse-fit``: a mask workspace that fits the suffix and chunk masks (or the
   global mask) exactly, by one word, or misses by one;
 - ``sparse-tile``: longest queries of 128, 129, 256 and 257 (the tile switch);
-- ``sparse-force``: the three forcing flags, alone and together, and the masked
-  kernel missing;
+- ``sparse-force``: the three forcing flags, alone and together, the masked
+  kernel missing, and mask workspaces too small for a forced masked run;
 - ``sparse-mixed``: heterogeneous batches with zero-context requests,
   continuations and DCP worlds (the masked route is off under DCP);
 - ``topk-mask-*`` (L2): one form each (single, batched, global), query lengths
@@ -29,6 +29,7 @@ import itertools
 import random
 
 from harness.sparse_model import (
+    DEFAULT_MASK_WORKSPACE_WORDS,
     SPARSE_BACKENDS,
     TOPK_PATTERNS,
     SparseCase,
@@ -161,6 +162,8 @@ def _force_case(rng: random.Random, name: str) -> SparseCase:
         index_topk=2048,
         tensor_parallel_size=8,
         masked_kernel=rng.random() < 0.7,
+        # A small mask workspace: a forced masked run whose masks do not fit.
+        mask_workspace_words=rng.choice((DEFAULT_MASK_WORKSPACE_WORDS, 20000, 300000)),
         force_dense_mha=flags[0],
         force_masked_mha=flags[1],
         force_mqa=flags[2],

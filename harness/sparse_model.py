@@ -36,8 +36,11 @@ SPARSE_BACKENDS = (
 # int32 words (0.28.0: 128 MiB; 0.27.1 allocated 64 MiB).
 DEFAULT_MASK_WORKSPACE_WORDS = 128 * 1024 * 1024 // 4
 
-# The three ways the prefill tokens of a sparse batch are attended (SPEC 1d).
-ROUTES = ("dense-mha", "masked-mha", "mqa")
+# The ways the prefill tokens of a sparse batch are attended (SPEC 1d), and the
+# two masked routes upstream cannot run: masked MHA forced without the masked
+# kernel (forward_mha asserts), and a masked run whose suffix or chunk mask does
+# not fit the mask workspace (0.28.0's _run_masked_mha raises; 0.27.1's view fails).
+ROUTES = ("dense-mha", "masked-mha", "mqa", "masked-mha-unavailable", "masked-mha-overflow")
 
 # The forms a top-k mask is built in: one request (its own kernel), several
 # requests (the batched kernel), or the global mask over whole sequences with
@@ -192,7 +195,8 @@ class SparseLayout:
       workspace; ``None`` for a release without that check (0.27.1);
     - ``use_masked_mha``: the whole masked condition (kernel available, no DCP,
       threshold, fit);
-    - ``route``: one of :data:`ROUTES`;
+    - ``route``: one of :data:`ROUTES` (``masked-mha-overflow``: the masked
+      route chosen, but a per-range mask it would build does not fit);
     - ``global_mask_shape`` / ``global_mask_fits``: the global mask over whole
       sequences (one reserved word per row); ``None`` for a batch without
       context, for which none is ever built;

@@ -193,8 +193,9 @@ def load_suite(name: str, size: int | None = None, numeric_size: int | None = No
     sparse_cases: list[SparseCase] = []
     # --size scales the sparse batches as it scales every later layout group.
     first_count = int(layout_groups[0]["count"]) if layout_groups else 0
+    # A reduced run keeps at least one sparse batch per group while it generates anything.
     sparse_counts = [
-        int(g["count"]) if size is None or not first_count else int(g["count"]) * size // first_count
+        int(g["count"]) if size is None or not first_count else max(int(g["count"]) * size // first_count, min(size, 1))
         for g in sparse_groups
     ]
     for group, count in zip(sparse_groups, sparse_counts, strict=True):

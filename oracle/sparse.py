@@ -63,9 +63,16 @@ class _ShapeAsked(Exception):
         self.shape = shape
 
 
+class _ViewFails(Exception):
+    """Raised by the workspace probe where torch's ``view`` would fail: the slice
+    holds fewer words than the shape asked for (0.27.1 never checks first)."""
+
+
 class _WorkspaceProbe:
-    """A mask workspace of ``words`` int32 words that allocates nothing: its
-    slice's ``view`` raises :class:`_ShapeAsked` with the requested shape."""
+    """A mask workspace of ``words`` int32 words that allocates nothing: a slice
+    ``[:n]`` holds ``min(n, words)`` of them, and its ``view`` raises
+    :class:`_ShapeAsked` with the requested shape, or :class:`_ViewFails` when
+    the slice is too short for it (as torch's view would)."""
 
     def __init__(self, words: int) -> None:
         self.words = words
@@ -73,11 +80,14 @@ class _WorkspaceProbe:
     def numel(self) -> int:
         return self.words
 
-    def __getitem__(self, key: Any) -> _WorkspaceProbe:
-        return self
+    def __getitem__(self, key: slice) -> _WorkspaceProbe:
+        return _WorkspaceProbe(min(self.words, key.stop if key.stop is not None else self.words))
 
     def view(self, *shape: int) -> Any:
-        raise _ShapeAsked((int(shape[0]), int(shape[1]), int(shape[2])))
+        asked = (int(shape[0]), int(shape[1]), int(shape[2]))
+        if asked[0] * asked[1] * asked[2] != self.words:
+            raise _ViewFails(asked)
+        raise _ShapeAsked(asked)
 
 
 class _KeptMask(Exception):
@@ -130,8 +140,12 @@ class SparseOracle:
         sizing = self.sparse.SparseMLACommonMetadataBuilder.determine_chunked_prefill_workspace_size
         return int(sizing(vllm_config))
 
-    def _per_range_shape(self, q_lens: list[int], max_query_len: int, max_key_len: int) -> Shape:
-        """The view ``_run_masked_mha`` takes of the mask workspace for a per-range mask."""
+    def _per_range_shape(
+        self, q_lens: list[int], max_query_len: int, max_key_len: int, words: int = _UNBOUNDED
+    ) -> Shape:
+        """The view ``_run_masked_mha`` takes of a ``words``-word mask workspace for
+        a per-range mask; raises :class:`_ViewFails` or the release's own error
+        where the mask does not fit."""
         impl = self.sparse.SparseMLACommonImpl
         try:
             with _without_cuda_modules():
@@ -147,11 +161,26 @@ class SparseOracle:
                     topk_per_req=[],
                     q_lens=q_lens,
                     causal=False,
-                    topk_mask_workspace=_WorkspaceProbe(_UNBOUNDED),
+                    topk_mask_workspace=_WorkspaceProbe(words),
                 )
         except _ShapeAsked as asked:
             return asked.shape
         raise RuntimeError("_run_masked_mha built no per-range mask view")
+
+    def _overflows(self, calls: list[tuple[list[int], int, int]], words: int) -> bool:
+        """Whether any of these ``_run_masked_mha`` calls (q_lens, max query, max
+        keys) fails for want of mask workspace: 0.28.0 raises its ValueError
+        ("needs N int32 words"), 0.27.1's view of a short slice fails."""
+        for q_lens, max_query, max_keys in calls:
+            try:
+                self._per_range_shape(q_lens, max_query, max_keys, words)
+            except _ViewFails:
+                return True
+            except ValueError as exc:
+                if "int32 words" not in str(exc):
+                    raise
+                return True
+        return False
 
     def _global_mask(self, q_lens: list[int], max_query_len: int, max_seq_len: int, words: int) -> tuple[Shape, bool]:
         """``_try_build_global_mask``'s shape and verdict for a ``words``-word workspace."""
@@ -235,7 +264,10 @@ class SparseOracle:
             )
         else:
             suffix_shape = self._per_range_shape(q_lens, max_query, max_query)
-            chunk_shapes = tuple(self._chunk_shape(q_lens, max_query, c) for c in layout.chunks)
+            chunk_shapes = tuple(self._per_range_shape(*self._chunk_call(q_lens, max_query, c)) for c in layout.chunks)
+            calls = [(q_lens, max_query, max_query)] + [self._chunk_call(q_lens, max_query, c) for c in layout.chunks]
+            if route == "masked-mha" and self._overflows(calls, mask_words):
+                route = "masked-mha-overflow"
         return SparseLayout(
             workspace_size=workspace,
             layout=layout,
@@ -252,13 +284,12 @@ class SparseOracle:
             chunk_mask_shapes=chunk_shapes,
         )
 
-    def _chunk_shape(self, q_lens: list[int], max_query: int, chunk: Any) -> Shape:
-        # _compute_context_mha's call: 0.28.0 passes the chunk's own requests and
-        # query maximum, 0.27.1 every request and the batch's.
+    def _chunk_call(self, q_lens: list[int], max_query: int, chunk: Any) -> tuple[list[int], int, int]:
+        """``_compute_context_mha``'s per-range call for ``chunk``: 0.28.0 passes the
+        chunk's own requests and query maximum, 0.27.1 every request and the batch's."""
         if self.legacy:
-            return self._per_range_shape(q_lens, max_query, chunk.max_seq_len)
-        requests = q_lens[chunk.request_start : chunk.request_end]
-        return self._per_range_shape(requests, chunk.max_query_len, chunk.max_seq_len)
+            return q_lens, max_query, chunk.max_seq_len
+        return q_lens[chunk.request_start : chunk.request_end], chunk.max_query_len, chunk.max_seq_len
 
     # -- L2 ---------------------------------------------------------------------------------
 

@@ -79,6 +79,10 @@ def test_route_takes_each_value_and_agrees(oracle: Any) -> None:
         "masked-mha-unavailable": _batch(
             context_lens=(1000, 0, 5), query_lens=(600, 5, 100), force_masked_mha=True, masked_kernel=False
         ),
+        # Forced masked MHA on a batch whose suffix mask (3 x 640 rows x 19 words) the workspace cannot hold.
+        "masked-mha-overflow": _batch(
+            context_lens=(1000, 0, 5), query_lens=(600, 5, 100), force_masked_mha=True, mask_workspace_words=30000
+        ),
     }
     for route, case in routes.items():
         mine, theirs = PER_REQUEST.plan_sparse(case), oracle.plan_sparse(case)

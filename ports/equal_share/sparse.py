@@ -60,6 +60,11 @@ def legacy_plan_sparse(case: SparseCase) -> SparseLayout:
     else:
         suffix_shape = topk_mask_shape(batch, max_query, max_query)
         chunk_shapes = tuple(topk_mask_shape(batch, max_query, chunk.max_seq_len) for chunk in layout.chunks)
+    # 0.27.1 views the mask workspace as each per-range mask without checking it fits.
+    mask_words = case.mask_workspace_words if case.masked_kernel else 0
+    per_range = () if global_fits else (suffix_shape, *chunk_shapes)
+    if route == "masked-mha" and any(s[0] * s[1] * s[2] > mask_words for s in per_range):
+        route = "masked-mha-overflow"
     return SparseLayout(
         workspace_size=workspace,
         layout=layout,

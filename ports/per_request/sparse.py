@@ -131,6 +131,8 @@ def route_sparse(case: SparseCase, workspace: int, layout: Layout) -> SparseLayo
             topk_mask_shape(chunk.request_end - chunk.request_start, chunk.max_query_len, chunk.max_seq_len)
             for chunk in layout.chunks
         )
+    if route == "masked-mha" and any(_words(shape) > mask_words for shape in (suffix_shape, *chunk_shapes)):
+        route = "masked-mha-overflow"
     return SparseLayout(
         workspace_size=workspace,
         layout=layout,
