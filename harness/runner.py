@@ -11,7 +11,7 @@ import contextlib
 import re
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -227,28 +227,55 @@ def compare_case(oracle: Port, port: Port, case: Case, timeout_s: float = DEFAUL
     return result
 
 
+def both_sides(
+    result: CaseResult,
+    ask_oracle: Callable[[], Any],
+    ask_port: Callable[[], Any],
+    port: Port,
+    timeout_s: float,
+) -> tuple[Any, Any] | None:
+    """The oracle's answer, then the port's (within ``timeout_s``), each call
+    also checking what it got; a side that raises marks ``result``
+    ``oracle-error`` or ``port-error`` and gives None."""
+    try:
+        expected = ask_oracle()
+    except BaseException as exc:
+        reraise_interrupt(exc)
+        result.status, result.error = ORACLE_ERROR, _one_line(exc)
+        return None
+    try:
+        with time_limit(limit_for(port, timeout_s)):
+            got = ask_port()
+    except BaseException as exc:
+        reraise_interrupt(exc)
+        result.status, result.error = PORT_ERROR, _one_line(exc)
+        return None
+    return expected, got
+
+
+def compare_sizes(result: CaseResult, method: str, item: Any, oracle: Port, port: Port, timeout_s: float) -> CaseResult:
+    """A workspace-size item: both sides' ``method(item)`` typed as ints (no
+    coercion), compared exactly; a difference is field ``method``."""
+    answers = both_sides(
+        result,
+        lambda: check_int(getattr(oracle, method)(item), f"the oracle's {method} returned"),
+        lambda: check_int(getattr(port, method)(item), f"{method} returned"),
+        port,
+        timeout_s,
+    )
+    if answers is not None:
+        result.oracle_workspace, result.port_workspace = answers
+        if result.oracle_workspace != result.port_workspace:
+            result.status = DIVERGENT
+            result.divergence = Divergence(method, result.oracle_workspace, result.port_workspace)
+    return result
+
+
 def compare_workspace(
     oracle: Port, port: Port, config: WorkspaceConfig, timeout_s: float = DEFAULT_PORT_TIMEOUT_S
 ) -> CaseResult:
     result = CaseResult(config.name, "workspace-size", "workspace", PARITY)
-    try:
-        result.oracle_workspace = check_int(oracle.workspace_size(config), "the oracle's workspace_size returned")
-    except BaseException as exc:
-        reraise_interrupt(exc)
-        result.status, result.error = ORACLE_ERROR, _one_line(exc)
-        return result
-    try:
-        with time_limit(limit_for(port, timeout_s)):
-            value = port.workspace_size(config)
-        result.port_workspace = check_int(value, "workspace_size returned")
-    except BaseException as exc:
-        reraise_interrupt(exc)
-        result.status, result.error = PORT_ERROR, _one_line(exc)
-        return result
-    if result.oracle_workspace != result.port_workspace:
-        result.status = DIVERGENT
-        result.divergence = Divergence("workspace_size", result.oracle_workspace, result.port_workspace)
-    return result
+    return compare_sizes(result, "workspace_size", config, oracle, port, timeout_s)
 
 
 @dataclass
