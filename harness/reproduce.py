@@ -117,9 +117,10 @@ def sparse_workspace_config_named(name: str) -> SparseWorkspaceConfig | None:
     config = SparseWorkspaceConfig(*values)
     if config.name != name:
         return None
-    if min(values) < 1:
-        raise CaseError(name, None, "every field of a sparse workspace configuration must be >= 1")
-    return config
+    from harness.sparse_inputs import sparse_workspace_config_from_json
+
+    # The item file's limits hold for a configuration named by its id too.
+    return sparse_workspace_config_from_json(config.to_json(), name)
 
 
 def _known_suites() -> list[str]:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from harness.sparse_model import PINNED_MASK_WORKSPACE_WORDS
+
 if TYPE_CHECKING:
     from harness.coverage import Feature, _Tally
     from harness.port import Port
@@ -71,11 +73,11 @@ def sparse_features(make: Any) -> tuple[Feature, ...]:
     )
 
 
-def _fit_labels(needed: int, words: int) -> list[str]:
-    labels = ["fits" if needed <= words else "misses"]
-    if needed == words:
+def _fit_labels(verdict: bool, needed: int, words: int) -> list[str]:
+    labels = ["fits" if verdict else "misses"]
+    if verdict and needed == words:
         labels.append("fits-exactly")
-    if needed == words + 1:
+    if not verdict and needed == words + 1:
         labels.append("misses-by-one")
     return labels
 
@@ -101,22 +103,30 @@ def _measure_batch(tally: _Tally, case: Any, layout: Any) -> None:
         gap = max_query - minimums[bucket]
         if abs(gap) <= 1:
             tally.add("sparse.query_edges", {-1: "min-1", 0: "min", 1: "min+1"}[gap])
-    words = case.mask_workspace_words if case.masked_kernel else 0
+    # The verdicts are the oracle's; an edge (fits exactly, misses by one) is
+    # counted only where the harness's word count agrees with that verdict.
+    words = 0 if not case.masked_kernel else case.mask_workspace_words
+    words = PINNED_MASK_WORKSPACE_WORDS if words is None else words
     if layout.masks_fit is not None and case.masked_kernel:
         longest = max((c.max_seq_len for c in layout.layout.chunks), default=0)
         tile = 128 if max_query <= 128 else 256
         needed = len(case.query_lens) * (-(-max_query // tile) * tile) * (-(-max(max_query, longest) // 32))
-        for label in _fit_labels(needed, words):
+        for label in _fit_labels(layout.masks_fit, needed, words):
             tally.add("sparse.masks_fit", label)
-    if layout.global_mask_shape is not None and case.masked_kernel:
-        for label in _fit_labels(_words(layout.global_mask_shape), words):
+    if layout.global_mask_shape is not None and layout.global_mask_fits is not None and case.masked_kernel:
+        for label in _fit_labels(layout.global_mask_fits, _words(layout.global_mask_shape), words):
             tally.add("sparse.global_mask", label)
     if max_query in (127, 128, 129, 255, 256, 257):
         tally.add("sparse.tile_queries", max_query)
-    for flag, label in ((case.force_dense_mha, "dense"), (case.force_masked_mha, "masked"), (case.force_mqa, "mqa")):
-        if flag:
-            tally.add("sparse.forced", label)
-    if not case.masked_kernel:
+    # A flag counts where it decided the oracle's route, not where it is merely set.
+    within = max_seq <= case.index_topk
+    if case.force_dense_mha and layout.route == "dense-mha" and not within:
+        tally.add("sparse.forced", "dense")
+    if case.force_masked_mha and layout.route.startswith("masked") and within:
+        tally.add("sparse.forced", "masked")
+    if case.force_mqa and layout.route == "mqa" and (within or layout.use_masked_mha):
+        tally.add("sparse.forced", "mqa")
+    if not case.masked_kernel and layout.masked_threshold:
         tally.add("sparse.forced", "no-kernel")
 
 
@@ -140,7 +150,9 @@ def _measure_mask(tally: _Tally, case: Any) -> None:
         tally.count("mask.padding", int((topk == -1).sum()))
 
 
-def _binding_term(config: Any) -> str:
+def _binding_term(config: Any, size: int) -> str | None:
+    """The term of the sparse size the oracle's ``size`` equals (None where DCP
+    rounding moved it off every term)."""
     terms = {
         "8*max_model_len": 8 * config.max_model_len,
         "4*max_num_seqs*block_size": 4 * config.max_num_seqs * config.block_size,
@@ -148,7 +160,9 @@ def _binding_term(config: Any) -> str:
     larger = max(terms, key=lambda k: terms[k])
     capped = {larger: terms[larger], "65536": 65536, "max_num_seqs*index_topk": config.max_num_seqs * config.index_topk}
     chosen = min(capped, key=lambda k: capped[k])
-    return "block_size floor" if capped[chosen] < config.block_size else chosen
+    if capped[chosen] < config.block_size:
+        return "block_size floor" if size == config.block_size else None
+    return chosen if size == capped[chosen] else None
 
 
 def measure_sparse(tally: _Tally, suite: Suite, oracle: Port) -> None:
@@ -163,9 +177,11 @@ def measure_sparse(tally: _Tally, suite: Suite, oracle: Port) -> None:
         _measure_mask(tally, mask_case)
     for config in suite.sparse_workspace_configs:
         try:
-            oracle.sparse_workspace_size(config)  # type: ignore[attr-defined]
+            size = oracle.sparse_workspace_size(config)  # type: ignore[attr-defined]
         except Exception:
             tally.count("sparse_grid.oracle_refused")
             continue
         tally.count("sparse_grid.configs")
-        tally.add("sparse_grid.binding_terms", _binding_term(config))
+        term = _binding_term(config, size)
+        if term is not None:
+            tally.add("sparse_grid.binding_terms", term)

@@ -29,7 +29,6 @@ import itertools
 import random
 
 from harness.sparse_model import (
-    DEFAULT_MASK_WORKSPACE_WORDS,
     SPARSE_BACKENDS,
     TOPK_PATTERNS,
     SparseCase,
@@ -163,7 +162,8 @@ def _force_case(rng: random.Random, name: str) -> SparseCase:
         tensor_parallel_size=8,
         masked_kernel=rng.random() < 0.7,
         # A small mask workspace: a forced masked run whose masks do not fit.
-        mask_workspace_words=rng.choice((DEFAULT_MASK_WORKSPACE_WORDS, 20000, 300000)),
+        mask_workspace_words=rng.choice((None, 20000, 300000)),
+        dcp_world_size=rng.choice((1, 1, 1, 2)),
         force_dense_mha=flags[0],
         force_masked_mha=flags[1],
         force_mqa=flags[2],

@@ -36,8 +36,10 @@ if TYPE_CHECKING:
 SPARSE_KINDS = ("sparse", "sparse-workspace", "topk-mask")
 # index_topk beyond this is refused before anything is allocated.
 MAX_INDEX_TOPK = 1 << 16
-# A mask case's indices: rows times index_topk, bounded likewise.
+# A mask case's indices (rows times index_topk) and its mask's words, bounded
+# likewise: the oracle interprets one Triton program per mask row.
 MAX_TOPK_ELEMENTS = 1 << 24
+MAX_MASK_WORDS = 1 << 22
 
 
 def _bool(source: str, field: str, value: Any) -> bool:
@@ -67,14 +69,21 @@ def _family(data: dict[str, Any], default: str, source: str) -> str:
 
 
 def _name(data: dict[str, Any], source: str) -> str:
+    """A name an item id can carry (``NAME[KIND]``): no spaces, no brackets."""
     value = data["name"]
-    if not isinstance(value, str) or not value:
-        raise CaseError(source, "name", f"must be a non-empty string, got {json.dumps(value)}")
+    if not isinstance(value, str) or not value or any(c.isspace() or c in "[]" for c in value):
+        raise CaseError(
+            source, "name", f"must be a non-empty string without spaces or brackets, got {json.dumps(value)}"
+        )
     return value
 
 
 def sparse_workspace_config_from_json(data: dict[str, Any], source: str) -> SparseWorkspaceConfig:
-    _known(data, SparseWorkspaceConfig, source, "sparse-workspace")
+    allowed = {f.name for f in dataclasses.fields(SparseWorkspaceConfig)} | {"kind", "description", "name"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise CaseError(source, unknown[0], "is not a sparse-workspace field")
+    given_name = data.get("name")
     data = {k: v for k, v in data.items() if k not in ("kind", "description", "name")}
     _missing(data, ("max_model_len", "max_num_seqs", "block_size", "index_topk"), source)
     values = {
@@ -91,7 +100,10 @@ def sparse_workspace_config_from_json(data: dict[str, Any], source: str) -> Spar
             LIMITS["cp_kv_cache_interleave_size"],
         ),
     }
-    return SparseWorkspaceConfig(**values)
+    config = SparseWorkspaceConfig(**values)
+    if given_name is not None and given_name != config.name:
+        raise CaseError(source, "name", f"{json.dumps(given_name)} is not this configuration's name {config.name}")
+    return config
 
 
 def sparse_case_from_json(data: dict[str, Any], source: str) -> SparseCase:
@@ -135,12 +147,10 @@ def sparse_case_from_json(data: dict[str, Any], source: str) -> SparseCase:
         cp_kv_cache_interleave_size=config.cp_kv_cache_interleave_size,
         backend=backend,
         tensor_parallel_size=_int(source, "tensor_parallel_size", data.get("tensor_parallel_size", 1), 1, 1024),
-        mask_workspace_words=_int(
-            source,
-            "mask_workspace_words",
-            data.get("mask_workspace_words", SparseCase.mask_workspace_words),
-            0,
-            1 << 34,
+        mask_workspace_words=(
+            None
+            if data.get("mask_workspace_words") is None
+            else _int(source, "mask_workspace_words", data["mask_workspace_words"], 0, 1 << 34)
         ),
         family=family,
         **flags,
@@ -200,8 +210,8 @@ def topk_mask_case_from_json(data: dict[str, Any], source: str) -> TopkMaskCase:
         raise CaseError(source, "form", "'batched' takes two requests or more (one runs the single-request kernel)")
     tile = 128 if max(query) <= 128 else 256
     mask_words = len(query) * (-(-max(query) // tile) * tile) * (-(-max(seqs) // 32) + 1)
-    if mask_words > MAX_TOPK_ELEMENTS:
-        raise CaseError(source, "seq_lens", f"the mask would take {mask_words} words, more than {MAX_TOPK_ELEMENTS}")
+    if mask_words > MAX_MASK_WORDS:
+        raise CaseError(source, "seq_lens", f"the mask would take {mask_words} words, more than {MAX_MASK_WORDS}")
     pattern = data.get("pattern", "uniform")
     if pattern not in TOPK_PATTERNS:
         raise CaseError(source, "pattern", f"must be one of {', '.join(TOPK_PATTERNS)}, got {json.dumps(pattern)}")

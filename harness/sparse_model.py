@@ -32,14 +32,16 @@ SPARSE_BACKENDS = (
     "XPU_MLA_SPARSE",
 )
 
-# The mask workspace both releases allocate when masked MHA is available, in
-# int32 words (0.28.0: 128 MiB; 0.27.1 allocated 64 MiB).
-DEFAULT_MASK_WORKSPACE_WORDS = 128 * 1024 * 1024 // 4
+# The mask workspace each release allocates when masked MHA is available, in
+# int32 words: a case's ``mask_workspace_words`` of None means this one.
+PINNED_MASK_WORKSPACE_WORDS = 128 * 1024 * 1024 // 4  # 0.28.0: 128 MiB
+LEGACY_MASK_WORKSPACE_WORDS = 64 * 1024 * 1024 // 4  # 0.27.1: 64 MiB
 
 # The ways the prefill tokens of a sparse batch are attended (SPEC 1d), and the
-# two masked routes upstream cannot run: masked MHA forced without the masked
-# kernel (forward_mha asserts), and a masked run whose suffix or chunk mask does
-# not fit the mask workspace (0.28.0's _run_masked_mha raises; 0.27.1's view fails).
+# two masked routes upstream cannot run: masked MHA forced where it cannot run
+# (no masked kernel: forward_mha asserts; a batch with context under DCP:
+# _compute_context_mha raises), and a masked run whose masks do not fit the mask
+# workspace (0.28.0's _run_masked_mha raises; 0.27.1's view of it fails).
 ROUTES = ("dense-mha", "masked-mha", "mqa", "masked-mha-unavailable", "masked-mha-overflow")
 
 # The forms a top-k mask is built in: one request (its own kernel), several
@@ -91,7 +93,8 @@ class SparseCase:
     Invariants (:func:`harness.sparse_inputs.validate_sparse_case`): the batch
     fields as for :class:`harness.model.Case`; ``index_topk >= 1``;
     ``backend`` is one of :data:`SPARSE_BACKENDS`; ``tensor_parallel_size >= 1``;
-    ``mask_workspace_words >= 0``. ``masked_kernel`` says whether the masked
+    ``mask_workspace_words >= 0``, or None for the workspace the release itself
+    allocates (0.28.0: 128 MiB, 0.27.1: 64 MiB). ``masked_kernel`` says whether the masked
     kernel exists for this model on this device (upstream's
     ``_is_masked_mha_available``: a Blackwell GPU, FlashAttention 4, the
     DeepSeek-V3.2 head shapes, an unquantised cache); without it there is no
@@ -112,7 +115,7 @@ class SparseCase:
     backend: str = SPARSE_BACKENDS[0]
     tensor_parallel_size: int = 1
     masked_kernel: bool = True
-    mask_workspace_words: int = DEFAULT_MASK_WORKSPACE_WORDS
+    mask_workspace_words: int | None = None
     force_dense_mha: bool = False
     force_masked_mha: bool = False
     force_mqa: bool = False

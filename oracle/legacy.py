@@ -274,11 +274,14 @@ class LegacyOracleSide(SparseSideMixin):
                     raise LegacyRefusal(REFUSALS[key]) from None
             raise LegacyRefusal(f"{REFUSES}: {line} in its {BUILDER}") from None
 
-    def plan_layout(self, case: Case) -> Layout:
+    def plan_layout(self, case: Case, check_loop: bool = True) -> Layout:
+        """0.27.1's plan of ``case``; under DCP also its context loop's refusals
+        (``check_loop``), which only a batch that runs that loop meets: the
+        sparse path runs it on the dense-MHA route alone."""
         metadata = self.upstream_metadata(case)
         if metadata is None:
             return Layout(chunks=())
-        if case.dcp_world_size > 1:
+        if case.dcp_world_size > 1 and check_loop:
             self.check_dcp_loop(case, metadata)
         qsl = tuple(case.query_start_loc)
         n = case.num_requests

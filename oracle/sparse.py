@@ -182,15 +182,21 @@ class SparseOracle:
                 return True
         return False
 
-    def _global_mask(self, q_lens: list[int], max_query_len: int, max_seq_len: int, words: int) -> tuple[Shape, bool]:
-        """``_try_build_global_mask``'s shape and verdict for a ``words``-word workspace."""
+    def _global_mask(
+        self, q_lens: list[int], max_query_len: int, max_seq_len: int, words: int
+    ) -> tuple[Shape, bool, bool]:
+        """``_try_build_global_mask``'s shape and verdict for a ``words``-word
+        workspace, and whether its view of that workspace fails (0.27.1 checks a
+        fixed 64 MiB, then views the workspace it was given unchecked)."""
         build = self.sparse.SparseMLACommonImpl._try_build_global_mask
 
-        def attempt(workspace_words: int) -> Shape | None:
+        def attempt(workspace_words: int) -> Shape | bool | None:
             try:
                 found = build([], q_lens, max_query_len, max_seq_len, _WorkspaceProbe(workspace_words))
             except _ShapeAsked as asked:
                 return asked.shape
+            except _ViewFails:
+                return False
             if found is not None:
                 raise RuntimeError("_try_build_global_mask returned a mask from a probe")
             return None
@@ -198,26 +204,28 @@ class SparseOracle:
         if self.legacy:
             with mock.patch.object(self.sparse, "GLOBAL_TOPK_MASK_MAX_BYTES", _UNBOUNDED):
                 shape = attempt(_UNBOUNDED)
-            verdict = attempt(_UNBOUNDED)
         else:
             shape = attempt(_UNBOUNDED)
-            verdict = attempt(words)
-        if shape is None:
+        verdict = attempt(words)
+        if not isinstance(shape, tuple):
             raise RuntimeError("_try_build_global_mask refused an unbounded workspace")
-        return shape, verdict is not None
+        return shape, verdict is not None, verdict is False
 
     def plan(self, case: SparseCase) -> SparseLayout:
         torch = self.torch
         workspace = self.workspace_size(case.workspace_config)
         planned: Case = case.planned_case(workspace)
         metadata = self.side.upstream_metadata(planned) if any(case.context_lens) else None
-        layout = self.side.plan_layout(planned) if metadata is not None else Layout(chunks=())
+        # 0.27.1's DCP context loop runs on the dense-MHA route only: its refusals are checked there (below).
+        layout: Layout = Layout(chunks=())
+        if metadata is not None:
+            layout = self.side.plan_layout(planned, check_loop=False) if self.legacy else self.side.plan_layout(planned)
         q_lens = list(case.query_lens)
         max_query = max(q_lens)
         # SparseMLACommonMetadataBuilder.build: prefill_max_seq_len is the
         # longest seq_lens_cpu entry of the prefills (context plus new tokens).
         max_seq = max(c + q for c, q in zip(case.context_lens, case.query_lens, strict=True))
-        mask_words = case.mask_workspace_words if case.masked_kernel else 0
+        mask_words = self._mask_words(case)
         # SparseMLACommonMetadataBuilder.build:
         #   use_dense_mha = prefill_max_seq_len <= self.topk_tokens and not sparse_mla_force_mqa
         use_dense = max_seq <= case.index_topk and not case.force_mqa
@@ -250,11 +258,18 @@ class SparseOracle:
             # masked path asserts masked_mha_available.
             dense = case.force_dense_mha or (max_seq <= case.index_topk and not case.force_masked_mha)
             route = "dense-mha" if dense else ("masked-mha" if case.masked_kernel else "masked-mha-unavailable")
+        if self.legacy and route == "dense-mha" and metadata is not None and case.dcp_world_size > 1:
+            self.side.check_dcp_loop(planned, metadata)
+        if route == "masked-mha" and metadata is not None and self._context_loop_refuses(case.dcp_world_size):
+            route = "masked-mha-unavailable"
         global_shape: Shape | None = None
         global_fits: bool | None = None
+        global_view_fails = False
         if metadata is not None:
-            global_shape, global_fits = self._global_mask(q_lens, max_query, max_seq, mask_words)
+            global_shape, global_fits, global_view_fails = self._global_mask(q_lens, max_query, max_seq, mask_words)
         if global_shape is not None and global_fits:
+            if route == "masked-mha" and global_view_fails:
+                route = "masked-mha-overflow"
             suffix_shape = global_shape
             # _compute_context_mha: 0.28.0 reads dense_mask[chunk.request_slice];
             # 0.27.1 hands every chunk the whole mask.
@@ -283,6 +298,37 @@ class SparseOracle:
             suffix_mask_shape=suffix_shape,
             chunk_mask_shapes=chunk_shapes,
         )
+
+    def _context_loop_refuses(self, dcp_world_size: int) -> bool:
+        """Whether ``_compute_context_mha`` refuses to run (it raises
+        NotImplementedError under decode context parallelism), called on a batch
+        of no chunks so that nothing past its own checks runs."""
+        # No chunks in either release's form (0.28.0 walks chunks, 0.27.1 seq_tot).
+        chunked = SimpleNamespace(chunks=[], seq_tot=[], workspace=None, empty_token_slices=[])
+        try:
+            self.sparse.SparseMLACommonImpl._compute_context_mha(
+                SimpleNamespace(dcp_world_size=dcp_world_size),
+                q=None,
+                kv_c_and_k_pe_cache=None,
+                prefill_metadata=SimpleNamespace(chunked_context=chunked),
+                k_scale=None,
+                q_lens=[],
+                topk_per_req=[],
+            )
+        except NotImplementedError:
+            return True
+        except AssertionError:
+            return False  # past its checks: a loop of no chunks leaves no partial
+        raise RuntimeError("_compute_context_mha ran a loop of no chunks to the end")
+
+    def _mask_words(self, case: SparseCase) -> int:
+        """The mask workspace: none without the masked kernel (upstream allocates
+        none), else the case's, or the release's own (its GLOBAL_TOPK_MASK_MAX_BYTES)."""
+        if not case.masked_kernel:
+            return 0
+        if case.mask_workspace_words is None:
+            return int(self.sparse.GLOBAL_TOPK_MASK_MAX_BYTES) // 4
+        return case.mask_workspace_words
 
     def _chunk_call(self, q_lens: list[int], max_query: int, chunk: Any) -> tuple[list[int], int, int]:
         """``_compute_context_mha``'s per-range call for ``chunk``: 0.28.0 passes the

@@ -24,13 +24,14 @@ def _outcome(result: CaseResult) -> list[str]:
 
 
 def format_sparse_diff(case: SparseCase, result: CaseResult) -> str:
+    words = "the release's own" if case.mask_workspace_words is None else f"{case.mask_workspace_words} words"
     lines = [
         f"sparse batch {case.name}: {len(case.context_lens)} requests, context {list(case.context_lens)[:8]}"
         f"{' ...' if len(case.context_lens) > 8 else ''}, query {list(case.query_lens)[:8]}"
         f"{' ...' if len(case.query_lens) > 8 else ''}",
         f"  index_topk {case.index_topk}, backend {case.backend}, TP {case.tensor_parallel_size}, "
         f"DCP {case.dcp_world_size}x{case.cp_kv_cache_interleave_size}, masked kernel {case.masked_kernel}, "
-        f"mask workspace {case.mask_workspace_words} words, forced: dense {case.force_dense_mha}, "
+        f"mask workspace {words}, forced: dense {case.force_dense_mha}, "
         f"masked {case.force_masked_mha}, mqa {case.force_mqa}",
     ]
     for side, layout in (("oracle", result.oracle_sparse), ("port", result.port_sparse)):

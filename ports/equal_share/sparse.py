@@ -20,7 +20,7 @@ not change; they are per_request's.
 from __future__ import annotations
 
 from harness.model import Layout
-from harness.sparse_model import SparseCase, SparseLayout, SparseWorkspaceConfig
+from harness.sparse_model import LEGACY_MASK_WORKSPACE_WORDS, SparseCase, SparseLayout, SparseWorkspaceConfig
 from ports.equal_share import grid_layout
 from ports.per_request.sparse import masked_threshold, topk_mask_shape
 
@@ -37,6 +37,13 @@ def legacy_sparse_workspace_size(config: SparseWorkspaceConfig) -> int:
     return max(size, config.max_num_seqs * config.block_size)
 
 
+def legacy_mask_workspace(case: SparseCase) -> int:
+    """Words of 0.27.1's mask workspace: the case's, or the 64 MiB it allocates."""
+    if not case.masked_kernel:
+        return 0
+    return LEGACY_MASK_WORKSPACE_WORDS if case.mask_workspace_words is None else case.mask_workspace_words
+
+
 def legacy_plan_sparse(case: SparseCase) -> SparseLayout:
     workspace = legacy_sparse_workspace_size(case.workspace_config)
     layout = grid_layout(case.planned_case(workspace)) if any(case.context_lens) else Layout(chunks=())
@@ -48,7 +55,8 @@ def legacy_plan_sparse(case: SparseCase) -> SparseLayout:
     route = "mqa"
     if (use_dense or use_masked) and not case.force_mqa:
         dense = case.force_dense_mha or (max_seq <= case.index_topk and not case.force_masked_mha)
-        route = "dense-mha" if dense else ("masked-mha" if case.masked_kernel else "masked-mha-unavailable")
+        runnable = case.masked_kernel and (case.dcp_world_size <= 1 or not any(case.context_lens))
+        route = "dense-mha" if dense else ("masked-mha" if runnable else "masked-mha-unavailable")
     global_shape = topk_mask_shape(batch, max_query, max_seq, key_starts_word=True) if layout.chunks else None
     global_fits = None
     if global_shape is not None:
@@ -60,10 +68,11 @@ def legacy_plan_sparse(case: SparseCase) -> SparseLayout:
     else:
         suffix_shape = topk_mask_shape(batch, max_query, max_query)
         chunk_shapes = tuple(topk_mask_shape(batch, max_query, chunk.max_seq_len) for chunk in layout.chunks)
-    # 0.27.1 views the mask workspace as each per-range mask without checking it fits.
-    mask_words = case.mask_workspace_words if case.masked_kernel else 0
-    per_range = () if global_fits else (suffix_shape, *chunk_shapes)
-    if route == "masked-mha" and any(s[0] * s[1] * s[2] > mask_words for s in per_range):
+    # 0.27.1 views the mask workspace as each mask it builds (the global one, or
+    # the suffix's and every chunk's) without checking that it holds them.
+    mask_words = legacy_mask_workspace(case)
+    built = (suffix_shape,) if global_fits else (suffix_shape, *chunk_shapes)
+    if route == "masked-mha" and any(s[0] * s[1] * s[2] > mask_words for s in built):
         route = "masked-mha-overflow"
     return SparseLayout(
         workspace_size=workspace,

@@ -12,7 +12,7 @@ import math
 from typing import TYPE_CHECKING
 
 from harness.model import Layout, alignment_unit
-from harness.sparse_model import Shape, SparseCase, SparseLayout, SparseWorkspaceConfig
+from harness.sparse_model import PINNED_MASK_WORKSPACE_WORDS, Shape, SparseCase, SparseLayout, SparseWorkspaceConfig
 from ports.per_request.metadata import build_layout
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 DENSE_WORKSPACE_CAP = 65536
 KEY_BITS = 32  # keys per mask word; key k is bit (k % 32), least significant first
+ROWS_PER_BLOCK = 64  # query rows packed at once (bounds pack_topk's memory)
 
 # Minimum prefill query length for masked MHA, per backend and tensor-parallel
 # size, one entry per sequence-length bucket (None: never in that bucket); a
@@ -76,6 +77,14 @@ def masked_threshold(backend: str, tensor_parallel_size: int, query_len: int, se
     return False
 
 
+def mask_workspace(case: SparseCase) -> int:
+    """Words of the mask workspace: none without the masked kernel, else the
+    case's, or the 128 MiB upstream allocates when the case leaves it open."""
+    if not case.masked_kernel:
+        return 0
+    return PINNED_MASK_WORKSPACE_WORDS if case.mask_workspace_words is None else case.mask_workspace_words
+
+
 def within_topk(max_seq_len: int, index_topk: int) -> bool:
     """Whether every key of the longest sequence can be selected: the batch is
     short enough for dense MHA (``<=``: a sequence of exactly ``index_topk`` keys
@@ -106,7 +115,7 @@ def route_sparse(case: SparseCase, workspace: int, layout: Layout) -> SparseLayo
     """The route and mask shapes of ``case`` once its chunks are planned."""
     batch = len(case.query_lens)
     max_query, max_seq = case.max_query_len, case.max_seq_len
-    mask_words = case.mask_workspace_words if case.masked_kernel else 0
+    mask_words = mask_workspace(case)
     use_dense = within_topk(max_seq, case.index_topk) and not case.force_mqa
     threshold = masked_threshold(case.backend, case.tensor_parallel_size, max_query, max_seq)
     longest_chunk = max((chunk.max_seq_len for chunk in layout.chunks), default=0)
@@ -116,7 +125,9 @@ def route_sparse(case: SparseCase, workspace: int, layout: Layout) -> SparseLayo
     route = "mqa"
     if (use_dense or use_masked) and not case.force_mqa:
         dense = case.force_dense_mha or (within_topk(max_seq, case.index_topk) and not case.force_masked_mha)
-        route = "dense-mha" if dense else ("masked-mha" if case.masked_kernel else "masked-mha-unavailable")
+        # The masked context loop has no DCP form: it refuses a batch with context.
+        runnable = case.masked_kernel and (case.dcp_world_size <= 1 or not any(case.context_lens))
+        route = "dense-mha" if dense else ("masked-mha" if runnable else "masked-mha-unavailable")
     has_context = any(case.context_lens)
     global_shape = topk_mask_shape(batch, max_query, max_seq, key_starts_word=True) if has_context else None
     global_fits = None if global_shape is None else _words(global_shape) <= mask_words
@@ -164,18 +175,21 @@ def pack_topk(topk_per_request: list[torch.Tensor], out: torch.Tensor) -> None:
     keys = out.shape[2] * KEY_BITS
     weights = bit_weights()
     for request, topk in enumerate(topk_per_request):
-        rows = topk.shape[0]
-        if rows == 0:
-            continue
-        # One flag per key (duplicates set the same flag); -1 goes to a spare
-        # column past the last key, which is dropped.
-        column = torch.where(topk >= 0, topk.long(), keys)
-        selected = torch.zeros((rows, keys + 1), dtype=torch.bool)
-        selected.scatter_(1, column, True)
-        flags = selected[:, :keys].reshape(rows, out.shape[2], KEY_BITS).long()
-        words = (flags * weights).sum(dim=2)
-        # The top bit of a word is the int32 sign bit.
-        out[request, :rows] = torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
+        if topk.numel() and int(topk.max()) >= keys:
+            raise ValueError(f"request {request} selects key {int(topk.max())}, past the mask's {keys} keys")
+        # A block of rows at a time: one flag per key of each row is held at once.
+        for first in range(0, topk.shape[0], ROWS_PER_BLOCK):
+            block = topk[first : first + ROWS_PER_BLOCK]
+            rows = block.shape[0]
+            # One flag per key (duplicates set the same flag); -1 goes to a spare
+            # column past the last key, which is dropped.
+            column = torch.where(block >= 0, block.long(), keys)
+            selected = torch.zeros((rows, keys + 1), dtype=torch.bool)
+            selected.scatter_(1, column, True)
+            flags = selected[:, :keys].reshape(rows, out.shape[2], KEY_BITS).long()
+            words = (flags * weights).sum(dim=2)
+            # The top bit of a word is the int32 sign bit.
+            out[request, first : first + rows] = torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
 
 
 def build_topk_mask(case: TopkMaskCase, topk_per_request: list[torch.Tensor]) -> torch.Tensor:
