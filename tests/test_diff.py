@@ -53,9 +53,18 @@ def test_every_results_and_gate_id_names_its_item() -> None:
     """``NAME[KIND]`` (results, summary.md, JUnit) and ``SUITE/NAME[KIND]``,
     for every item of the smoke suite at every level."""
     items = smoke_items()
-    assert {kind for kind, _ in items} == {"layout", "workspace", "merge", "prefill"}
+    assert {kind for kind, _ in items} == {
+        "layout",
+        "workspace",
+        "merge",
+        "prefill",
+        "sparse-layout",
+        "sparse-workspace",
+        "sparse-mask",
+    }
     ci = load_suite("ci")
-    in_ci: dict[str, Case | MergeCase] = {c.name: c for c in ci.cases} | {m.name: m for m in ci.merge_cases}
+    in_ci: dict[str, Any] = {c.name: c for c in ci.cases} | {m.name: m for m in ci.merge_cases}
+    in_ci |= {s.name: s for s in ci.sparse_cases} | {m.name: m for m in ci.mask_cases}
     ambiguous = 0
     for kind, item in items:
         assert_names(f"smoke/{item_id(kind, item.name)}", kind, item)

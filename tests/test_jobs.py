@@ -139,7 +139,15 @@ def test_run_writes_the_same_results_and_json_for_any_jobs(tmp_path: Path) -> No
     one, two = jobs_pair(tmp_path, argv, ["rows.jsonl", "doc.json"])
     assert one == two
     records = [json.loads(line) for line in one["rows.jsonl"].decode().splitlines()[1:]]
-    assert {r["kind"] for r in records} == {"layout", "workspace", "merge", "prefill"}
+    assert {r["kind"] for r in records} == {
+        "layout",
+        "workspace",
+        "merge",
+        "prefill",
+        "sparse-layout",
+        "sparse-workspace",
+        "sparse-mask",
+    }
     assert any(r["status"] == "port-error" for r in records) and any(r["status"] == "parity" for r in records)
     assert any(r["kind"] == "prefill" and "dcp" in r["name"] for r in records)
     assert [r["index"] for r in records] == sorted(r["index"] for r in records)

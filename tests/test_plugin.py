@@ -132,7 +132,10 @@ def test_selecting_no_items_is_a_usage_error(argv: tuple[str, ...], says: str) -
         (("--parity-port", "nosuch", "-n", "2"),
          "ERROR: --parity-port: unknown port 'nosuch': use one of equal_share, per_request"),
         (("--parity-suite", "nosuite"), "ERROR: --parity-suite: "),
-        (("--parity-level", "bogus"), "ERROR: --parity-level: 'bogus' is not one of layout, merge, prefill, all"),
+        (
+            ("--parity-level", "bogus"),
+            "ERROR: --parity-level: 'bogus' is not one of layout, merge, prefill, sparse-layout, sparse-mask, all",
+        ),
         (("--parity-size", "-1"), "ERROR: --parity-size: must be >= 0, got '-1'"),
         (("--parity-timeout", "0"), "ERROR: --parity-timeout: must be a finite number of seconds > 0, got '0'"),
         (("--parity-device", "tpu"), "ERROR: --parity-device: 'tpu' is not one of cpu, cuda"),

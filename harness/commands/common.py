@@ -168,6 +168,11 @@ def prepare_device(device: str) -> None:
     built in the same mode."""
     from oracle.environment import OracleUnavailable, prepare_environment, use_device
 
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine")
     try:
         use_device(device)
     except OracleUnavailable as exc:
