@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.kernels import SharedKernels
+from harness.masked_attention import Selection
 from harness.model import Case, Chunk, Layout
 from harness.numeric import PrefillInputs
 
@@ -79,6 +80,17 @@ def context_rows_partial(
     ``latent`` ``[num_context_tokens, latent_dim]``: the up-projection, the shared
     ``k_pe`` and the non-causal attention of the chunk's tokens (``query_start_loc``
     and ``cu_seq_lens`` on the device)."""
+    k, v = context_rows_kv(latent, inputs, kernels)
+    q = inputs.q[chunk.token_start : chunk.token_end]
+    return kernels.attention(
+        q, k, v, query_start_loc, cu_seq_lens, False, inputs.scale, chunk.max_query_len, chunk.max_seq_len
+    )
+
+
+def context_rows_kv(latent: torch.Tensor, inputs: PrefillInputs, kernels: SharedKernels) -> Partial:
+    """Keys ``[rows, heads, qk]`` and values ``[rows, heads, v]`` of gathered
+    context rows ``latent`` ``[rows, latent_dim]``: the up-projection and the
+    shared ``k_pe``."""
     spec = inputs.spec
     kv = kernels.kv_b_proj(inputs.kv_b_weight, latent[:, : spec.kv_lora_rank])
     per_head = kv.view(-1, spec.num_heads, spec.qk_nope_head_dim + spec.v_head_dim)
@@ -91,10 +103,29 @@ def context_rows_partial(
     )
     k[..., : spec.qk_nope_head_dim] = k_nope
     k[..., spec.qk_nope_head_dim :] = latent[:, spec.kv_lora_rank :].unsqueeze(1)
-    q = inputs.q[chunk.token_start : chunk.token_end]
-    return kernels.attention(
-        q, k, v, query_start_loc, cu_seq_lens, False, inputs.scale, chunk.max_query_len, chunk.max_seq_len
+    return k, v
+
+
+def masked_chunk_partial(
+    planned: DeviceChunk, inputs: PrefillInputs, kernels: SharedKernels, workspace: torch.Tensor, selection: Selection
+) -> Partial:
+    """:func:`chunk_partial` with masked attention: the chunk's tokens over its
+    gathered rows, each token seeing only the keys ``selection`` names (per-range
+    indices of the chunk's requests, or their packed mask with key starts)."""
+    chunk = planned.chunk
+    rows = chunk.num_context_tokens
+    kernels.gather(
+        inputs.kv_cache,
+        workspace,
+        inputs.block_table[chunk.request_start : chunk.request_end],
+        planned.cu_seq_lens,
+        planned.token_to_seq,
+        planned.starts,
+        rows,
     )
+    k, v = context_rows_kv(workspace[:rows], inputs, kernels)
+    q = inputs.q[chunk.token_start : chunk.token_end]
+    return kernels.masked_attention(q, k, v, planned.query_start_loc, planned.cu_seq_lens, False, inputs.scale, selection)
 
 
 def check_runnable(layout: Layout, case: Case) -> None:

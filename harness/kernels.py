@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from harness.masked_attention import Selection, masked_reference_attention
 from harness.model import KEYLESS_ROWS
 
 if TYPE_CHECKING:
@@ -89,6 +90,23 @@ class SharedKernels(Protocol):
         the kernels' ``keyless_rows`` behaviour says: output 0 and LSE -inf by
         default (see the module docstring).
         """
+        ...
+
+    def masked_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_q: torch.Tensor,
+        cu_k: torch.Tensor,
+        causal: bool,
+        scale: float,
+        selection: Selection,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`attention` with each query row restricted to the keys its top-k
+        ``selection`` names (:mod:`harness.masked_attention`: per-range indices or
+        a packed mask with key starts, the same bits for the same selection). A
+        row that sees no key gets the ``keyless_rows`` behaviour."""
         ...
 
 
@@ -210,6 +228,21 @@ class CpuKernels:
             return out, lse  # the reference already reports (0, -inf) there
         return report_keyless_rows(out, lse, keyless_query_rows(cu_q, cu_k, causal, q.shape[0]), self.keyless_rows)
 
+    def masked_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_q: torch.Tensor,
+        cu_k: torch.Tensor,
+        causal: bool,
+        scale: float,
+        selection: Selection,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # The reference on whatever device the tensors are (deterministic).
+        out, lse, keyless = masked_reference_attention(q, k, v, cu_q, cu_k, causal, scale, selection)
+        return report_keyless_rows(out, lse, keyless, self.keyless_rows)
+
 
 # FlashAttention-2 (PyTorch's own varlen operator) takes these; anything else
 # goes to the reference attention on the same device.
@@ -274,6 +307,21 @@ class CudaKernels:
         keyless = keyless_query_rows(cu_q.to(q.device), cu_k.to(q.device), causal, tokens)
         out, lse = report_keyless_rows(out, lse, keyless, self.keyless_rows)
         return out.contiguous(), lse.contiguous()
+
+    def masked_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_q: torch.Tensor,
+        cu_k: torch.Tensor,
+        causal: bool,
+        scale: float,
+        selection: Selection,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # The reference on the GPU: deterministic, and the same meaning as FA4's mask.
+        out, lse, keyless = masked_reference_attention(q, k, v, cu_q, cu_k, causal, scale, selection)
+        return report_keyless_rows(out, lse, keyless, self.keyless_rows)
 
 
 def unpadded_lse(lse: torch.Tensor, cu_q: torch.Tensor, tokens: int) -> torch.Tensor:
@@ -340,6 +388,22 @@ class KeylessRowsKernels:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         out, lse = self.inner.attention(q, k, v, cu_q, cu_k, causal, scale, max_q, max_k)
         return report_keyless_rows(out, lse, keyless_query_rows(cu_q, cu_k, causal, q.shape[0]), self.keyless_rows)
+
+    def masked_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_q: torch.Tensor,
+        cu_k: torch.Tensor,
+        causal: bool,
+        scale: float,
+        selection: Selection,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        out, lse = self.inner.masked_attention(q, k, v, cu_q, cu_k, causal, scale, selection)
+        # Which rows are keyless is the selection's: the reference says so.
+        keyless = masked_reference_attention(q[:, :1, :1], k[:, :1, :1], v[:, :1, :1], cu_q, cu_k, causal, 1.0, selection)[2]
+        return report_keyless_rows(out, lse, keyless, self.keyless_rows)
 
 
 def with_keyless_rows(kernels: SharedKernels, keyless_rows: str) -> SharedKernels:

@@ -277,10 +277,9 @@ def case_prefill_inputs(case: Case, device: str = "cpu", collective: RankCollect
     )
 
 
-def new_token_partial(inputs: PrefillInputs, kernels: SharedKernels) -> tuple[torch.Tensor, torch.Tensor]:
-    """The suffix partial of SPEC 1c on the shared kernels: the new tokens' causal
-    attention over themselves, their keys and values up-projected from the new
-    latent rows. Both sides call this one function."""
+def new_token_kv(inputs: PrefillInputs, kernels: SharedKernels) -> tuple[torch.Tensor, torch.Tensor]:
+    """The new tokens' keys ``[tokens, heads, qk]`` and values ``[tokens, heads,
+    v]``, up-projected from their latent rows on the shared kernels."""
     spec = inputs.spec
     kv = kernels.kv_b_proj(inputs.kv_b_weight, inputs.new_kv_c)
     k_nope, v = torch.split(
@@ -288,7 +287,14 @@ def new_token_partial(inputs: PrefillInputs, kernels: SharedKernels) -> tuple[to
         [spec.qk_nope_head_dim, spec.v_head_dim],
         dim=-1,
     )
-    k = torch.cat([k_nope, inputs.new_k_pe.expand(-1, spec.num_heads, -1)], dim=-1)
+    return torch.cat([k_nope, inputs.new_k_pe.expand(-1, spec.num_heads, -1)], dim=-1), v
+
+
+def new_token_partial(inputs: PrefillInputs, kernels: SharedKernels) -> tuple[torch.Tensor, torch.Tensor]:
+    """The suffix partial of SPEC 1c on the shared kernels: the new tokens' causal
+    attention over themselves, their keys and values up-projected from the new
+    latent rows. Both sides call this one function."""
+    k, v = new_token_kv(inputs, kernels)
     qsl, longest = inputs.query_start_loc, inputs.max_query_len
     return kernels.attention(inputs.q, k, v, qsl, qsl, True, inputs.scale, longest, longest)
 

@@ -20,9 +20,10 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
-from harness.cases import LIMITS, CaseError, _int, _int_list
+from harness.cases import LIMITS, CaseError, _int, _int_list, numeric_from_json
 from harness.sparse_model import (
     MASK_FORMS,
+    SELECTIONS,
     SPARSE_BACKENDS,
     TOPK_PATTERNS,
     SparseCase,
@@ -135,6 +136,17 @@ def sparse_case_from_json(data: dict[str, Any], source: str) -> SparseCase:
         )
     }
     family = _family(data, "sparse", source)
+    numeric = numeric_from_json(data["numeric"], source) if data.get("numeric") is not None else None
+    selection = data.get("selection", "mixed")
+    if selection not in SELECTIONS:
+        raise CaseError(source, "selection", f"must be one of {', '.join(SELECTIONS)}, got {json.dumps(selection)}")
+    if numeric is not None:
+        if config.dcp_world_size > 1:
+            raise CaseError(source, "numeric", "a sparse L3 case runs without DCP (dcp_world_size must be 1)")
+        if sum(query) * config.index_topk > MAX_TOPK_ELEMENTS:
+            raise CaseError(
+                source, "index_topk", f"{sum(query)} tokens x {config.index_topk} indices exceed {MAX_TOPK_ELEMENTS}"
+            )
     return SparseCase(
         name=_name(data, source),
         context_lens=context,
@@ -153,6 +165,8 @@ def sparse_case_from_json(data: dict[str, Any], source: str) -> SparseCase:
             else _int(source, "mask_workspace_words", data["mask_workspace_words"], 0, 1 << 34)
         ),
         family=family,
+        numeric=numeric,
+        selection=selection,
         **flags,
     )
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.model import Case, Layout
+from harness.model import Case, Layout, NumericSpec
 
 # The sparse backends' names as their ``get_name()`` returns them in vllm 0.28.0;
 # ``_use_masked_mha`` has thresholds for the first two only.
@@ -120,6 +120,10 @@ class SparseCase:
     force_masked_mha: bool = False
     force_mqa: bool = False
     family: str = "sparse"
+    # L3 (level sparse-prefill): the tensors' dimensions and seed, and how each
+    # token's top-k indices are drawn (:data:`SELECTIONS`); None: L1 only.
+    numeric: NumericSpec | None = None
+    selection: str = "mixed"
 
     @property
     def workspace_config(self) -> SparseWorkspaceConfig:
@@ -144,6 +148,7 @@ class SparseCase:
             cp_kv_cache_interleave_size=self.cp_kv_cache_interleave_size,
             align_to_block=self.align_to_block,
             family=self.family,
+            numeric=self.numeric,
         )
 
     @property
@@ -174,6 +179,8 @@ class SparseCase:
             "force_dense_mha": self.force_dense_mha,
             "force_masked_mha": self.force_masked_mha,
             "force_mqa": self.force_mqa,
+            # Written only for L3 cases, so L1 cases keep their JSON.
+            **({"numeric": self.numeric.to_json(), "selection": self.selection} if self.numeric else {}),
         }
 
 
@@ -258,6 +265,18 @@ class SparseLayout:
 #   "padding":    few selections, the rest -1 (short sequences);
 #   "mixed":      each row one of the above.
 TOPK_PATTERNS = ("uniform", "boundary", "duplicates", "padding", "mixed")
+
+# How an L3 case draws each new token's top-k indices into its request's
+# sequence (context then new tokens), never past the token itself (an indexer
+# is causal), seeded per (seed, request, token):
+#   "uniform":  distinct positions anywhere up to the token;
+#   "boundary": clustered at block edges (where chunks and pieces split) and at
+#               the context's end;
+#   "recent":   the positions just before the token (early chunks see no key);
+#   "early":    the first positions (later chunks and the suffix see none);
+#   "sparse":   zero to two positions, the rest -1 (rows keyless everywhere);
+#   "mixed":    each token one of the above.
+SELECTIONS = ("uniform", "boundary", "recent", "early", "sparse", "mixed")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from harness.kernels import SharedKernels
     from harness.numeric import MergeInputs, PrefillInputs
+    from harness.sparse_prefill import SparsePrefillInputs
 from oracle.environment import import_vllm_module
 from oracle.pin import MLA
 
@@ -68,6 +69,13 @@ class SparseSideMixin:
     def remap_topk(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> list[torch.Tensor]:
         remapped: list[torch.Tensor] = self._sparse().remap_topk(case, topk)
         return remapped
+
+    def sparse_prefill(
+        self, case: SparseCase, inputs: SparsePrefillInputs, kernels: SharedKernels
+    ) -> dict[str, torch.Tensor]:
+        from oracle.sparse_prefill import sparse_prefill
+
+        return sparse_prefill(self._sparse(), case, inputs, kernels)
 
 
 class OracleSide(SparseSideMixin):

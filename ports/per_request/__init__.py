@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from harness.kernels import SharedKernels
     from harness.numeric import MergeInputs, PrefillInputs
     from harness.sparse_model import TopkMaskCase
+    from harness.sparse_prefill import SparsePrefillInputs
 
 # Upstream's dense workspace heuristic (SPEC section 1b): room for 8 full-length
 # requests or 4 pages per sequence, capped so the up-projected context stays bounded.
@@ -82,6 +83,14 @@ class PerRequestPort:
 
     def remap_topk(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> list[torch.Tensor]:
         return sparse.remap_topk(topk, case.range_starts, case.range_lens)
+
+
+    def sparse_prefill(
+        self, case: SparseCase, inputs: SparsePrefillInputs, kernels: SharedKernels
+    ) -> dict[str, torch.Tensor]:
+        from ports.per_request.sparse_prefill import sparse_prefill
+
+        return sparse_prefill(case, inputs, kernels)
 
 
 PORT = PerRequestPort()

@@ -1,0 +1,170 @@
+"""L3 of the sparse path: the installed release's own masked prefill, called.
+
+``SparseMLACommonImpl.forward_mha`` runs unbound on the dense L3's stand-in impl
+(:func:`oracle.numeric._upstream`: upstream's chunked-context metadata in the
+case's sparse workspace, the shared gather and projection) with the sparse
+attributes it reads added, and upstream's own ``_compute_context_mha``,
+``_run_masked_mha``, ``_try_build_global_mask``, ``_remap_topk_to_ranges``,
+``_slice_topk_per_req`` and ``_project_kv`` bound to it. Upstream builds every
+mask itself (its Triton kernels, interpreted on the CPU) and folds with its own
+``init_mla_context_partial`` / ``accumulate_mla_context_chunk`` and merge.
+
+Replaced, and only these: the paged gather and ``kv_b_proj`` (the shared
+kernels, as for dense L3), and ``flash_attn_varlen_func`` (FlashAttention 4,
+Blackwell only) by :meth:`SharedKernels.masked_attention` on the mask upstream
+built: ``dense_mask_mod`` reads it as is, ``offset_dense_mask_mod`` with each
+sequence's key start from its reserved word. A batch on the dense-MHA route is
+the release's dense L3 loop in the sparse workspace (``forward_mha`` hands it
+to ``MLACommonBaseImpl.forward_mha``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+from unittest import mock
+
+import torch
+
+from harness.masked_attention import PackedMask
+from harness.sparse_prefill import L3_ROUTES
+from oracle.sparse import FLASH_MODULE, MASK_MODULE
+
+if TYPE_CHECKING:
+    from harness.kernels import SharedKernels
+    from harness.sparse_model import SparseCase
+    from harness.sparse_prefill import SparsePrefillInputs
+    from oracle.sparse import SparseOracle
+
+# The stand-in mask functions: what upstream passes as ``mask_mod`` names the form.
+DENSE_MASK_MOD, OFFSET_MASK_MOD = "dense_mask_mod", "offset_dense_mask_mod"
+
+
+class RouteNotCompared(Exception):
+    """The oracle routes the batch where L3 does not compare (SPEC 1d: MQA is
+    decode-style; a masked run upstream cannot make)."""
+
+
+@dataclass
+class _Seen:
+    """What the run hands back beyond the layer output."""
+
+    context: tuple[torch.Tensor, torch.Tensor] | None = None
+    attention_lse: list[torch.Tensor] = field(default_factory=list)
+    merged_lse: list[torch.Tensor] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _masked_kernel(kernels: SharedKernels, seen: _Seen) -> Iterator[None]:
+    """``vllm.vllm_flash_attn`` and the mask-function module, stood in for: the
+    attention call runs the shared masked kernel on the mask it is handed."""
+
+    def flash_attn_varlen_func(**kwargs: Any) -> Any:
+        mask_mod = kwargs["mask_mod"]
+        assert mask_mod in (DENSE_MASK_MOD, OFFSET_MASK_MOD), f"unknown mask_mod {mask_mod!r}"
+        (mask,) = kwargs["aux_tensors"]
+        out, lse = kernels.masked_attention(
+            kwargs["q"],
+            kwargs["k"],
+            kwargs["v"],
+            kwargs["cu_seqlens_q"],
+            kwargs["cu_seqlens_k"],
+            kwargs["causal"],
+            kwargs["softmax_scale"],
+            PackedMask(mask, key_starts=mask_mod == OFFSET_MASK_MOD),
+        )
+        seen.attention_lse.append(lse)
+        return (out, lse) if kwargs["return_softmax_lse"] else out
+
+    mask_module = types.ModuleType(MASK_MODULE)
+    mask_module.dense_mask_mod = DENSE_MASK_MOD  # type: ignore[attr-defined]
+    mask_module.offset_dense_mask_mod = OFFSET_MASK_MOD  # type: ignore[attr-defined]
+    flash_module = types.ModuleType(FLASH_MODULE)
+    flash_module.flash_attn_varlen_func = flash_attn_varlen_func  # type: ignore[attr-defined]
+    with mock.patch.dict(sys.modules, {MASK_MODULE: mask_module, FLASH_MODULE: flash_module}):
+        yield
+
+
+def sparse_prefill(
+    oracle: SparseOracle, case: SparseCase, inputs: SparsePrefillInputs, kernels: SharedKernels
+) -> dict[str, torch.Tensor]:
+    """The release's prefill of ``case`` on the route it decides (its L1 plan)."""
+    plan = oracle.plan(case)
+    if plan.route not in L3_ROUTES:
+        raise RouteNotCompared(f"the oracle routes {case.name} {plan.route}: compared at L1 only")
+    planned = case.planned_case(plan.workspace_size)
+    if plan.route == "dense-mha":
+        result: dict[str, torch.Tensor] = oracle.side.prefill(planned, inputs.prefill, kernels)
+        return result
+    if oracle.legacy:
+        from oracle.sparse_legacy import legacy_masked_prefill
+
+        return legacy_masked_prefill(oracle, case, planned, inputs, kernels)
+    return _masked_prefill(oracle, case, planned, inputs, kernels)
+
+
+def _masked_prefill(
+    oracle: SparseOracle, case: SparseCase, planned: Any, inputs: SparsePrefillInputs, kernels: SharedKernels
+) -> dict[str, torch.Tensor]:
+    from oracle.numeric import _SharedGatherOps, _shared_ops, _upstream
+
+    sparse, dense = oracle.sparse, inputs.prefill
+    spec = dense.spec
+    upstream = _upstream(planned, dense, kernels)
+    prefill = upstream.attn_metadata.prefill
+    # SparseMLACommonMetadataBuilder.build's additions to the prefill metadata.
+    prefill.query_lens_cpu = torch.tensor(case.query_lens, dtype=torch.int32)
+    prefill.topk_mask_workspace = torch.empty(oracle._mask_words(case), dtype=torch.int32, device=dense.q.device)
+    attn_metadata = SimpleNamespace(
+        prefill=prefill, prefill_max_seq_len=case.max_seq_len, topk_tokens=case.index_topk, num_decode_tokens=0
+    )
+    impl, cls, seen = upstream.impl, sparse.SparseMLACommonImpl, _Seen()
+    impl.scale = dense.scale
+    impl.topk_indices_buffer = inputs.topk
+    impl.masked_mha_available = case.masked_kernel
+    impl._sparse_mla_force_dense_mha = case.force_dense_mha
+    impl._sparse_mla_force_masked_mha = case.force_masked_mha
+    for name in ("_run_masked_mha", "_project_kv"):
+        setattr(impl, name, types.MethodType(getattr(cls, name), impl))
+    for name in ("_try_build_global_mask", "_slice_topk_per_req", "_remap_topk_to_ranges"):
+        setattr(impl, name, getattr(cls, name))  # static methods
+
+    def compute_context_mha(this: Any, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        # Upstream's loop, unchanged; its result is recorded on the way out.
+        seen.context = cls._compute_context_mha(this, *args, **kwargs)
+        return seen.context
+
+    impl._compute_context_mha = types.MethodType(compute_context_mha, impl)
+    merge = sparse.merge_attn_states
+
+    def final_merge(**kwargs: Any) -> None:
+        # forward_mha's final merge has no output_lse: give it one, and keep it.
+        assert kwargs.get("output_lse") is None
+        kwargs["output_lse"] = torch.empty_like(kwargs["suffix_lse"])
+        seen.merged_lse.append(kwargs["output_lse"])
+        merge(**kwargs)
+
+    output = torch.empty((dense.num_tokens, spec.num_heads * spec.v_head_dim), dtype=dense.q.dtype, device=dense.q.device)
+    with (
+        _shared_ops(upstream, kernels),
+        mock.patch.object(sparse, "ops", _SharedGatherOps(kernels)),
+        mock.patch.object(sparse, "merge_attn_states", final_merge),
+        _masked_kernel(kernels, seen),
+        oracle._host_tensors(),
+    ):
+        cls.forward_mha(
+            impl, dense.q, dense.new_kv_c, dense.new_k_pe, upstream.kv_cache, attn_metadata, upstream.k_scale, output
+        )
+    result = {"output": output.view(-1, spec.num_heads, spec.v_head_dim)}
+    if not upstream.has_context:
+        # One masked attention over the new tokens, its output the layer's.
+        assert len(seen.attention_lse) == 1 and seen.context is None and not seen.merged_lse
+        return {**result, "lse": seen.attention_lse[0]}
+    assert seen.context is not None and len(seen.merged_lse) == 1
+    context_output, context_lse = seen.context
+    return {"context_output": context_output, "context_lse": context_lse, **result, "lse": seen.merged_lse[0]}

@@ -1,0 +1,101 @@
+"""The port's sparse prefill (SPEC 1d): the masked loop of upstream b38e111d3e.
+
+On the dense-MHA route the batch is the section 1c loop in the sparse
+workspace (:func:`ports.per_request.prefill.prefill`). On the masked-MHA route:
+
+* every request's top-k rows are its slice of the batch's rows, in token order;
+* the suffix is masked, causal attention of all new tokens over themselves,
+  each token's indices taken relative to its request's context (``t - context``
+  when ``context <= t < context + query``);
+* each chunk gathers and up-projects its rows, then its own tokens
+  (``[token_start, token_end)``) attend over them, each seeing the indices that
+  fall in its request's rows of the chunk (``t - start`` for
+  ``start <= t < start + seq_len``);
+* the chunk partials fold into the context partial as in section 1c, and the
+  output is ``merge(context, suffix)``.
+
+When the global mask fits (the plan's ``global_mask_fits``) it is built once
+over whole sequences and each attention reads it with key starts (the suffix's
+are the context lengths, a chunk's its requests' ``starts``); otherwise each
+attention gets its per-range indices. The shared kernel gives both forms the
+same bits, so the form is the plan's business (L1), the selection this loop's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from harness.context_chunks import Partial, device_chunks, masked_chunk_partial
+from harness.kernels import SharedKernels
+from harness.masked_attention import PackedMask, RangeIndices, Selection
+from harness.numeric import new_token_kv
+from harness.sparse_model import SparseCase, SparseLayout
+from harness.sparse_prefill import SparsePrefillInputs
+from ports.per_request.prefill import final_merge, fold_partials, prefill
+from ports.per_request.sparse import KEY_BITS, pack_topk, plan_sparse, remap_topk, topk_mask_shape
+
+__all__ = ["global_mask", "masked_prefill", "sparse_prefill", "topk_per_request"]
+
+
+def topk_per_request(topk: torch.Tensor, query_lens: tuple[int, ...]) -> list[torch.Tensor]:
+    """Request ``r``'s rows of the batch's ``[tokens, index_topk]`` indices."""
+    return list(torch.split(topk, list(query_lens)))
+
+
+def global_mask(case: SparseCase, per_request: list[torch.Tensor]) -> torch.Tensor:
+    """The mask over whole sequences, one reserved word per row (left for the key starts)."""
+    shape = topk_mask_shape(len(per_request), case.max_query_len, case.max_seq_len, key_starts_word=True)
+    mask = torch.zeros(shape, dtype=torch.int32, device=per_request[0].device)
+    pack_topk([t.cpu() for t in per_request], mask[:, :, : -(-case.max_seq_len // KEY_BITS)])
+    return mask
+
+
+def _with_key_starts(mask: torch.Tensor, starts: list[int] | tuple[int, ...]) -> Selection:
+    mask[:, 0, -1] = torch.tensor(starts, dtype=torch.int32, device=mask.device)
+    return PackedMask(mask, key_starts=True)
+
+
+def masked_prefill(
+    case: SparseCase, plan: SparseLayout, inputs: SparsePrefillInputs, kernels: SharedKernels
+) -> dict[str, torch.Tensor]:
+    dense = inputs.prefill
+    layout = plan.layout
+    per_request = topk_per_request(inputs.topk, case.query_lens)
+    mask = global_mask(case, per_request) if plan.global_mask_fits else None
+    suffix_selection: Selection = (
+        _with_key_starts(mask, case.context_lens)
+        if mask is not None
+        else RangeIndices(tuple(remap_topk(per_request, case.context_lens, case.query_lens)))
+    )
+    k, v = new_token_kv(dense, kernels)
+    qsl = dense.query_start_loc
+    suffix = kernels.masked_attention(dense.q, k, v, qsl, qsl, True, dense.scale, suffix_selection)
+    if not layout.chunks:
+        return {"output": suffix[0], "lse": suffix[1]}
+    workspace = torch.empty((plan.workspace_size, dense.spec.latent_dim), dtype=dense.q.dtype, device=dense.q.device)
+
+    def partials() -> Iterator[Partial]:
+        for planned in device_chunks(layout, dense.q.device):
+            chunk = planned.chunk
+            requests = slice(chunk.request_start, chunk.request_end)
+            selection: Selection = (
+                _with_key_starts(mask[requests], chunk.starts)
+                if mask is not None
+                else RangeIndices(tuple(remap_topk(per_request[requests], chunk.starts, chunk.seq_lens)))
+            )
+            yield masked_chunk_partial(planned, dense, kernels, workspace, selection)
+
+    context = fold_partials(layout, dense.num_tokens, partials())
+    return final_merge(context, suffix, dense.spec.v_head_dim)
+
+
+def sparse_prefill(case: SparseCase, inputs: SparsePrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]:
+    """The batch on the port's own route: dense MHA or masked MHA (L3 covers no other)."""
+    plan = plan_sparse(case)
+    if plan.route == "dense-mha":
+        return prefill(plan.layout, plan.workspace_size, inputs.prefill, kernels)
+    if plan.route != "masked-mha":
+        raise ValueError(f"the port routes {case.name} {plan.route}, which has no prefill loop here")
+    return masked_prefill(case, plan, inputs, kernels)
