@@ -34,7 +34,7 @@ class Port(Protocol):
 
 
 # Every level a side can be compared at (SPEC section 3), in suite order.
-ALL_LEVELS: tuple[str, ...] = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask")
+ALL_LEVELS: tuple[str, ...] = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill")
 
 # The methods that make a port implement each level (SPEC 1d for the sparse ones).
 LEVEL_METHODS: dict[str, tuple[str, ...]] = {
@@ -43,6 +43,7 @@ LEVEL_METHODS: dict[str, tuple[str, ...]] = {
     "prefill": ("prefill",),
     "sparse-layout": ("plan_sparse", "sparse_workspace_size"),
     "sparse-mask": ("build_topk_mask", "remap_topk"),
+    "sparse-prefill": ("sparse_prefill",),
 }
 
 
@@ -54,7 +55,8 @@ def port_levels(port: Any) -> tuple[str, ...]:
     methods (:data:`LEVEL_METHODS`): ``layout`` always (the protocol's two
     methods), ``merge`` with ``merge_states``, ``prefill`` with ``prefill``,
     ``sparse-layout`` with ``plan_sparse`` and ``sparse_workspace_size``,
-    ``sparse-mask`` with ``build_topk_mask`` and ``remap_topk``. Items at any other level are
+    ``sparse-mask`` with ``build_topk_mask`` and ``remap_topk``, ``sparse-prefill``
+    with ``sparse_prefill``. Items at any other level are
     ``not-run`` for it, never silently dropped.
     """
     declared = getattr(port, "levels", None)

@@ -38,7 +38,16 @@ from harness.port import DEFAULT_PORT_TIMEOUT_S
 from harness.sparse_model import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 from oracle.pin import load_pin
 
-ITEM_KINDS = ("layout", "workspace", "merge", "prefill", "sparse-layout", "sparse-workspace", "sparse-mask")
+ITEM_KINDS = (
+    "layout",
+    "workspace",
+    "merge",
+    "prefill",
+    "sparse-layout",
+    "sparse-workspace",
+    "sparse-mask",
+    "sparse-prefill",
+)
 # The suite name of a run over ``--cases`` files (harness.commands.common.select_suite).
 CASES_SUITE = "cases"
 # Where a bare name is looked up when neither the id nor --suite names a suite.
@@ -243,7 +252,9 @@ def _in_cases(cases: list[Case], merge_cases: list[MergeCase], sparse: Sequence[
     def lookup(item_name: str, wanted: str | None) -> tuple[str, Item] | None:
         found = next((s for s in sparse if s.name == item_name), None)
         if found is not None:
-            return ("sparse-mask" if isinstance(found, TopkMaskCase) else "sparse-layout"), found
+            if isinstance(found, TopkMaskCase):
+                return "sparse-mask", found
+            return ("sparse-prefill" if wanted == "sparse-prefill" and found.numeric else "sparse-layout"), found
         # The kind the id asked for decides a tie; a mismatch is reported by the caller.
         case = next((c for c in cases if c.name == item_name), None)
         merge = next((m for m in merge_cases if m.name == item_name), None)

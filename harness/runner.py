@@ -38,7 +38,7 @@ PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR = "parity", "divergent", "oracle-err
 # parity. A run holding one is INCOMPLETE unless ``--level`` leaves that level out.
 NOT_RUN = "not-run"
 # Parity levels (SPEC section 3); "workspace" items belong to the layout level.
-LEVELS = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask")
+LEVELS = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill")
 # The level of each item kind that is not a level's own name.
 KIND_LEVELS = {"workspace": "layout", "sparse-workspace": "sparse-layout"}
 
@@ -54,7 +54,8 @@ class CaseResult:
 
     name: str
     family: str
-    kind: str  # "layout", "workspace", "merge", "prefill", "sparse-layout", "sparse-workspace" or "sparse-mask"
+    # "layout", "workspace", "merge", "prefill", "sparse-layout", "sparse-workspace", "sparse-mask" or "sparse-prefill"
+    kind: str
     status: str
     oracle_layout: Layout | None = None
     port_layout: Layout | None = None
@@ -440,8 +441,8 @@ class Shard:
 def plan_items(suite: Suite, levels: tuple[str, ...]) -> list[tuple[str, Any]]:
     """The suite's items at ``levels`` in their fixed order: layout cases,
     workspace configs, merge cases, prefill cases, sparse cases, sparse
-    workspace configs, top-k mask cases (the sparse items last, so the dense
-    items keep their indices)."""
+    workspace configs, top-k mask cases, sparse L3 cases (the sparse items
+    last, so the dense items keep their indices)."""
     items: list[tuple[str, Any]] = []
     if "layout" in levels:
         items += [("layout", case) for case in suite.cases]
@@ -455,6 +456,8 @@ def plan_items(suite: Suite, levels: tuple[str, ...]) -> list[tuple[str, Any]]:
         items += [("sparse-workspace", config) for config in suite.sparse_workspace_configs]
     if "sparse-mask" in levels:
         items += [("sparse-mask", case) for case in suite.mask_cases]
+    if "sparse-prefill" in levels:
+        items += [("sparse-prefill", case) for case in suite.sparse_cases if case.numeric is not None]
     return items
 
 
@@ -484,7 +487,7 @@ def run_item(
     if kind in SPARSE_KINDS:
         from harness.sparse_runner import run_sparse_item
 
-        return run_sparse_item(oracle, port, kind, item, timeout_s)
+        return run_sparse_item(oracle, port, kind, item, timeout_s, kernels, device)
     if kind == "layout":
         return compare_case(oracle, port, item, timeout_s)
     if kind == "workspace":
@@ -523,7 +526,7 @@ def run_items(
         yield result
 
 
-SPARSE_KINDS = ("sparse-layout", "sparse-workspace", "sparse-mask")
+SPARSE_KINDS = ("sparse-layout", "sparse-workspace", "sparse-mask", "sparse-prefill")
 
 
 # Why an item has a not-run row (unfinished_items): the run stopped early, or

@@ -12,7 +12,20 @@ from __future__ import annotations
 from typing import Any
 
 from harness.port import Port, PortValueError, check_tensor
-from harness.runner import DIVERGENT, PARITY, PORT_ERROR, CaseResult, _one_line, both_sides, compare_sizes
+from harness.kernels import SharedKernels
+from harness.runner import (
+    DIVERGENT,
+    NOT_RUN,
+    ORACLE_ERROR,
+    PARITY,
+    PORT_ERROR,
+    CaseResult,
+    _one_line,
+    _tensor_verdict,
+    both_sides,
+    compare_sizes,
+    reraise_interrupt,
+)
 from harness.sparse_compare import (
     check_sparse_layout,
     first_mask_divergence,
@@ -73,7 +86,55 @@ def compare_sparse_mask(oracle: Port, port: Port, case: TopkMaskCase, timeout_s:
     return result
 
 
-def run_sparse_item(oracle: Port, port: Port, kind: str, item: Any, timeout_s: float) -> CaseResult:
+def compare_sparse_prefill(
+    oracle: Port, port: Port, case: SparseCase, kernels: SharedKernels, device: str, timeout_s: float
+) -> CaseResult:
+    """Sparse L3: both sides' prefill of ``case`` on identical, independently
+    materialised tensors and top-k indices, under the case's keyless-row
+    behaviour; judged as the dense L3 is. A batch the oracle routes where L3
+    does not compare (MQA, or a masked run upstream cannot make) is not run,
+    and the row says so: it was compared at sparse-layout only."""
+    from harness.kernels import with_keyless_rows
+    from harness.sparse_prefill import L3_ROUTES, materialise_sparse_prefill
+
+    assert case.numeric is not None
+    result = CaseResult(case.name, case.family, "sparse-prefill", PARITY)
+    try:
+        route = oracle.plan_sparse(case).route  # type: ignore[attr-defined]
+    except BaseException as exc:
+        reraise_interrupt(exc)
+        result.status, result.error = ORACLE_ERROR, _one_line(exc)
+        return result
+    if route not in L3_ROUTES:
+        result.status = NOT_RUN
+        result.error = f"the oracle routes it {route}: compared at sparse-layout only (L3 covers {', '.join(L3_ROUTES)})"
+        return result
+    kernels = with_keyless_rows(kernels, case.numeric.keyless_rows)
+
+    def ask(side: Port) -> Any:
+        out = side.sparse_prefill(case, materialise_sparse_prefill(case, device), kernels)  # type: ignore[attr-defined]
+        if not isinstance(out, dict):
+            raise PortValueError(f"sparse_prefill returned {type(out).__name__}, not a dict of tensors")
+        return out
+
+    answers = both_sides(result, lambda: ask(oracle), lambda: ask(port), port, timeout_s)
+    if answers is None:
+        return result
+    return _tensor_verdict(result, *answers)
+
+
+def run_sparse_item(
+    oracle: Port,
+    port: Port,
+    kind: str,
+    item: Any,
+    timeout_s: float,
+    kernels: SharedKernels | None = None,
+    device: str = "cpu",
+) -> CaseResult:
+    if kind == "sparse-prefill":
+        assert kernels is not None
+        return compare_sparse_prefill(oracle, port, item, kernels, device, timeout_s)
     if kind == "sparse-layout":
         return compare_sparse_layout(oracle, port, item, timeout_s)
     if kind == "sparse-workspace":

@@ -32,6 +32,7 @@ from harness.merge_cases import generate_merge
 from harness.model import Case, MergeCase, WorkspaceConfig
 from harness.sparse_generate import SPARSE_GRIDS, generate_mask_cases, generate_sparse, sparse_workspace_grid
 from harness.sparse_model import SparseCase, SparseWorkspaceConfig, TopkMaskCase
+from harness.sparse_prefill import generate_sparse_prefill
 
 CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
 SUITES_FILE = CASES_DIR / "suites.json"
@@ -99,7 +100,8 @@ class Suite:
     cases: tuple[Case, ...]
     workspace_configs: tuple[WorkspaceConfig, ...]
     merge_cases: tuple[MergeCase, ...] = ()
-    # The sparse path (SPEC 1d): batches, workspace settings, top-k mask cases.
+    # The sparse path (SPEC 1d): batches (those with a numeric section also
+    # sparse L3 cases), workspace settings, top-k mask cases.
     sparse_cases: tuple[SparseCase, ...] = ()
     sparse_workspace_configs: tuple[SparseWorkspaceConfig, ...] = ()
     mask_cases: tuple[TopkMaskCase, ...] = ()
@@ -200,6 +202,10 @@ def load_suite(name: str, size: int | None = None, numeric_size: int | None = No
     ]
     for group, count in zip(sparse_groups, sparse_counts, strict=True):
         sparse_cases += generate_sparse(group["seed"], count, group.get("families"))
+    # Sparse L3 cases are sparse batches too (compared at sparse-layout as well).
+    sparse_prefill_groups = _groups(spec, "sparse_prefill")
+    for group, count in zip(sparse_prefill_groups, _counts(sparse_prefill_groups, numeric_size), strict=True):
+        sparse_cases += generate_sparse_prefill(group["seed"], count, group.get("families"))
     mask_groups = _groups(spec, "topk_mask")
     mask_cases: list[TopkMaskCase] = []
     for group, count in zip(mask_groups, _counts(mask_groups, numeric_size), strict=True):

@@ -159,6 +159,7 @@ def summarise_table(frame: pd.DataFrame, suite: str, port: str, levels: tuple[st
         "sparse_cases": int((frame["kind"] == "sparse-layout").sum()),
         "sparse_workspace_configs": int((frame["kind"] == "sparse-workspace").sum()),
         "mask_cases": int((frame["kind"] == "sparse-mask").sum()),
+        "sparse_prefill_cases": int((frame["kind"] == "sparse-prefill").sum()),
         "counts": _counts(frame),
         "levels": {lv: _counts(frame[frame["level"] == lv]) for lv in levels},
         "families": by_family,

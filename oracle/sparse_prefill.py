@@ -108,23 +108,13 @@ def sparse_prefill(
     return _masked_prefill(oracle, case, planned, inputs, kernels)
 
 
-def _masked_prefill(
-    oracle: SparseOracle, case: SparseCase, planned: Any, inputs: SparsePrefillInputs, kernels: SharedKernels
-) -> dict[str, torch.Tensor]:
-    from oracle.numeric import _SharedGatherOps, _shared_ops, _upstream
-
-    sparse, dense = oracle.sparse, inputs.prefill
-    spec = dense.spec
-    upstream = _upstream(planned, dense, kernels)
-    prefill = upstream.attn_metadata.prefill
-    # SparseMLACommonMetadataBuilder.build's additions to the prefill metadata.
-    prefill.query_lens_cpu = torch.tensor(case.query_lens, dtype=torch.int32)
-    prefill.topk_mask_workspace = torch.empty(oracle._mask_words(case), dtype=torch.int32, device=dense.q.device)
-    attn_metadata = SimpleNamespace(
-        prefill=prefill, prefill_max_seq_len=case.max_seq_len, topk_tokens=case.index_topk, num_decode_tokens=0
-    )
-    impl, cls, seen = upstream.impl, sparse.SparseMLACommonImpl, _Seen()
-    impl.scale = dense.scale
+def bind_sparse_impl(
+    impl: Any, cls: Any, case: SparseCase, inputs: SparsePrefillInputs, seen: _Seen
+) -> None:
+    """Give the dense stand-in impl what ``SparseMLACommonImpl.forward_mha`` reads,
+    and the release's own methods of the masked path bound to it;
+    ``_compute_context_mha``'s result is recorded in ``seen``."""
+    impl.scale = inputs.prefill.scale
     impl.topk_indices_buffer = inputs.topk
     impl.masked_mha_available = case.masked_kernel
     impl._sparse_mla_force_dense_mha = case.force_dense_mha
@@ -135,36 +125,88 @@ def _masked_prefill(
         setattr(impl, name, getattr(cls, name))  # static methods
 
     def compute_context_mha(this: Any, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        # Upstream's loop, unchanged; its result is recorded on the way out.
+        # The release's loop, unchanged; its result is recorded on the way out.
         seen.context = cls._compute_context_mha(this, *args, **kwargs)
         return seen.context
 
     impl._compute_context_mha = types.MethodType(compute_context_mha, impl)
-    merge = sparse.merge_attn_states
 
-    def final_merge(**kwargs: Any) -> None:
-        # forward_mha's final merge has no output_lse: give it one, and keep it.
-        assert kwargs.get("output_lse") is None
-        kwargs["output_lse"] = torch.empty_like(kwargs["suffix_lse"])
-        seen.merged_lse.append(kwargs["output_lse"])
+
+def keeping_final_lse(merge: Any, seen: _Seen) -> Any:
+    """``merge`` where a call without ``output_lse`` (forward_mha's final merge)
+    gets a buffer for it, kept in ``seen``; every other call passes through."""
+
+    def merge_attn_states(**kwargs: Any) -> None:
+        if kwargs.get("output_lse") is None:
+            kwargs["output_lse"] = torch.empty_like(kwargs["suffix_lse"])
+            seen.merged_lse.append(kwargs["output_lse"])
         merge(**kwargs)
 
-    output = torch.empty((dense.num_tokens, spec.num_heads * spec.v_head_dim), dtype=dense.q.dtype, device=dense.q.device)
+    return merge_attn_states
+
+
+def run_forward_mha(
+    oracle: SparseOracle,
+    case: SparseCase,
+    inputs: SparsePrefillInputs,
+    kernels: SharedKernels,
+    impl: Any,
+    prefill: Any,
+    kv_cache: torch.Tensor,
+    gather_ops: Any,
+    seen: _Seen,
+) -> dict[str, torch.Tensor]:
+    """``SparseMLACommonImpl.forward_mha`` on ``impl`` over ``prefill`` (the
+    release's prefill metadata), the gather through ``gather_ops``; the result
+    as :func:`sparse_prefill` returns it."""
+    sparse, dense = oracle.sparse, inputs.prefill
+    spec = dense.spec
+    # SparseMLACommonMetadataBuilder.build's additions to the prefill metadata.
+    prefill.query_lens_cpu = torch.tensor(case.query_lens, dtype=torch.int32)
+    prefill.topk_mask_workspace = torch.empty(oracle._mask_words(case), dtype=torch.int32, device=dense.q.device)
+    attn_metadata = SimpleNamespace(
+        prefill=prefill, prefill_max_seq_len=case.max_seq_len, topk_tokens=case.index_topk, num_decode_tokens=0
+    )
+    cls = sparse.SparseMLACommonImpl
+    bind_sparse_impl(impl, cls, case, inputs, seen)
+    device = dense.q.device
+    output = torch.empty((dense.num_tokens, spec.num_heads * spec.v_head_dim), dtype=dense.q.dtype, device=device)
+    k_scale = torch.ones((), dtype=torch.float32, device=device)
     with (
-        _shared_ops(upstream, kernels),
-        mock.patch.object(sparse, "ops", _SharedGatherOps(kernels)),
-        mock.patch.object(sparse, "merge_attn_states", final_merge),
+        mock.patch.object(sparse, "ops", gather_ops),
+        mock.patch.object(sparse, "merge_attn_states", keeping_final_lse(sparse.merge_attn_states, seen)),
         _masked_kernel(kernels, seen),
         oracle._host_tensors(),
     ):
-        cls.forward_mha(
-            impl, dense.q, dense.new_kv_c, dense.new_k_pe, upstream.kv_cache, attn_metadata, upstream.k_scale, output
-        )
+        cls.forward_mha(impl, dense.q, dense.new_kv_c, dense.new_k_pe, kv_cache, attn_metadata, k_scale, output)
     result = {"output": output.view(-1, spec.num_heads, spec.v_head_dim)}
-    if not upstream.has_context:
+    if prefill.chunked_context is None:
         # One masked attention over the new tokens, its output the layer's.
         assert len(seen.attention_lse) == 1 and seen.context is None and not seen.merged_lse
         return {**result, "lse": seen.attention_lse[0]}
     assert seen.context is not None and len(seen.merged_lse) == 1
     context_output, context_lse = seen.context
     return {"context_output": context_output, "context_lse": context_lse, **result, "lse": seen.merged_lse[0]}
+
+
+def _masked_prefill(
+    oracle: SparseOracle, case: SparseCase, planned: Any, inputs: SparsePrefillInputs, kernels: SharedKernels
+) -> dict[str, torch.Tensor]:
+    """0.28.0: the dense L3's stand-in (upstream's chunked-context metadata in
+    the sparse workspace), the context loop's folds through its own merge."""
+    from oracle.numeric import _SharedGatherOps, _shared_ops, _upstream
+
+    upstream = _upstream(planned, inputs.prefill, kernels)
+    seen = _Seen()
+    with _shared_ops(upstream, kernels):
+        return run_forward_mha(
+            oracle,
+            case,
+            inputs,
+            kernels,
+            upstream.impl,
+            upstream.attn_metadata.prefill,
+            upstream.kv_cache,
+            _SharedGatherOps(kernels),
+            seen,
+        )

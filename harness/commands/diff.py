@@ -141,7 +141,7 @@ def item_kinds(item: Item) -> list[str]:
     if isinstance(item, WorkspaceConfig):
         return ["workspace"]
     if isinstance(item, SparseCase):
-        return ["sparse-layout"]
+        return ["sparse-layout"] + (["sparse-prefill"] if item.numeric is not None else [])
     if isinstance(item, SparseWorkspaceConfig):
         return ["sparse-workspace"]
     if isinstance(item, TopkMaskCase):

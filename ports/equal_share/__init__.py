@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from harness.kernels import SharedKernels
     from harness.numeric import MergeInputs, PrefillInputs
     from harness.sparse_model import TopkMaskCase
+    from harness.sparse_prefill import SparsePrefillInputs
 
 
 def _local_rows(rows: int, world: int, interleave: int) -> int:
@@ -174,6 +175,13 @@ class EqualSharePort:
         from ports.per_request import PORT as per_request
 
         return per_request.remap_topk(case, topk)
+
+    def sparse_prefill(
+        self, case: SparseCase, inputs: SparsePrefillInputs, kernels: SharedKernels
+    ) -> dict[str, torch.Tensor]:
+        from ports.equal_share.sparse_prefill import sparse_prefill
+
+        return sparse_prefill(case, inputs, kernels)
 
 
 PORT = EqualSharePort()
