@@ -34,13 +34,14 @@ from harness.sparse_model import SparseCase, SparseLayout, SparseWorkspaceConfig
 if TYPE_CHECKING:
     from harness.kernels import SharedKernels
     from harness.numeric import MergeInputs, PrefillInputs
+    from harness.sparse_prefill import SparsePrefillInputs
 
 PROTOCOL_VERSION = 1
 STDERR_TAIL = 600
 # The ops that exchange tensors through safetensors files; each is a level.
-TENSOR_OPS = ("merge", "prefill", "topk_mask", "topk_remap")
+TENSOR_OPS = ("merge", "prefill", "topk_mask", "topk_remap", "sparse_prefill")
 # The levels a port may declare in its hello (the sparse ones: SPEC 1d).
-PROTOCOL_LEVELS = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask")
+PROTOCOL_LEVELS = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill")
 # A reply line longer than this is a port gone wrong, not a layout.
 MAX_REPLY_BYTES = 256 << 20
 
@@ -362,6 +363,16 @@ class ExternalPort:
         if sorted(out) != sorted(wanted):
             raise ExternalPortError(f"port's topk_remap outputs are {sorted(out)}, not {wanted}")
         return [out[name] for name in wanted]
+
+    def sparse_prefill(
+        self, case: SparseCase, inputs: SparsePrefillInputs, kernels: SharedKernels
+    ) -> dict[str, torch.Tensor]:
+        """Sparse L3 over the protocol: the port's route, layout and per-attention
+        selections, run here on the shared kernels, folded by the port
+        (:mod:`harness.external_sparse`)."""
+        from harness.external_sparse import sparse_prefill_over_protocol
+
+        return sparse_prefill_over_protocol(self, case, inputs, kernels)
 
     def merge_states(self, inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]:
         out = self._tensor_call("merge", *merge_request(inputs))

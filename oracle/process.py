@@ -32,6 +32,7 @@ from harness.sparse_model import SparseCase, SparseLayout, SparseWorkspaceConfig
 if TYPE_CHECKING:
     from harness.kernels import SharedKernels
     from harness.numeric import MergeInputs, PrefillInputs
+    from harness.sparse_prefill import SparsePrefillInputs
 
 ROOT = Path(__file__).resolve().parent.parent
 RELEASE_SPEC = re.compile(r"vllm==(\d+\.\d+\.\d+)")
@@ -189,6 +190,21 @@ class OracleProcess(ExternalPort):
         return out["output"], out["lse"]
 
     def prefill(self, case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]:
+        return self._prefill_call("oracle_prefill", case, inputs, kernels, {})
+
+    def sparse_prefill(
+        self, case: SparseCase, inputs: SparsePrefillInputs, kernels: SharedKernels
+    ) -> dict[str, torch.Tensor]:
+        return self._prefill_call("oracle_sparse_prefill", case, inputs.prefill, kernels, {"topk": inputs.topk})
+
+    def _prefill_call(
+        self,
+        op: str,
+        case: Case | SparseCase,
+        inputs: PrefillInputs,
+        kernels: SharedKernels,
+        extra: dict[str, torch.Tensor],
+    ) -> dict[str, torch.Tensor]:
         if getattr(kernels, "name", None) != "cpu":
             raise OracleProcessError(f"vllm=={self.release}: the oracle's process runs the shared kernels on cpu only")
         names = ("kv_cache", "block_table", "q", "new_kv_c", "new_k_pe", "kv_b_weight", "query_start_loc")
@@ -203,8 +219,8 @@ class OracleProcess(ExternalPort):
         }
         assert case.numeric is not None
         out = self._viewed_call(
-            "oracle_prefill",
-            {name: getattr(inputs, name) for name in names},
+            op,
+            {name: getattr(inputs, name) for name in names} | extra,
             {"case": case.to_json(), "spec": inputs.spec.to_json(), "scalars": scalars},
         )
         # The tensors an oracle's L3 owes: the comparison covers what came back,

@@ -36,7 +36,7 @@ from dataclasses import replace
 from typing import IO, Any
 
 PROTOCOL_VERSION = 1
-TENSOR_OPS = ("merge", "oracle_prefill")
+TENSOR_OPS = ("merge", "oracle_prefill", "oracle_sparse_prefill")
 SPARSE_TENSOR_OPS = ("topk_mask", "topk_remap")
 # The release whose oracle is not the pinned one's code: its own side module.
 LEGACY_RELEASE = "0.27.1"
@@ -77,7 +77,7 @@ def hello() -> dict[str, Any]:
     return {
         "protocol": PROTOCOL_VERSION,
         "name": f"oracle vllm=={version}",
-        "levels": ["layout", "merge", "prefill", "sparse-layout", "sparse-mask"],
+        "levels": ["layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill"],
         "ops": ["layout", "workspace_size", *TENSOR_OPS, "sparse_layout", "sparse_workspace_size", *SPARSE_TENSOR_OPS],
         "installed_vllm": version,
         "installed_commit_id": commit,
@@ -222,6 +222,7 @@ class Server:
             from harness.numeric import PrefillInputs
 
             scalars = request["scalars"]
+            kernels = CpuKernels(scalars["keyless_rows"])
             inputs = PrefillInputs(
                 spec=numeric_from_json(request["spec"], "request"),
                 kv_cache=tensors["kv_cache"],
@@ -235,10 +236,17 @@ class Server:
                 scale=float(scalars["scale"]),
                 poison_block=int(scalars["poison_block"]),
             )
+            if op == "oracle_sparse_prefill":
+                from harness.sparse_inputs import sparse_case_from_json
+                from harness.sparse_prefill import SparsePrefillInputs
+
+                sparse_case = sparse_case_from_json(request["case"], "request")
+                outputs = self.side.sparse_prefill(sparse_case, SparsePrefillInputs(inputs, tensors["topk"]), kernels)
+                save_file({k: v.contiguous() for k, v in outputs.items()}, request["outputs"])
+                return {}
             case = case_from_json(request["case"], "request")
             if case.dcp_world_size > 1:
                 inputs = replace(inputs, dcp=rank_caches(case, inputs, int(scalars.get("dcp_rank", 0))))
-            kernels = CpuKernels(scalars["keyless_rows"])
             outputs = self.side.prefill(case, inputs, kernels)
         save_file({k: v.contiguous() for k, v in outputs.items()}, request["outputs"])
         return {}

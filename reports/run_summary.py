@@ -39,7 +39,8 @@ def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str,
         f"{summary['workspace_configs']} workspace configs, {summary['merge_cases']} merge cases, "
         f"{summary['prefill_cases']} prefill cases, {summary.get('sparse_cases', 0)} sparse batches, "
         f"{summary.get('sparse_workspace_configs', 0)} sparse workspace configs, "
-        f"{summary.get('mask_cases', 0)} top-k mask cases){seconds}",
+        f"{summary.get('mask_cases', 0)} top-k mask cases, "
+        f"{summary.get('sparse_prefill_cases', 0)} sparse L3 cases){seconds}",
         f"parity {counts[PARITY]}  divergent {counts[DIVERGENT]}  "
         f"errors {counts[ORACLE_ERROR] + counts[PORT_ERROR]} "
         f"(oracle {counts[ORACLE_ERROR]}, port {counts[PORT_ERROR]})",
@@ -47,6 +48,7 @@ def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str,
     if counts[NOT_RUN]:
         lines.append(
             f"not run {counts[NOT_RUN]} (items at levels the port does not implement, narrowed with --level, "
+            "sparse L3 batches the oracle routes where L3 does not compare, "
             "or that an interrupted run did not reach)"
         )
     # A selected level without items (merge, for layout-only case files) has nothing to say.

@@ -338,7 +338,7 @@ int main() {
       id = request.has("id") ? request.int_at("id") : 0;
       const std::string op = request.string_at("op");
       if (op == "hello") {
-        std::cout << reply(id, ",\"protocol\":1,\"name\":\"cpp-per-request\",\"version\":\"1.0\",\"levels\":[\"layout\",\"merge\",\"prefill\",\"sparse-layout\",\"sparse-mask\"],\"ops\":[\"layout\",\"workspace_size\",\"merge\",\"prefill\",\"sparse_layout\",\"sparse_workspace_size\",\"topk_mask\",\"topk_remap\"]");
+        std::cout << reply(id, ",\"protocol\":1,\"name\":\"cpp-per-request\",\"version\":\"1.0\",\"levels\":[\"layout\",\"merge\",\"prefill\",\"sparse-layout\",\"sparse-mask\",\"sparse-prefill\"],\"ops\":[\"layout\",\"workspace_size\",\"merge\",\"prefill\",\"sparse_layout\",\"sparse_workspace_size\",\"topk_mask\",\"topk_remap\",\"sparse_prefill\"]");
       } else if (op == "layout") {
         std::cout << reply(id, ",\"layout\":" + layout_json(request.at("case")));
       } else if (op == "workspace_size") {
@@ -347,6 +347,16 @@ int main() {
         port::merge_op(request);
         std::cout << reply(id, "");
       } else if (op == "prefill") {
+        port::prefill_op(request);
+        std::cout << reply(id, "");
+      } else if (op == "sparse_prefill") {
+        // After b38e111d3e the masked loop folds its chunks as the dense loop
+        // does (SPEC 1d): the same fold and final merge over this port's own
+        // layout; the partials were computed on this port's own selections
+        // (its topk_remap / topk_mask answers), sent along for the record.
+        const std::string route = request.string_at("route");
+        if (route != "dense-mha" && route != "masked-mha")
+          throw std::runtime_error("sparse_prefill on route " + route + ", which has no prefill loop here");
         port::prefill_op(request);
         std::cout << reply(id, "");
       } else if (op == "sparse_layout") {
