@@ -22,7 +22,7 @@ import torch
 
 from harness.context_chunks import device_chunks, masked_chunk_partial
 from harness.kernels import SharedKernels
-from harness.masked_attention import PackedMask, RangeIndices, Selection
+from harness.masked_attention import RangeIndices, Selection
 from harness.numeric import new_token_kv
 from harness.sparse_model import SparseCase, SparseLayout
 from harness.sparse_prefill import SparsePrefillInputs
@@ -30,12 +30,7 @@ from ports.equal_share.prefill import final_merge, prefill, tokens_with_context
 from ports.equal_share.sparse import legacy_plan_sparse
 from ports.per_request.merge_kernel import merge_partials
 from ports.per_request.sparse import remap_topk
-from ports.per_request.sparse_prefill import global_mask, topk_per_request
-
-
-def _with_key_starts(mask: torch.Tensor, starts: tuple[int, ...]) -> Selection:
-    mask[:, 0, -1] = torch.tensor(starts, dtype=torch.int32, device=mask.device)
-    return PackedMask(mask, key_starts=True)
+from ports.per_request.sparse_prefill import global_mask, suffix_ranges, topk_per_request, with_key_starts
 
 
 def legacy_masked_prefill(
@@ -45,10 +40,11 @@ def legacy_masked_prefill(
     layout = plan.layout
     per_request = topk_per_request(inputs.topk, case.query_lens)
     mask = global_mask(case, per_request) if plan.global_mask_fits else None
+    starts, lengths = suffix_ranges(case)
     suffix_selection: Selection = (
-        _with_key_starts(mask, case.context_lens)
+        with_key_starts(mask, starts)
         if mask is not None
-        else RangeIndices(tuple(remap_topk(per_request, case.context_lens, case.query_lens)))
+        else RangeIndices(tuple(remap_topk(per_request, starts, lengths)))
     )
     k, v = new_token_kv(dense, kernels)
     qsl = dense.query_start_loc
@@ -62,7 +58,7 @@ def legacy_masked_prefill(
         if chunk.num_context_tokens == 0:
             continue
         selection: Selection = (
-            _with_key_starts(mask, chunk.starts)
+            with_key_starts(mask, chunk.starts)
             if mask is not None
             else RangeIndices(tuple(remap_topk(per_request, chunk.starts, chunk.seq_lens)))
         )

@@ -90,6 +90,10 @@ class Mutant(PerRequestPort):
         with swapped(self.swaps()):
             return super().remap_topk(case, topk)
 
+    def sparse_prefill(self, case: Any, inputs: Any, kernels: Any) -> dict[str, torch.Tensor]:
+        with swapped(self.swaps()):
+            return super().sparse_prefill(case, inputs, kernels)
+
 
 # -- planning ----------------------------------------------------------------------------------
 

@@ -1,20 +1,30 @@
-"""The sparse path's mutants (issue 28): per_request with one realistic bug in
-its sparse workspace, route, mask shapes, mask builder or remap.
+"""The sparse path's mutants: per_request with one realistic bug in its sparse
+workspace, route, mask shapes, mask builder or remap (issue 28: L1/L2), or in
+its masked prefill loop (issue 29: L3, exact at L1 and L2).
 
-Each swaps one function of ``ports/per_request/sparse.py`` for the duration of
-a call (:class:`~ports.mutants.catalogue.Mutant`); ``aimed_at`` names the input
-class and the level that sees it.
+Each swaps one function of ``ports/per_request/sparse.py`` or
+``ports/per_request/sparse_prefill.py`` for the duration of a call
+(:class:`~ports.mutants.catalogue.Mutant`); ``aimed_at`` names the input class
+and the level that sees it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 
-from harness.sparse_model import Shape, SparseWorkspaceConfig
+from harness.context_chunks import DeviceChunk, Partial
+from harness.kernels import SharedKernels
+from harness.masked_attention import PackedMask, Selection, masked_reference_attention
+from harness.model import Layout
+from harness.numeric import PrefillInputs
+from harness.sparse_model import Shape, SparseCase, SparseWorkspaceConfig
 from ports.mutants.catalogue import Mutant
 from ports.per_request import sparse as sparse_module
+from ports.per_request import sparse_prefill as loop_module
+from ports.per_request.merge_kernel import merge_partials
 
 
 class SparseWorkspaceFloor(Mutant):
@@ -100,6 +110,110 @@ class BitsMostSignificantFirst(Mutant):
         return [(sparse_module, "bit_weights", lambda: real().flip(0))]
 
 
+# -- the masked prefill loop (L3) -------------------------------------------------------------
+
+
+class ChunkWithWholeQuery(Mutant):
+    name = "sparse-l3-whole-query"
+    description = "attends a chunk with the batch's queries from token 0, not the chunk's own token slice"
+    source = "hand port"
+    aimed_at = "a masked batch with a chunk whose tokens do not start at token 0 (sparse-prefill)"
+
+    def swaps(self) -> list[tuple[Any, str, Any]]:
+        real = loop_module.masked_chunk_partial
+
+        def partial(
+            planned: DeviceChunk, inputs: PrefillInputs, kernels: SharedKernels, workspace: Any, selection: Selection
+        ) -> Partial:
+            chunk = planned.chunk
+            shifted = dataclasses.replace(chunk, token_start=0, token_end=chunk.token_end - chunk.token_start)
+            return real(dataclasses.replace(planned, chunk=shifted), inputs, kernels, workspace, selection)
+
+        return [(loop_module, "masked_chunk_partial", partial)]
+
+
+class SuffixByQueryStart(Mutant):
+    name = "sparse-l3-suffix-by-query-start"
+    description = "takes the suffix's key ranges from the batch's query offsets, not the requests' context lengths"
+    source = "hand port"
+    aimed_at = "a masked batch with context whose requests' context lengths differ from their query offsets (sparse-prefill)"
+
+    def swaps(self) -> list[tuple[Any, str, Any]]:
+        def ranges(case: SparseCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
+            offsets = tuple(sum(case.query_lens[:r]) for r in range(len(case.query_lens)))
+            return offsets, case.query_lens
+
+        return [(loop_module, "suffix_ranges", ranges)]
+
+
+class GlobalMaskWithoutKeyStarts(Mutant):
+    name = "sparse-l3-global-mask-no-key-starts"
+    description = "reads the global mask from key 0 in every attention (no key starts: dense_mask_mod for offset_)"
+    source = "hand port"
+    aimed_at = "a masked batch with context whose global mask fits (sparse-prefill)"
+
+    def swaps(self) -> list[tuple[Any, str, Any]]:
+        return [(loop_module, "with_key_starts", lambda mask, starts: PackedMask(mask, key_starts=False))]
+
+
+class KeylessRowsAsZeroWeight(Mutant):
+    name = "sparse-l3-keyless-zero-weight"
+    description = "folds a chunk row that selects no key of the chunk as zero weight (LSE -inf), not as the kernel reports it"
+    source = "hand port"
+    aimed_at = "a masked batch under the finite keyless-row behaviour with a row keyless in a chunk (sparse-prefill)"
+
+    def swaps(self) -> list[tuple[Any, str, Any]]:
+        real = loop_module.masked_chunk_partial
+
+        def partial(
+            planned: DeviceChunk, inputs: PrefillInputs, kernels: SharedKernels, workspace: Any, selection: Selection
+        ) -> Partial:
+            out, lse = real(planned, inputs, kernels, workspace, selection)
+            chunk, rows = planned.chunk, planned.chunk.num_context_tokens
+            q = inputs.q[chunk.token_start : chunk.token_end, :1, :1]
+            keys = workspace[:rows, None, :1]
+            _, _, keyless = masked_reference_attention(
+                q, keys, keys, planned.query_start_loc, planned.cu_seq_lens, False, 1.0, selection
+            )
+            return out.masked_fill(keyless[:, None, None], 0.0), lse.masked_fill(keyless[None, :], float("-inf"))
+
+        return [(loop_module, "masked_chunk_partial", partial)]
+
+
+class PiecesFoldedLastFirst(Mutant):
+    name = "sparse-l3-fold-last-first"
+    description = "folds the chunks last to first (a request's pieces merged in reverse order)"
+    source = "hand port"
+    aimed_at = "a masked batch with a request in three or more pieces (sparse-prefill)"
+
+    def swaps(self) -> list[tuple[Any, str, Any]]:
+        def fold(layout: Layout, num_tokens: int, partials: Any) -> Partial:
+            done = list(zip(layout.chunks, partials, strict=True))
+            first_out, first_lse = done[0][1]
+            total_out = torch.zeros((num_tokens, *first_out.shape[1:]), dtype=first_out.dtype)
+            total_lse = torch.full((first_lse.shape[0], num_tokens), float("-inf"), dtype=first_lse.dtype)
+            seen = torch.zeros(num_tokens, dtype=torch.bool)
+            for chunk, (out, lse) in reversed(done):
+                span = slice(chunk.token_start, chunk.token_end)
+                fresh = ~seen[span]
+                merged_out, merged_lse = torch.empty_like(out), torch.empty_like(lse)
+                merge_partials(total_out[span], total_lse[:, span], out, lse, out=merged_out, out_lse=merged_lse)
+                total_out[span] = torch.where(fresh[:, None, None], out, merged_out)
+                total_lse[:, span] = torch.where(fresh[None, :], lse, merged_lse)
+                seen[span] = True
+            return total_out, total_lse
+
+        return [(loop_module, "fold_partials", fold)]
+
+
+SPARSE_L3_MUTANTS: tuple[type[Mutant], ...] = (
+    ChunkWithWholeQuery,
+    SuffixByQueryStart,
+    GlobalMaskWithoutKeyStarts,
+    KeylessRowsAsZeroWeight,
+    PiecesFoldedLastFirst,
+)
+
 SPARSE_MUTANTS: tuple[type[Mutant], ...] = (
     SparseWorkspaceFloor,
     RouteStrictTopk,
@@ -107,4 +221,5 @@ SPARSE_MUTANTS: tuple[type[Mutant], ...] = (
     RemapKeepsRangeEnd,
     RemapByRequestStart,
     BitsMostSignificantFirst,
+    *SPARSE_L3_MUTANTS,
 )

@@ -33,10 +33,17 @@ from harness.masked_attention import PackedMask, RangeIndices, Selection
 from harness.numeric import new_token_kv
 from harness.sparse_model import SparseCase, SparseLayout
 from harness.sparse_prefill import SparsePrefillInputs
+from ports.per_request import sparse
 from ports.per_request.prefill import final_merge, fold_partials, prefill
-from ports.per_request.sparse import KEY_BITS, pack_topk, plan_sparse, remap_topk, topk_mask_shape
 
-__all__ = ["global_mask", "masked_prefill", "sparse_prefill", "topk_per_request"]
+__all__ = [
+    "global_mask",
+    "masked_prefill",
+    "sparse_prefill",
+    "suffix_ranges",
+    "topk_per_request",
+    "with_key_starts",
+]
 
 
 def topk_per_request(topk: torch.Tensor, query_lens: tuple[int, ...]) -> list[torch.Tensor]:
@@ -46,15 +53,23 @@ def topk_per_request(topk: torch.Tensor, query_lens: tuple[int, ...]) -> list[to
 
 def global_mask(case: SparseCase, per_request: list[torch.Tensor]) -> torch.Tensor:
     """The mask over whole sequences, one reserved word per row (left for the key starts)."""
-    shape = topk_mask_shape(len(per_request), case.max_query_len, case.max_seq_len, key_starts_word=True)
+    shape = sparse.topk_mask_shape(len(per_request), case.max_query_len, case.max_seq_len, key_starts_word=True)
     mask = torch.zeros(shape, dtype=torch.int32, device=per_request[0].device)
-    pack_topk([t.cpu() for t in per_request], mask[:, :, : -(-case.max_seq_len // KEY_BITS)])
+    sparse.pack_topk([t.cpu() for t in per_request], mask[:, :, : -(-case.max_seq_len // sparse.KEY_BITS)])
     return mask
 
 
-def _with_key_starts(mask: torch.Tensor, starts: list[int] | tuple[int, ...]) -> Selection:
+def with_key_starts(mask: torch.Tensor, starts: list[int] | tuple[int, ...]) -> Selection:
+    """``mask`` (the global mask's rows of some requests) read from each
+    request's key start: written into the reserved word of its row 0."""
     mask[:, 0, -1] = torch.tensor(starts, dtype=torch.int32, device=mask.device)
     return PackedMask(mask, key_starts=True)
+
+
+def suffix_ranges(case: SparseCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The suffix attention's key range per request: its new tokens, which start
+    at its context length in its sequence (key starts and remap starts alike)."""
+    return case.context_lens, case.query_lens
 
 
 def masked_prefill(
@@ -64,10 +79,11 @@ def masked_prefill(
     layout = plan.layout
     per_request = topk_per_request(inputs.topk, case.query_lens)
     mask = global_mask(case, per_request) if plan.global_mask_fits else None
+    starts, lengths = suffix_ranges(case)
     suffix_selection: Selection = (
-        _with_key_starts(mask, case.context_lens)
+        with_key_starts(mask, starts)
         if mask is not None
-        else RangeIndices(tuple(remap_topk(per_request, case.context_lens, case.query_lens)))
+        else RangeIndices(tuple(sparse.remap_topk(per_request, starts, lengths)))
     )
     k, v = new_token_kv(dense, kernels)
     qsl = dense.query_start_loc
@@ -81,9 +97,9 @@ def masked_prefill(
             chunk = planned.chunk
             requests = slice(chunk.request_start, chunk.request_end)
             selection: Selection = (
-                _with_key_starts(mask[requests], chunk.starts)
+                with_key_starts(mask[requests], chunk.starts)
                 if mask is not None
-                else RangeIndices(tuple(remap_topk(per_request[requests], chunk.starts, chunk.seq_lens)))
+                else RangeIndices(tuple(sparse.remap_topk(per_request[requests], chunk.starts, chunk.seq_lens)))
             )
             yield masked_chunk_partial(planned, dense, kernels, workspace, selection)
 
@@ -93,7 +109,7 @@ def masked_prefill(
 
 def sparse_prefill(case: SparseCase, inputs: SparsePrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]:
     """The batch on the port's own route: dense MHA or masked MHA (L3 covers no other)."""
-    plan = plan_sparse(case)
+    plan = sparse.plan_sparse(case)
     if plan.route == "dense-mha":
         return prefill(plan.layout, plan.workspace_size, inputs.prefill, kernels)
     if plan.route != "masked-mha":
