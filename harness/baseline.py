@@ -103,7 +103,7 @@ EXPECTED, NEW, STALE = "expected", "new", "stale"
 # The statuses an entry may expect; anything else an item can be is never expected.
 # An oracle error only in a baseline of a release other than the pin.
 ENTRY_STATUSES = (DIVERGENT, PORT_ERROR, ORACLE_ERROR)
-NUMERIC_LEVELS = ("merge", "prefill")
+NUMERIC_LEVELS = ("merge", "prefill", "sparse-prefill")
 # The levels whose divergences name a first divergent field (a baseline entry may too).
 FIELD_LEVELS = ("layout", "sparse-layout")
 _FIELDS = {

@@ -85,7 +85,7 @@ POOL_PAYS_OFF_S = 20.0
 # Rough single-process seconds per item on the CPU, for the default --jobs and for
 # cutting a run into chunks (ci suite, 2 cores): a chunk is about CHUNK_S of work,
 # so a worker asks for work a few times a second and no chunk holds the tail up.
-ITEM_COST_S = {"layout": 0.003, "workspace": 0.0001, "merge": 0.07, "prefill": 0.5}
+ITEM_COST_S = {"layout": 0.003, "workspace": 0.0001, "merge": 0.07, "prefill": 0.5, "sparse-prefill": 1.3}
 CHUNK_S = 0.25
 CHUNK_ITEMS = 256
 CHUNKS_PER_WORKER = 8

@@ -11,7 +11,12 @@ upstream's sparse backend decide, read from the *oracle's* sparse layouts.
 - ``mask``: the forms, the tile switch and the 32-key word edges of the mask
   cases, and the indices that sit on a range's end (the row after a range) and
   in continuation pieces;
-- ``sparse_grid``: which term of the sparse workspace size binds.
+- ``sparse_grid``: which term of the sparse workspace size binds;
+- ``sparse_l3``: the sparse L3 batches' routes and mask forms (global, per
+  range, suffix only), dtypes, keyless-row behaviours and selection patterns,
+  and what their top-k indices make the masked loop do: continuation pieces,
+  chunks of many requests, indices on a piece's first or last row, and tokens
+  that select no key of a chunk (keyless rows inside a chunk).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ MINIMUMS: dict[tuple[str, int], tuple[int | None, ...]] = {
     ("FLASHINFER_MLA_SPARSE", 8): (512, 1024, 1024, 2048, 32768),
 }
 EDGES = (2048, 4096, 8192, 16384, 32768)
+L3_FORMS = ("global", "per-range", "suffix-only")
 
 
 def sparse_features(make: Any) -> tuple[Feature, ...]:
@@ -70,6 +76,16 @@ def sparse_features(make: Any) -> tuple[Feature, ...]:
         make("sparse_grid.configs", "count", "sparse workspace configurations measured"),
         make("sparse_grid.oracle_refused", "count", "sparse workspace configurations the oracle could not size"),
         make("sparse_grid.binding_terms", "set", "which term of the sparse size binds", labels=TERMS),
+        make("sparse_l3.cases", "count", "sparse L3 batches measured"),
+        make("sparse_l3.routes", "set", "the oracle's routes of the sparse L3 batches", labels=ROUTE_LABELS),
+        make("sparse_l3.forms", "set", "masked batches' selection forms", labels=L3_FORMS),
+        make("sparse_l3.dtypes", "set", "dtypes of the sparse L3 batches", labels=("bf16", "fp16", "fp32")),
+        make("sparse_l3.keyless_rows", "set", "keyless-row behaviours", labels=("neg-inf", "pos-inf", "finite")),
+        make("sparse_l3.selections", "set", "top-k selection patterns", element="text"),
+        make("sparse_l3.continuation_chunks", "count", "masked batches' continuation chunks"),
+        make("sparse_l3.crowded_chunks", "count", "masked batches' chunks of 3 requests or more"),
+        make("sparse_l3.piece_edge_indices", "count", "indices on a chunk piece's first or last row"),
+        make("sparse_l3.chunk_keyless_tokens", "count", "(token, chunk) pairs where the token selects no key of the chunk"),
     )
 
 
@@ -165,6 +181,35 @@ def _binding_term(config: Any, size: int) -> str | None:
     return chosen if size == capped[chosen] else None
 
 
+def _measure_l3(tally: _Tally, case: Any, layout: Any) -> None:
+    """A sparse L3 batch: its route and form by the oracle's plan; what its
+    indices do in the oracle's chunks (positions in each request's sequence)."""
+    from harness.sparse_prefill import case_topk
+
+    assert case.numeric is not None
+    tally.count("sparse_l3.cases")
+    tally.add("sparse_l3.routes", layout.route)
+    tally.add("sparse_l3.dtypes", case.numeric.dtype)
+    tally.add("sparse_l3.keyless_rows", case.numeric.keyless_rows)
+    tally.add("sparse_l3.selections", case.selection)
+    if layout.route != "masked-mha":
+        return
+    chunks = layout.layout.chunks
+    tally.add("sparse_l3.forms", "suffix-only" if not chunks else ("global" if layout.global_mask_fits else "per-range"))
+    offsets = [sum(case.query_lens[:r]) for r in range(len(case.query_lens) + 1)]
+    topk = case_topk(case)
+    for chunk in chunks:
+        tally.count("sparse_l3.continuation_chunks", int(chunk.is_continuation))
+        tally.count("sparse_l3.crowded_chunks", int(chunk.request_end - chunk.request_start >= 3))
+        for k, request in enumerate(range(chunk.request_start, chunk.request_end)):
+            rows = topk[offsets[request] : offsets[request + 1]]
+            start, span = chunk.starts[k], chunk.seq_lens[k]
+            inside = (rows >= start) & (rows < start + span)
+            tally.count("sparse_l3.chunk_keyless_tokens", int((~inside.any(dim=1)).sum()))
+            if span:
+                tally.count("sparse_l3.piece_edge_indices", int(((rows == start) | (rows == start + span - 1)).sum()))
+
+
 def measure_sparse(tally: _Tally, suite: Suite, oracle: Port) -> None:
     for case in suite.sparse_cases:
         try:
@@ -173,6 +218,8 @@ def measure_sparse(tally: _Tally, suite: Suite, oracle: Port) -> None:
             tally.count("sparse.oracle_refused")
             continue
         _measure_batch(tally, case, layout)
+        if case.numeric is not None:
+            _measure_l3(tally, case, layout)
     for mask_case in suite.mask_cases:
         _measure_mask(tally, mask_case)
     for config in suite.sparse_workspace_configs:

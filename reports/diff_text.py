@@ -342,7 +342,7 @@ def result_record(result: CaseResult) -> dict[str, Any]:
         }
     elif result.kind == "workspace":
         record["workspace_size"] = {"oracle": result.oracle_workspace, "port": result.port_workspace}
-    elif result.kind in ("merge", "prefill"):
+    elif result.kind in ("merge", "prefill", "sparse-prefill"):
         record["tensors"] = [t.to_json() for t in result.tensors]
     return record
 
