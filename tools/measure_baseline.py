@@ -115,6 +115,11 @@ PORT_ERRORS: dict[str, str] = {
         "holds, so its DCP step cannot reorder them (vllm 0.27.1, whose windows these are, refuses every one of "
         'these batches too, by its DCP loop\'s assertions); measured: {n} items, e.g. "{example}"'
     ),
+    "which has no prefill loop here": (
+        "the sparse path as vllm 0.27.1 had it routes these batches to a masked run it cannot make "
+        "(masked-mha-overflow: its chunk masks span the whole batch and outgrow the mask workspace the pin's "
+        'per-range masks fit), so it has no prefill to compare; measured: {n} items, e.g. "{example}"'
+    ),
 }
 
 
@@ -164,6 +169,19 @@ def main(argv: list[str]) -> int:
                 e["reason"] = f"{why}; measured: {n} configurations"
             if field == "sparse_workspace_size":
                 e["reason"] = f"{SPARSE_FIELD_WHY[field]}; measured: {n} configurations"
+        elif e["level"] == "sparse-prefill":
+            frac = e["max_mismatch_fraction"]
+            loop = (
+                "the legacy grid in 0.27.1's sparse workspace (the dense-MHA route)"
+                if e["family"] == "sparse-dense-route"
+                else "0.27.1's masked loop (every chunk with rows attends with the whole batch's queries and is "
+                "folded by a plain merge; its final merge covers the tokens before the first request without "
+                "context; keyless rows of a chunk's other requests are folded as the kernel reports them)"
+            )
+            e["reason"] = (
+                f"the sparse path as vllm 0.27.1 had it (SPEC 1d): {loop} folds the context in another order: "
+                f"measured on {n} items, up to {e['max_ulp']} ULP and up to {frac:.1%} of an item's elements differ"
+            )
         else:
             frac = e["max_mismatch_fraction"]
             hist = [json.loads(h) for h in g["histogram"]]
