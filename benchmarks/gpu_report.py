@@ -17,6 +17,8 @@ reports/gpu.py). Sections:
   their bits compared;
 * the prefill context loop on the batches of cases/gpu/bench.json: the legacy
   grid (equal_share), per_request and upstream's own loop, chunks and ms;
+* the sparse path's masked prefill at DeepSeek-V3.2 shapes: parity and the
+  forward's time against upstream's (benchmarks/gpu_sparse.py);
 * with two GPUs, DCP at L3 on real ranks over NCCL (benchmarks/gpu_dcp.py).
 
 Timings are CUDA events after warm-up, medians over repeats: around ten launches
@@ -286,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--skip-parity", action="store_true", help="benchmarks only")
     parser.add_argument("--dcp-only", action="store_true", help="only the DCP row (two GPUs: world size 2 over NCCL)")
+    parser.add_argument("--sparse-only", action="store_true", help="only the sparse rows (masked L3 and its timing)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     if not torch.cuda.is_available():
@@ -298,12 +301,17 @@ def main(argv: list[str] | None = None) -> int:
     kernels = CudaKernels()
     report: dict[str, Any] = {"date": args.date, "command": "tools/gpu_report.sh"}
     run_section(report, "environment", environment)
-    if not args.skip_parity and not args.dcp_only:
+    only = args.dcp_only or args.sparse_only
+    if not args.skip_parity and not only:
         run_section(report, "parity", lambda: parity_section(kernels))
-    if not args.dcp_only:
+    if not only:
         run_section(report, "merge", lambda: merge_section(args.warmup, args.repeats))
         run_section(report, "prefill", lambda: prefill_section(kernels, args.warmup, args.repeats))
-    if torch.cuda.device_count() >= 2 or args.dcp_only:
+    if not args.dcp_only:
+        from benchmarks.gpu_sparse import sparse_section
+
+        run_section(report, "sparse", lambda: sparse_section(kernels, args.warmup, args.repeats))
+    if (torch.cuda.device_count() >= 2 and not args.sparse_only) or args.dcp_only:
         from benchmarks.gpu_dcp import dcp_section
 
         run_section(report, "dcp", dcp_section)

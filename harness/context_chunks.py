@@ -125,7 +125,9 @@ def masked_chunk_partial(
     )
     k, v = context_rows_kv(workspace[:rows], inputs, kernels)
     q = inputs.q[chunk.token_start : chunk.token_end]
-    return kernels.masked_attention(q, k, v, planned.query_start_loc, planned.cu_seq_lens, False, inputs.scale, selection)
+    return kernels.masked_attention(
+        q, k, v, planned.query_start_loc, planned.cu_seq_lens, False, inputs.scale, selection
+    )
 
 
 def check_runnable(layout: Layout, case: Case) -> None:

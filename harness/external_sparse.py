@@ -66,12 +66,16 @@ def _selection(
     if global_mask:
         mask = port.build_topk_mask(asked, topk)
         if mask.dtype != torch.int32 or mask.dim() != 3 or mask.shape[0] != len(topk):
-            raise ValueError(f"port's {what} mask is {mask.dtype} {list(mask.shape)}, not int32 [{len(topk)}, rows, words]")
+            raise ValueError(
+                f"port's {what} mask is {mask.dtype} {list(mask.shape)}, not int32 [{len(topk)}, rows, words]"
+            )
         return PackedMask(mask, key_starts=True), {f"{what}.mask": mask}
     remapped = port.remap_topk(asked, topk)
     for i, (got, sent) in enumerate(zip(remapped, topk, strict=True)):
         if got.dtype != torch.int32 or got.shape != sent.shape:
-            raise ValueError(f"port's {what} remap of request {i} is {got.dtype} {list(got.shape)}, not int32 {list(sent.shape)}")
+            raise ValueError(
+                f"port's {what} remap of request {i} is {got.dtype} {list(got.shape)}, not int32 {list(sent.shape)}"
+            )
     return RangeIndices(tuple(remapped)), {f"{what}.remapped.{i}": t for i, t in enumerate(remapped)}
 
 
@@ -105,7 +109,9 @@ def sparse_prefill_over_protocol(
             k, v = new_token_kv(dense, kernels)
             qsl = dense.query_start_loc
             suffix_output, suffix_lse = kernels.masked_attention(dense.q, k, v, qsl, qsl, True, dense.scale, selection)
-            workspace = torch.empty((plan.workspace_size, dense.spec.latent_dim), dtype=dense.q.dtype, device=dense.q.device)
+            workspace = torch.empty(
+                (plan.workspace_size, dense.spec.latent_dim), dtype=dense.q.dtype, device=dense.q.device
+            )
             partials = []
             for i, item in enumerate(device_chunks(layout, dense.q.device)):
                 chunk = item.chunk

@@ -402,7 +402,9 @@ class KeylessRowsKernels:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         out, lse = self.inner.masked_attention(q, k, v, cu_q, cu_k, causal, scale, selection)
         # Which rows are keyless is the selection's: the reference says so.
-        keyless = masked_reference_attention(q[:, :1, :1], k[:, :1, :1], v[:, :1, :1], cu_q, cu_k, causal, 1.0, selection)[2]
+        keyless = masked_reference_attention(
+            q[:, :1, :1], k[:, :1, :1], v[:, :1, :1], cu_q, cu_k, causal, 1.0, selection
+        )[2]
         return report_keyless_rows(out, lse, keyless, self.keyless_rows)
 
 

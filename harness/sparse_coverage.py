@@ -85,7 +85,11 @@ def sparse_features(make: Any) -> tuple[Feature, ...]:
         make("sparse_l3.continuation_chunks", "count", "masked batches' continuation chunks"),
         make("sparse_l3.crowded_chunks", "count", "masked batches' chunks of 3 requests or more"),
         make("sparse_l3.piece_edge_indices", "count", "indices on a chunk piece's first or last row"),
-        make("sparse_l3.chunk_keyless_tokens", "count", "(token, chunk) pairs where the token selects no key of the chunk"),
+        make(
+            "sparse_l3.chunk_keyless_tokens",
+            "count",
+            "(token, chunk) pairs where the token selects no key of the chunk",
+        ),
     )
 
 
@@ -195,7 +199,9 @@ def _measure_l3(tally: _Tally, case: Any, layout: Any) -> None:
     if layout.route != "masked-mha":
         return
     chunks = layout.layout.chunks
-    tally.add("sparse_l3.forms", "suffix-only" if not chunks else ("global" if layout.global_mask_fits else "per-range"))
+    tally.add(
+        "sparse_l3.forms", "suffix-only" if not chunks else ("global" if layout.global_mask_fits else "per-range")
+    )
     offsets = [sum(case.query_lens[:r]) for r in range(len(case.query_lens) + 1)]
     topk = case_topk(case)
     for chunk in chunks:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.port import Port, PortValueError, check_tensor
 from harness.kernels import SharedKernels
+from harness.port import Port, PortValueError, check_tensor
 from harness.runner import (
     DIVERGENT,
     NOT_RUN,
@@ -107,7 +107,9 @@ def compare_sparse_prefill(
         return result
     if route not in L3_ROUTES:
         result.status = NOT_RUN
-        result.error = f"the oracle routes it {route}: compared at sparse-layout only (L3 covers {', '.join(L3_ROUTES)})"
+        result.error = (
+            f"the oracle routes it {route}: compared at sparse-layout only (L3 covers {', '.join(L3_ROUTES)})"
+        )
         return result
     kernels = with_keyless_rows(kernels, case.numeric.keyless_rows)
 

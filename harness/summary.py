@@ -163,6 +163,8 @@ def summarise_table(frame: pd.DataFrame, suite: str, port: str, levels: tuple[st
         "counts": _counts(frame),
         "levels": {lv: _counts(frame[frame["level"] == lv]) for lv in levels},
         "families": by_family,
-        "numeric": {lv: _numeric(frame[frame["level"] == lv]) for lv in ("merge", "prefill", "sparse-prefill") if lv in levels},
+        "numeric": {
+            lv: _numeric(frame[frame["level"] == lv]) for lv in ("merge", "prefill", "sparse-prefill") if lv in levels
+        },
         "sides": {side: _side(frame, side) for side in ("oracle", "port")},
     }

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -105,12 +105,10 @@ def sparse_prefill(
         from oracle.sparse_legacy import legacy_masked_prefill
 
         return legacy_masked_prefill(oracle, case, planned, inputs, kernels)
-    return _masked_prefill(oracle, case, planned, inputs, kernels)
+    return masked_forward(oracle, case, inputs, kernels)()
 
 
-def bind_sparse_impl(
-    impl: Any, cls: Any, case: SparseCase, inputs: SparsePrefillInputs, seen: _Seen
-) -> None:
+def bind_sparse_impl(impl: Any, cls: Any, case: SparseCase, inputs: SparsePrefillInputs, seen: _Seen) -> None:
     """Give the dense stand-in impl what ``SparseMLACommonImpl.forward_mha`` reads,
     and the release's own methods of the masked path bound to it;
     ``_compute_context_mha``'s result is recorded in ``seen``."""
@@ -189,24 +187,29 @@ def run_forward_mha(
     return {"context_output": context_output, "context_lse": context_lse, **result, "lse": seen.merged_lse[0]}
 
 
-def _masked_prefill(
-    oracle: SparseOracle, case: SparseCase, planned: Any, inputs: SparsePrefillInputs, kernels: SharedKernels
-) -> dict[str, torch.Tensor]:
-    """0.28.0: the dense L3's stand-in (upstream's chunked-context metadata in
-    the sparse workspace), the context loop's folds through its own merge."""
-    from oracle.numeric import _SharedGatherOps, _shared_ops, _upstream
+def masked_forward(
+    oracle: SparseOracle, case: SparseCase, inputs: SparsePrefillInputs, kernels: SharedKernels
+) -> Callable[[], dict[str, torch.Tensor]]:
+    """0.28.0's metadata for ``case`` in its sparse workspace, built now, and a
+    call that runs ``forward_mha``'s masked path over it (split so a benchmark
+    times the forward pass alone, as upstream builds metadata before it)."""
+    from oracle.numeric import _shared_ops, _SharedGatherOps, _upstream
 
-    upstream = _upstream(planned, inputs.prefill, kernels)
-    seen = _Seen()
-    with _shared_ops(upstream, kernels):
-        return run_forward_mha(
-            oracle,
-            case,
-            inputs,
-            kernels,
-            upstream.impl,
-            upstream.attn_metadata.prefill,
-            upstream.kv_cache,
-            _SharedGatherOps(kernels),
-            seen,
-        )
+    plan = oracle.plan(case)
+    upstream = _upstream(case.planned_case(plan.workspace_size), inputs.prefill, kernels)
+
+    def run() -> dict[str, torch.Tensor]:
+        with _shared_ops(upstream, kernels):
+            return run_forward_mha(
+                oracle,
+                case,
+                inputs,
+                kernels,
+                upstream.impl,
+                upstream.attn_metadata.prefill,
+                upstream.kv_cache,
+                _SharedGatherOps(kernels),
+                _Seen(),
+            )
+
+    return run

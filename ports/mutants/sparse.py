@@ -136,7 +136,9 @@ class SuffixByQueryStart(Mutant):
     name = "sparse-l3-suffix-by-query-start"
     description = "takes the suffix's key ranges from the batch's query offsets, not the requests' context lengths"
     source = "hand port"
-    aimed_at = "a masked batch with context whose requests' context lengths differ from their query offsets (sparse-prefill)"
+    aimed_at = (
+        "a masked batch with context whose requests' context lengths differ from their query offsets (sparse-prefill)"
+    )
 
     def swaps(self) -> list[tuple[Any, str, Any]]:
         def ranges(case: SparseCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -158,7 +160,9 @@ class GlobalMaskWithoutKeyStarts(Mutant):
 
 class KeylessRowsAsZeroWeight(Mutant):
     name = "sparse-l3-keyless-zero-weight"
-    description = "folds a chunk row that selects no key of the chunk as zero weight (LSE -inf), not as the kernel reports it"
+    description = (
+        "folds a chunk row that selects no key of the chunk as zero weight (LSE -inf), not as the kernel reports it"
+    )
     source = "hand port"
     aimed_at = "a masked batch under the finite keyless-row behaviour with a row keyless in a chunk (sparse-prefill)"
 

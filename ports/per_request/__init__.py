@@ -84,7 +84,6 @@ class PerRequestPort:
     def remap_topk(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> list[torch.Tensor]:
         return sparse.remap_topk(topk, case.range_starts, case.range_lens)
 
-
     def sparse_prefill(
         self, case: SparseCase, inputs: SparsePrefillInputs, kernels: SharedKernels
     ) -> dict[str, torch.Tensor]:

@@ -173,7 +173,8 @@ def pack_topk(topk_per_request: list[torch.Tensor], out: torch.Tensor) -> None:
 
     out.zero_()
     keys = out.shape[2] * KEY_BITS
-    weights = bit_weights()
+    # Packed where the mask lives (a mask on the GPU is built there).
+    weights = bit_weights().to(out.device)
     for request, topk in enumerate(topk_per_request):
         if topk.numel() and int(topk.max()) >= keys:
             raise ValueError(f"request {request} selects key {int(topk.max())}, past the mask's {keys} keys")
@@ -183,8 +184,8 @@ def pack_topk(topk_per_request: list[torch.Tensor], out: torch.Tensor) -> None:
             rows = block.shape[0]
             # One flag per key (duplicates set the same flag); -1 goes to a spare
             # column past the last key, which is dropped.
-            column = torch.where(block >= 0, block.long(), keys)
-            selected = torch.zeros((rows, keys + 1), dtype=torch.bool)
+            column = torch.where(block >= 0, block.long(), keys).to(out.device)
+            selected = torch.zeros((rows, keys + 1), dtype=torch.bool, device=out.device)
             selected.scatter_(1, column, True)
             flags = selected[:, :keys].reshape(rows, out.shape[2], KEY_BITS).long()
             words = (flags * weights).sum(dim=2)

@@ -37,7 +37,9 @@ from ports.per_request import sparse
 from ports.per_request.prefill import final_merge, fold_partials, prefill
 
 __all__ = [
+    "fold_partials",
     "global_mask",
+    "masked_chunk_partial",
     "masked_prefill",
     "sparse_prefill",
     "suffix_ranges",
@@ -55,7 +57,7 @@ def global_mask(case: SparseCase, per_request: list[torch.Tensor]) -> torch.Tens
     """The mask over whole sequences, one reserved word per row (left for the key starts)."""
     shape = sparse.topk_mask_shape(len(per_request), case.max_query_len, case.max_seq_len, key_starts_word=True)
     mask = torch.zeros(shape, dtype=torch.int32, device=per_request[0].device)
-    sparse.pack_topk([t.cpu() for t in per_request], mask[:, :, : -(-case.max_seq_len // sparse.KEY_BITS)])
+    sparse.pack_topk(per_request, mask[:, :, : -(-case.max_seq_len // sparse.KEY_BITS)])
     return mask
 
 
