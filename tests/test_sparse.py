@@ -24,7 +24,7 @@ from harness.sparse_model import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 from harness.suites import load_suite
 from ports.equal_share import PORT as EQUAL_SHARE
 from ports.mutants import MUTANTS
-from ports.mutants.sparse import SPARSE_MUTANTS
+from ports.mutants.sparse import SPARSE_L3_MUTANTS, SPARSE_MUTANTS
 from ports.per_request import PORT as PER_REQUEST
 from ports.per_request.sparse import topk_mask_shape
 
@@ -153,7 +153,9 @@ def _mask_case(**fields: Any) -> TopkMaskCase:
     return TopkMaskCase(**{**base, **fields})
 
 
-@pytest.mark.parametrize("name", [m.name for m in SPARSE_MUTANTS if m.name != "sparse-workspace-floor"])
+@pytest.mark.parametrize(
+    "name", [m.name for m in SPARSE_MUTANTS if m.name != "sparse-workspace-floor" and m not in SPARSE_L3_MUTANTS]
+)
 def test_each_mask_or_route_mutant_is_caught_on_a_small_item(oracle: Any, name: str) -> None:
     mutant = MUTANTS[name]()
     mask = _mask_case()

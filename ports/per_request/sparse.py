@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 
 DENSE_WORKSPACE_CAP = 65536
 KEY_BITS = 32  # keys per mask word; key k is bit (k % 32), least significant first
-ROWS_PER_BLOCK = 64  # query rows packed at once (bounds pack_topk's memory)
+# Key flags pack_topk holds at once (rows times keys): its memory bound, and few
+# enough blocks that a mask on the GPU is packed in a handful of launches.
+FLAGS_PER_BLOCK = 1 << 24
 
 # Minimum prefill query length for masked MHA, per backend and tensor-parallel
 # size, one entry per sequence-length bucket (None: never in that bucket); a
@@ -173,24 +175,37 @@ def pack_topk(topk_per_request: list[torch.Tensor], out: torch.Tensor) -> None:
 
     out.zero_()
     keys = out.shape[2] * KEY_BITS
-    # Packed where the mask lives (a mask on the GPU is built there).
-    weights = bit_weights().to(out.device)
-    for request, topk in enumerate(topk_per_request):
-        if topk.numel() and int(topk.max()) >= keys:
-            raise ValueError(f"request {request} selects key {int(topk.max())}, past the mask's {keys} keys")
-        # A block of rows at a time: one flag per key of each row is held at once.
-        for first in range(0, topk.shape[0], ROWS_PER_BLOCK):
-            block = topk[first : first + ROWS_PER_BLOCK]
-            rows = block.shape[0]
-            # One flag per key (duplicates set the same flag); -1 goes to a spare
-            # column past the last key, which is dropped.
-            column = torch.where(block >= 0, block.long(), keys).to(out.device)
-            selected = torch.zeros((rows, keys + 1), dtype=torch.bool, device=out.device)
-            selected.scatter_(1, column, True)
-            flags = selected[:, :keys].reshape(rows, out.shape[2], KEY_BITS).long()
-            words = (flags * weights).sum(dim=2)
-            # The top bit of a word is the int32 sign bit.
-            out[request, first : first + rows] = torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
+    # Packed where the mask lives (a mask on the GPU is built there), every
+    # request's rows at once: one check, a few launches.
+    device = out.device
+    weights = bit_weights().to(device)
+    if not topk_per_request:
+        return
+    every = torch.cat([topk.to(device) for topk in topk_per_request])
+    if every.numel() and int(every.max()) >= keys:
+        request = next(r for r, t in enumerate(topk_per_request) if t.numel() and int(t.max()) >= keys)
+        largest = int(topk_per_request[request].max())
+        raise ValueError(f"request {request} selects key {largest}, past the mask's {keys} keys")
+    lengths = torch.tensor([topk.shape[0] for topk in topk_per_request]).to(device)
+    request_of = torch.repeat_interleave(
+        torch.arange(len(topk_per_request), device=device), lengths, output_size=every.shape[0]
+    )
+    row_of = torch.arange(every.shape[0], device=device) - (torch.cumsum(lengths, 0) - lengths)[request_of]
+    # A block of rows at a time: one flag per key of each row is held at once.
+    rows_per_block = max(1, FLAGS_PER_BLOCK // (keys + 1))
+    for first in range(0, every.shape[0], rows_per_block):
+        block = every[first : first + rows_per_block]
+        rows = block.shape[0]
+        # One flag per key (duplicates set the same flag); -1 goes to a spare
+        # column past the last key, which is dropped.
+        column = torch.where(block >= 0, block.long(), keys)
+        selected = torch.zeros((rows, keys + 1), dtype=torch.bool, device=device)
+        selected.scatter_(1, column, True)
+        flags = selected[:, :keys].reshape(rows, out.shape[2], KEY_BITS).long()
+        words = (flags * weights).sum(dim=2)
+        # The top bit of a word is the int32 sign bit.
+        span = slice(first, first + rows)
+        out[request_of[span], row_of[span]] = torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
 
 
 def build_topk_mask(case: TopkMaskCase, topk_per_request: list[torch.Tensor]) -> torch.Tensor:

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import torch
 
-from harness.context_chunks import Partial, device_chunks, masked_chunk_partial
+from harness.context_chunks import DeviceChunk, Partial, device_chunks, masked_chunk_partial
 from harness.kernels import SharedKernels
 from harness.masked_attention import PackedMask, RangeIndices, Selection
 from harness.numeric import new_token_kv
@@ -61,10 +61,13 @@ def global_mask(case: SparseCase, per_request: list[torch.Tensor]) -> torch.Tens
     return mask
 
 
-def with_key_starts(mask: torch.Tensor, starts: list[int] | tuple[int, ...]) -> Selection:
+def with_key_starts(mask: torch.Tensor, starts: torch.Tensor | list[int] | tuple[int, ...]) -> Selection:
     """``mask`` (the global mask's rows of some requests) read from each
-    request's key start: written into the reserved word of its row 0."""
-    mask[:, 0, -1] = torch.tensor(starts, dtype=torch.int32, device=mask.device)
+    request's key start: written into the reserved word of its row 0 (from a
+    device tensor where the chunk has one: no host copy in the loop)."""
+    if not isinstance(starts, torch.Tensor):
+        starts = torch.tensor(starts, dtype=torch.int32)
+    mask[:, 0, -1] = starts.to(device=mask.device, dtype=torch.int32)
     return PackedMask(mask, key_starts=True)
 
 
@@ -75,8 +78,15 @@ def suffix_ranges(case: SparseCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def masked_prefill(
-    case: SparseCase, plan: SparseLayout, inputs: SparsePrefillInputs, kernels: SharedKernels
+    case: SparseCase,
+    plan: SparseLayout,
+    inputs: SparsePrefillInputs,
+    kernels: SharedKernels,
+    planned: tuple[DeviceChunk, ...] | None = None,
 ) -> dict[str, torch.Tensor]:
+    """The masked route's forward (module docstring). ``planned`` is
+    :func:`device_chunks` of the plan's layout, built here when not given (a
+    benchmark builds it before timing, as upstream builds its metadata)."""
     dense = inputs.prefill
     layout = plan.layout
     per_request = topk_per_request(inputs.topk, case.query_lens)
@@ -95,15 +105,15 @@ def masked_prefill(
     workspace = torch.empty((plan.workspace_size, dense.spec.latent_dim), dtype=dense.q.dtype, device=dense.q.device)
 
     def partials() -> Iterator[Partial]:
-        for planned in device_chunks(layout, dense.q.device):
-            chunk = planned.chunk
+        for item in planned if planned is not None else device_chunks(layout, dense.q.device):
+            chunk = item.chunk
             requests = slice(chunk.request_start, chunk.request_end)
             selection: Selection = (
-                with_key_starts(mask[requests], chunk.starts)
+                with_key_starts(mask[requests], item.starts)
                 if mask is not None
                 else RangeIndices(tuple(sparse.remap_topk(per_request[requests], chunk.starts, chunk.seq_lens)))
             )
-            yield masked_chunk_partial(planned, dense, kernels, workspace, selection)
+            yield masked_chunk_partial(item, dense, kernels, workspace, selection)
 
     context = fold_partials(layout, dense.num_tokens, partials())
     return final_merge(context, suffix, dense.spec.v_head_dim)
