@@ -100,6 +100,7 @@ def environment() -> dict[str, Any]:
     vllm = import_vllm_module("vllm")
     return {
         "device": torch.cuda.get_device_name(0),
+        "device_count": torch.cuda.device_count(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "triton": triton.__version__,

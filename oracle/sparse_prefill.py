@@ -46,8 +46,12 @@ DENSE_MASK_MOD, OFFSET_MASK_MOD = "dense_mask_mod", "offset_dense_mask_mod"
 
 
 class RouteNotCompared(Exception):
-    """The oracle routes the batch where L3 does not compare (SPEC 1d: MQA is
-    decode-style; a masked run upstream cannot make)."""
+    """The release routes the batch where it has no prefill to compare: sparse
+    MQA (decode-style, compared at L1 only), or a masked run it cannot make
+    (``masked-mha-unavailable``, ``masked-mha-overflow``). A refusal: the class
+    of batch is the release's own, stated without the batch's name."""
+
+    refusal = True
 
 
 @dataclass
@@ -96,7 +100,7 @@ def sparse_prefill(
     """The release's prefill of ``case`` on the route it decides (its L1 plan)."""
     plan = oracle.plan(case)
     if plan.route not in L3_ROUTES:
-        raise RouteNotCompared(f"the oracle routes {case.name} {plan.route}: compared at L1 only")
+        raise RouteNotCompared(f"its sparse prefill cannot run: it routes the batch {plan.route}")
     planned = case.planned_case(plan.workspace_size)
     if plan.route == "dense-mha":
         result: dict[str, torch.Tensor] = oracle.side.prefill(planned, inputs.prefill, kernels)

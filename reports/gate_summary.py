@@ -49,8 +49,9 @@ def render_gate_summary(outcome: GateOutcome) -> str:
     elif not verdict.not_run.empty:
         lines += [
             "",
-            f"**{len(verdict.not_run)} items not run**: at levels port `{meta['port']}` does not implement; "
-            "nothing was compared there (narrow the gate with `--level`).",
+            f"**{len(verdict.not_run)} items not run**: at levels port `{meta['port']}` does not implement, "
+            "or sparse L3 batches the oracle routes to sparse MQA (compared at sparse-layout only); nothing was "
+            "compared there (narrow the gate with `--level`; each row says why).",
         ]
     if meta.get("rejudged"):
         lines += ["", f"**Re-judged (`parity merge --rejudge`)**: {meta['rejudged']}."]

@@ -210,6 +210,16 @@ def gpu_section_markdown(report: dict[str, Any], heading: str = "##") -> list[st
         lines += [f"{heading} Sparse MLA: the masked prefill (sparse L3)", ""]
         problem = section_problem(report.get("sparse"))
         lines += [f"Sparse {problem}", ""] if problem else sparse_markdown(report["sparse"], heading)
+    if "dcp" not in report and "parity" in report:
+        gpus = (report.get("environment") or {}).get("device_count")
+        lines += [
+            f"{heading} DCP at L3 on real ranks",
+            "",
+            "Not run: this run's machine had "
+            + (f"{gpus} GPU" if gpus else "one GPU")
+            + " (the DCP row needs two; `tools/gpu_report.sh` runs it whenever two are visible).",
+            "",
+        ]
     if "dcp" in report:
         lines += [f"{heading} DCP at L3 on real ranks", ""]
         section = report["dcp"]
