@@ -10,8 +10,10 @@ same selection gives the same bits in both (the kernel turns each into the same
 ``[q_len, k_len]`` boolean of visible keys before any arithmetic):
 
 - :class:`RangeIndices`: per sequence ``[q_len, topk]`` integer indices local to
-  the sequence's key range, ``-1`` padding (``_remap_topk_to_ranges``'s output);
-  an index outside ``[0, k_len)`` selects nothing.
+  the sequence's key range, ``-1`` padding (``_remap_topk_to_ranges``'s output:
+  anything outside the range is -1). Any other index outside ``[0, k_len)``,
+  or a row count other than the sequence's queries, is bad input
+  (``ValueError``): upstream's mask builder would set bits past the row.
 - :class:`PackedMask`: the bit-packed int32 mask ``[batch, padded_q, words]``,
   key ``j`` of row ``t`` is bit ``j % 32`` of word ``j // 32``; with
   ``key_starts`` (upstream's ``offset_dense_mask_mod``) key ``j`` of sequence
@@ -76,8 +78,12 @@ def selected_keys(selection: Selection, sequence: int, rows: slice, k_len: int, 
         indices = selection.per_sequence[sequence][rows].to(device=device, dtype=torch.long)
         if indices.shape[0] != rows.stop - rows.start:
             raise ValueError(f"sequence {sequence}'s indices have {indices.shape[0]} rows for queries {rows}")
-        # Anything outside [0, k_len) goes to a spare column, dropped after.
-        column = torch.where((indices >= 0) & (indices < k_len), indices, k_len)
+        outside = (indices < -1) | (indices >= k_len)
+        if bool(outside.any()):
+            bad = int(indices[outside][0])
+            raise ValueError(f"sequence {sequence} selects key {bad}, outside its {k_len} keys (and not -1)")
+        # -1 goes to a spare column, dropped after.
+        column = torch.where(indices >= 0, indices, k_len)
         chosen = torch.zeros((indices.shape[0], k_len + 1), dtype=torch.bool, device=device)
         chosen.scatter_(1, column, True)
         return chosen[:, :k_len]
@@ -117,6 +123,10 @@ def masked_reference_attention(
     for i in range(len(q_bounds) - 1):
         q0, q1, k0, k1 = q_bounds[i], q_bounds[i + 1], k_bounds[i], k_bounds[i + 1]
         q_len, k_len = q1 - q0, k1 - k0
+        if isinstance(selection, RangeIndices) and selection.per_sequence[i].shape[0] != q_len:
+            raise ValueError(
+                f"sequence {i}'s indices have {selection.per_sequence[i].shape[0]} rows for its {q_len} queries"
+            )
         keys, values = k[k0:k1].float(), v[k0:k1].float()
         for first in range(0, q_len, QUERY_BLOCK):
             rows = slice(first, min(first + QUERY_BLOCK, q_len))

@@ -84,6 +84,14 @@ def sparse_features(make: Any) -> tuple[Feature, ...]:
         make("sparse_l3.selections", "set", "top-k selection patterns", element="text"),
         make("sparse_l3.continuation_chunks", "count", "masked batches' continuation chunks"),
         make("sparse_l3.crowded_chunks", "count", "masked batches' chunks of 3 requests or more"),
+        make(
+            "sparse_l3.shared_piece_chunks",
+            "count",
+            "per-range chunks whose first request is a continuation piece, with requests after it",
+        ),
+        make(
+            "sparse_l3.future_indices", "count", "masked batches' indices past their token (the suffix's causal mask)"
+        ),
         make("sparse_l3.piece_edge_indices", "count", "indices on a chunk piece's first or last row"),
         make(
             "sparse_l3.chunk_keyless_tokens",
@@ -188,6 +196,8 @@ def _binding_term(config: Any, size: int) -> str | None:
 def _measure_l3(tally: _Tally, case: Any, layout: Any) -> None:
     """A sparse L3 batch: its route and form by the oracle's plan; what its
     indices do in the oracle's chunks (positions in each request's sequence)."""
+    import torch
+
     from harness.sparse_prefill import case_topk
 
     assert case.numeric is not None
@@ -204,9 +214,14 @@ def _measure_l3(tally: _Tally, case: Any, layout: Any) -> None:
     )
     offsets = [sum(case.query_lens[:r]) for r in range(len(case.query_lens) + 1)]
     topk = case_topk(case)
+    for request, (context, query) in enumerate(zip(case.context_lens, case.query_lens, strict=True)):
+        position = context + torch.arange(query)[:, None]
+        tally.count("sparse_l3.future_indices", int((topk[offsets[request] : offsets[request + 1]] > position).sum()))
     for chunk in chunks:
         tally.count("sparse_l3.continuation_chunks", int(chunk.is_continuation))
         tally.count("sparse_l3.crowded_chunks", int(chunk.request_end - chunk.request_start >= 3))
+        shared = chunk.request_end - chunk.request_start >= 2 and chunk.starts[0] > 0
+        tally.count("sparse_l3.shared_piece_chunks", int(shared and not layout.global_mask_fits))
         for k, request in enumerate(range(chunk.request_start, chunk.request_end)):
             rows = topk[offsets[request] : offsets[request + 1]]
             start, span = chunk.starts[k], chunk.seq_lens[k]

@@ -268,15 +268,17 @@ TOPK_PATTERNS = ("uniform", "boundary", "duplicates", "padding", "mixed")
 
 # How an L3 case draws each new token's top-k indices into its request's
 # sequence (context then new tokens), never past the token itself (an indexer
-# is causal), seeded per (seed, request, token):
+# is causal) but in "future", seeded per (seed, request, token):
 #   "uniform":  distinct positions anywhere up to the token;
 #   "boundary": clustered at block edges (where chunks and pieces split) and at
 #               the context's end;
 #   "recent":   the positions just before the token (early chunks see no key);
 #   "early":    the first positions (later chunks and the suffix see none);
 #   "sparse":   zero to two positions, the rest -1 (rows keyless everywhere);
+#   "future":   anywhere in the sequence, past the token too (the suffix's
+#               causal mask hides those);
 #   "mixed":    each token one of the above.
-SELECTIONS = ("uniform", "boundary", "recent", "early", "sparse", "mixed")
+SELECTIONS = ("uniform", "boundary", "recent", "early", "sparse", "future", "mixed")
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ or to a masked run upstream cannot make is compared at L1 only: its L3 item is
 not run, and says why.
 
 Top-k indices are positions into the token's request's sequence (context, then
-new tokens), ``-1`` padding, never past the token itself; each token's are
-drawn from its own seed (:func:`token_selection`), so a shrunk case keeps the
+new tokens), ``-1`` padding, never past the token itself but in the ``future``
+selection; each token's are drawn from its own seed (:func:`token_selection`), so a shrunk case keeps the
 selections of the tokens it keeps.
 """
 
@@ -71,6 +71,11 @@ def token_selection(case: SparseCase, request: int, token: int, pattern: str | N
         chosen = list(range(position + 1 - max(1, count // 2), position + 1))
     elif pattern == "early":
         chosen = list(range(max(1, count // 2)))
+    elif pattern == "future":
+        # Anywhere in the sequence, past the token too: the suffix's causal
+        # mask must hide what follows it.
+        length = case.context_lens[request] + case.query_lens[request]
+        chosen = rng.sample(range(length), min(case.index_topk, length, count + 2))
     else:  # sparse
         chosen = rng.sample(range(position + 1), min(rng.randint(0, 2), position + 1))
     rng.shuffle(chosen)
@@ -110,6 +115,12 @@ def _prefill_case(rng: random.Random, family: str, name: str, index: int) -> Spa
     query = [rng.choice((1, rng.randint(1, 40), rng.randint(100, 140))) for _ in range(requests)]
     if family == "sparse-masked-suffix":
         context = [0] * requests
+    elif family == "sparse-masked-ranges":
+        # A long request first, short ones after: its last piece shares a chunk
+        # with the requests that follow it.
+        requests = max(requests, 3)
+        query += [rng.randint(1, 40) for _ in range(requests - len(query))]
+        context = [rng.randint(150, 400)] + [rng.choice((0, rng.randint(1, 40))) for _ in range(requests - 1)]
     else:
         context = [rng.choice((0, rng.randint(1, 40), rng.randint(60, 400))) for _ in range(requests)]
         if not any(context):
@@ -121,12 +132,11 @@ def _prefill_case(rng: random.Random, family: str, name: str, index: int) -> Spa
     topk = max_seq + rng.choice((0, 1, 100))
     mask_words = None
     if family == "sparse-masked-ranges":
+        # A 128-row workspace (4 * 2 sequences * 16 rows): room for the suffix's
+        # and every chunk's per-range mask, not for the global one.
+        max_model_len, max_num_seqs, block = 8, 2, 16
         workspace = _workspace_rows(max_model_len, max_num_seqs, block, topk)
-        # Room for the suffix's and every chunk's per-range mask, not the global one.
         mask_words = _mask_words(requests, max(query), max(max(query), workspace))
-        if mask_words >= _mask_words(requests, max(query), max_seq, reserve=True):
-            max_model_len, max_num_seqs, block = 4, 1, 1  # a 32-row workspace: the global mask is larger
-            mask_words = _mask_words(requests, max(query), max(max(query), 32))
     dtypes = ("bf16", "fp16", "fp32")
     numeric = replace(
         PRESETS[rng.choice(("tiny", "narrow"))],

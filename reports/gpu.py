@@ -147,7 +147,7 @@ def sparse_markdown(section: dict[str, Any], heading: str) -> list[str]:
         f"{section.get('index_topk')}. per_request against upstream's own `forward_mha` / "
         "`_compute_context_mha` (its Triton mask builder and merge compiled) on the shared CUDA kernels; the "
         "masked attention is the harness's deterministic reference (FlashAttention 4's masked kernel needs "
-        "Blackwell).",
+        "Blackwell)." + (f" {section['note']}" if section.get("note") else ""),
         "",
         pd.DataFrame(section.get("parity", [])).drop(columns=["detail"], errors="ignore").to_markdown(index=False),
         "",

@@ -21,7 +21,7 @@ from harness.cases import CaseError, load_item_file
 from harness.kernels import CpuKernels, KeylessRowsKernels, kernels_for
 from harness.masked_attention import PackedMask, RangeIndices, pack_selection
 from harness.model import KEYLESS_ROWS, PRESETS
-from harness.runner import DIVERGENT, NOT_RUN, PARITY, run_item
+from harness.runner import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, run_item
 from harness.sparse_model import SparseCase
 from harness.sparse_prefill import PREFILL_FAMILIES, case_topk, generate_sparse_prefill, token_selection
 from harness.suites import load_suite
@@ -86,6 +86,19 @@ def test_both_selection_forms_give_the_same_bits(behaviour: str, causal: bool) -
     assert identical_bits(again[1], lse)
 
 
+def test_indices_outside_their_range_are_refused_not_ignored() -> None:
+    q, k, v, cu_q, cu_k = _attention_inputs()
+    kernels = CpuKernels()
+    for bad in (40, -2):
+        indices = (torch.tensor([[0, bad, -1]] * 3), torch.tensor([[0]] * 4))
+        with pytest.raises(ValueError, match=f"selects key {bad}"):
+            kernels.masked_attention(q, k, v, cu_q, cu_k, False, 0.3, RangeIndices(indices))
+    with pytest.raises(ValueError, match="rows for its 3 queries"):
+        kernels.masked_attention(
+            q, k, v, cu_q, cu_k, False, 0.3, RangeIndices((torch.zeros((4, 1)), torch.zeros((4, 1))))
+        )
+
+
 def test_a_selection_changes_the_result_and_a_short_mask_is_refused() -> None:
     q, k, v, cu_q, cu_k = _attention_inputs(1)
     kernels = CpuKernels()
@@ -111,7 +124,8 @@ def test_selections_are_causal_seeded_per_token_and_shaped() -> None:
         for request, (context, query) in enumerate(zip(case.context_lens, case.query_lens, strict=True)):
             for token in range(query):
                 chosen = topk[row][topk[row] >= 0]
-                assert max(chosen.tolist(), default=-1) <= context + token
+                limit = context + query - 1 if case.selection in ("future", "mixed") else context + token
+                assert max(chosen.tolist(), default=-1) <= limit
                 assert topk[row].tolist() == token_selection(case, request, token)
                 row += 1
     # A shrunk batch keeps the selections of the tokens it keeps.
@@ -143,11 +157,15 @@ def test_smoke_sparse_l3_is_bit_exact(oracle: Any) -> None:
     assert all(r.tensors and all(t.exact for t in r.tensors) for r in results)
 
 
-def test_a_batch_routed_to_mqa_is_not_run_and_says_why(oracle: Any) -> None:
+def test_a_batch_routed_to_mqa_is_not_run_and_one_upstream_cannot_run_is_refused(oracle: Any) -> None:
     case = generate_sparse_prefill(5, 1)[0]
     mqa = dataclasses.replace(case, force_mqa=True, name="forced-mqa")
     result = _run(oracle, PER_REQUEST, mqa)
     assert result.status == NOT_RUN and "routes it mqa" in (result.error or "")
+    # Masked MHA forced without the masked kernel: upstream asserts; never a PASS.
+    unavailable = dataclasses.replace(case, masked_kernel=False, name="no-kernel")
+    refused = _run(oracle, PER_REQUEST, unavailable)
+    assert refused.status == ORACLE_ERROR and "masked-mha-unavailable" in (refused.error or "")
 
 
 def test_equal_share_diverges_from_the_pin_where_its_loop_differs(oracle: Any) -> None:
@@ -175,7 +193,7 @@ def test_the_cpp_port_passes_sparse_l3() -> None:
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "verdict PASS" in done.stdout and "sparse-prefill parity     4" in done.stdout
+    assert "verdict PASS" in done.stdout and "sparse-prefill parity    12" in done.stdout
 
 
 def test_equal_share_sparse_l3_matches_0_27_1() -> None:
@@ -187,9 +205,11 @@ def test_equal_share_sparse_l3_matches_0_27_1() -> None:
         results = [_run(legacy, EQUAL_SHARE, c) for c in cases]
         assert {r.status for r in results} == {PARITY}, [r.detail() for r in results]
         # 0.27.1's chunk masks span the whole batch: where 0.28.0's per-range
-        # masks fit, its overflow, and the item is not run.
+        # masks fit, its overflow, and 0.27.1 refuses the item in its own words.
         ranges = next(c for c in generate_sparse_prefill(11, 8) if c.family == "sparse-masked-ranges")
-        assert _run(legacy, EQUAL_SHARE, ranges).status == NOT_RUN
+        refused = _run(legacy, EQUAL_SHARE, ranges)
+        assert refused.status == ORACLE_ERROR
+        assert (refused.error or "").startswith("OracleRefusal: vllm==0.27.1: its sparse prefill cannot run")
     finally:
         legacy.close()
 

@@ -210,12 +210,26 @@ class PiecesFoldedLastFirst(Mutant):
         return [(loop_module, "fold_partials", fold)]
 
 
+class ChunkRangesFromFirstStart(Mutant):
+    name = "sparse-l3-chunk-first-start"
+    description = "remaps every request of a chunk by the chunk's first start (its continuation piece's), not its own"
+    source = "hand port"
+    aimed_at = "a per-range chunk holding a continuation piece and the requests after it (sparse-prefill)"
+
+    def swaps(self) -> list[tuple[Any, str, Any]]:
+        def ranges(chunk: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+            return (chunk.starts[0],) * len(chunk.starts), chunk.seq_lens
+
+        return [(loop_module, "chunk_ranges", ranges)]
+
+
 SPARSE_L3_MUTANTS: tuple[type[Mutant], ...] = (
     ChunkWithWholeQuery,
     SuffixByQueryStart,
     GlobalMaskWithoutKeyStarts,
     KeylessRowsAsZeroWeight,
     PiecesFoldedLastFirst,
+    ChunkRangesFromFirstStart,
 )
 
 SPARSE_MUTANTS: tuple[type[Mutant], ...] = (

@@ -17,8 +17,10 @@ workspace (:func:`ports.per_request.prefill.prefill`). On the masked-MHA route:
 When the global mask fits (the plan's ``global_mask_fits``) it is built once
 over whole sequences and each attention reads it with key starts (the suffix's
 are the context lengths, a chunk's its requests' ``starts``); otherwise each
-attention gets its per-range indices. The shared kernel gives both forms the
-same bits, so the form is the plan's business (L1), the selection this loop's.
+attention builds its own per-range mask from the indices remapped to its key
+ranges, as upstream does (the masked kernel reads masks). The shared kernel
+gives both forms the same bits, so the form is the plan's business (L1), the
+selection this loop's.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import torch
 
 from harness.context_chunks import DeviceChunk, Partial, device_chunks, masked_chunk_partial
 from harness.kernels import SharedKernels
-from harness.masked_attention import PackedMask, RangeIndices, Selection
+from harness.masked_attention import PackedMask, Selection
+from harness.model import Chunk
 from harness.numeric import new_token_kv
 from harness.sparse_model import SparseCase, SparseLayout
 from harness.sparse_prefill import SparsePrefillInputs
@@ -37,10 +40,12 @@ from ports.per_request import sparse
 from ports.per_request.prefill import final_merge, fold_partials, prefill
 
 __all__ = [
+    "chunk_ranges",
     "fold_partials",
     "global_mask",
     "masked_chunk_partial",
     "masked_prefill",
+    "range_mask",
     "sparse_prefill",
     "suffix_ranges",
     "topk_per_request",
@@ -77,6 +82,28 @@ def suffix_ranges(case: SparseCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return case.context_lens, case.query_lens
 
 
+def chunk_ranges(chunk: Chunk) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A chunk attention's key range per request of the chunk: its rows of that
+    request's context, ``[start, start + seq_len)`` (a continuation piece's
+    start is the piece's own, not its request's)."""
+    return chunk.starts, chunk.seq_lens
+
+
+def range_mask(
+    per_request: list[torch.Tensor], ranges: tuple[tuple[int, ...], tuple[int, ...]], max_query: int, max_keys: int
+) -> Selection:
+    """The per-range mask of one attention: each request's indices remapped to
+    its key range (``t - start`` inside it, -1 elsewhere), packed over keys
+    ``[0, max_keys)`` into rows padded to the tile: the mask the masked kernel
+    reads when the global one does not fit."""
+    remapped = sparse.remap_topk(per_request, *ranges)
+    mask = torch.zeros(
+        sparse.topk_mask_shape(len(remapped), max_query, max_keys), dtype=torch.int32, device=per_request[0].device
+    )
+    sparse.pack_topk(remapped, mask)
+    return PackedMask(mask)
+
+
 def masked_prefill(
     case: SparseCase,
     plan: SparseLayout,
@@ -91,11 +118,11 @@ def masked_prefill(
     layout = plan.layout
     per_request = topk_per_request(inputs.topk, case.query_lens)
     mask = global_mask(case, per_request) if plan.global_mask_fits else None
-    starts, lengths = suffix_ranges(case)
+    ranges = suffix_ranges(case)
     suffix_selection: Selection = (
-        with_key_starts(mask, starts)
+        with_key_starts(mask, ranges[0])
         if mask is not None
-        else RangeIndices(tuple(sparse.remap_topk(per_request, starts, lengths)))
+        else range_mask(per_request, ranges, case.max_query_len, case.max_query_len)
     )
     k, v = new_token_kv(dense, kernels)
     qsl = dense.query_start_loc
@@ -111,7 +138,7 @@ def masked_prefill(
             selection: Selection = (
                 with_key_starts(mask[requests], item.starts)
                 if mask is not None
-                else RangeIndices(tuple(sparse.remap_topk(per_request[requests], chunk.starts, chunk.seq_lens)))
+                else range_mask(per_request[requests], chunk_ranges(chunk), chunk.max_query_len, chunk.max_seq_len)
             )
             yield masked_chunk_partial(item, dense, kernels, workspace, selection)
 
