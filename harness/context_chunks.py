@@ -54,6 +54,15 @@ def chunk_partial(
     chunk's context rows, gathered into ``workspace`` and up-projected: output
     ``[token_end - token_start, heads, v_head_dim]`` in the inputs' dtype, LSE
     ``[heads, token_end - token_start]`` fp32."""
+    latent = gather_chunk(planned, inputs, kernels, workspace)
+    return context_rows_partial(planned.chunk, planned.query_start_loc, planned.cu_seq_lens, latent, inputs, kernels)
+
+
+def gather_chunk(
+    planned: DeviceChunk, inputs: PrefillInputs, kernels: SharedKernels, workspace: torch.Tensor
+) -> torch.Tensor:
+    """The chunk's context rows, gathered in order into ``workspace``: its first
+    ``num_context_tokens`` rows."""
     chunk = planned.chunk
     rows = chunk.num_context_tokens
     kernels.gather(
@@ -65,7 +74,7 @@ def chunk_partial(
         planned.starts,
         rows,
     )
-    return context_rows_partial(chunk, planned.query_start_loc, planned.cu_seq_lens, workspace[:rows], inputs, kernels)
+    return workspace[:rows]
 
 
 def context_rows_partial(
@@ -113,17 +122,7 @@ def masked_chunk_partial(
     gathered rows, each token seeing only the keys ``selection`` names (per-range
     indices of the chunk's requests, or their packed mask with key starts)."""
     chunk = planned.chunk
-    rows = chunk.num_context_tokens
-    kernels.gather(
-        inputs.kv_cache,
-        workspace,
-        inputs.block_table[chunk.request_start : chunk.request_end],
-        planned.cu_seq_lens,
-        planned.token_to_seq,
-        planned.starts,
-        rows,
-    )
-    k, v = context_rows_kv(workspace[:rows], inputs, kernels)
+    k, v = context_rows_kv(gather_chunk(planned, inputs, kernels, workspace), inputs, kernels)
     q = inputs.q[chunk.token_start : chunk.token_end]
     return kernels.masked_attention(
         q, k, v, planned.query_start_loc, planned.cu_seq_lens, False, inputs.scale, selection

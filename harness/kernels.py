@@ -196,6 +196,24 @@ def report_keyless_rows(
     return out.masked_fill(keyless[:, None, None], fill_out), lse.masked_fill(keyless[None, :], fill_lse)
 
 
+def masked_attention_reporting_keyless(
+    kernels: CpuKernels | CudaKernels,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_q: torch.Tensor,
+    cu_k: torch.Tensor,
+    causal: bool,
+    scale: float,
+    selection: Selection,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:meth:`SharedKernels.masked_attention` of the two kernel sets: the
+    reference (:func:`masked_reference_attention`), keyless rows as
+    ``kernels.keyless_rows`` says."""
+    out, lse, keyless = masked_reference_attention(q, k, v, cu_q, cu_k, causal, scale, selection)
+    return report_keyless_rows(out, lse, keyless, kernels.keyless_rows)
+
+
 class CpuKernels:
     """Plain PyTorch: fp32 accumulation, one request at a time; rows without keys
     as ``keyless_rows`` says (module docstring)."""
@@ -228,20 +246,8 @@ class CpuKernels:
             return out, lse  # the reference already reports (0, -inf) there
         return report_keyless_rows(out, lse, keyless_query_rows(cu_q, cu_k, causal, q.shape[0]), self.keyless_rows)
 
-    def masked_attention(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        cu_q: torch.Tensor,
-        cu_k: torch.Tensor,
-        causal: bool,
-        scale: float,
-        selection: Selection,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        # The reference on whatever device the tensors are (deterministic).
-        out, lse, keyless = masked_reference_attention(q, k, v, cu_q, cu_k, causal, scale, selection)
-        return report_keyless_rows(out, lse, keyless, self.keyless_rows)
+    # The reference on whatever device the tensors are (deterministic).
+    masked_attention = masked_attention_reporting_keyless
 
 
 # FlashAttention-2 (PyTorch's own varlen operator) takes these; anything else
@@ -308,20 +314,8 @@ class CudaKernels:
         out, lse = report_keyless_rows(out, lse, keyless, self.keyless_rows)
         return out.contiguous(), lse.contiguous()
 
-    def masked_attention(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        cu_q: torch.Tensor,
-        cu_k: torch.Tensor,
-        causal: bool,
-        scale: float,
-        selection: Selection,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        # The reference on the GPU: deterministic, and the same meaning as FA4's mask.
-        out, lse, keyless = masked_reference_attention(q, k, v, cu_q, cu_k, causal, scale, selection)
-        return report_keyless_rows(out, lse, keyless, self.keyless_rows)
+    # The reference on the GPU: deterministic, and the same meaning as FA4's mask.
+    masked_attention = masked_attention_reporting_keyless
 
 
 def unpadded_lse(lse: torch.Tensor, cu_q: torch.Tensor, tokens: int) -> torch.Tensor:
@@ -434,7 +428,11 @@ def kernels_for_case(kernels: SharedKernels, case: Case) -> SharedKernels:
 
 def _definitions() -> dict[str, object]:
     """What this module and its kernel classes hold, by name (see kernels_untouched)."""
+    from harness import masked_attention
+
     found: dict[str, object] = {f"module.{name}": value for name, value in globals().items() if callable(value)}
+    # The masked kernel's helpers, which its reference calls through their module.
+    found |= {f"masked.{name}": value for name, value in vars(masked_attention).items() if callable(value)}
     for cls in (CpuKernels, CudaKernels):
         found |= {f"{cls.__qualname__}.{name}": value for name, value in vars(cls).items()}
     return found

@@ -13,9 +13,14 @@ Replaced, and only these: the paged gather and ``kv_b_proj`` (the shared
 kernels, as for dense L3), and ``flash_attn_varlen_func`` (FlashAttention 4,
 Blackwell only) by :meth:`SharedKernels.masked_attention` on the mask upstream
 built: ``dense_mask_mod`` reads it as is, ``offset_dense_mask_mod`` with each
-sequence's key start from its reserved word. A batch on the dense-MHA route is
-the release's dense L3 loop in the sparse workspace (``forward_mha`` hands it
-to ``MLACommonBaseImpl.forward_mha``).
+sequence's key start from its reserved word. What
+``SparseMLACommonMetadataBuilder.build`` would add to the prefill metadata is
+filled in from the case (``query_lens_cpu``, ``prefill_max_seq_len``,
+``topk_tokens``, a mask workspace of the release's size, no decode tokens), and
+``forward_mha``'s final merge, which writes no LSE, gets a buffer for one. A
+batch on the dense-MHA route runs the release's dense L3 oracle in the sparse
+workspace (:mod:`oracle.numeric`): the loop ``forward_mha`` hands such a batch
+to (``MLACommonBaseImpl.forward_mha``), called directly.
 """
 
 from __future__ import annotations

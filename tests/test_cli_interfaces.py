@@ -162,7 +162,9 @@ def test_list_names_what_the_harness_knows(capsys: pytest.CaptureFixture[str]) -
     smoke = load_suite("smoke")
     assert len(ids) == len(smoke.cases) + len(smoke.workspace_configs) + len(smoke.merge_cases) + sum(
         1 for c in smoke.cases if c.numeric is not None
-    ) + len(smoke.sparse_cases) + len(smoke.sparse_workspace_configs) + len(smoke.mask_cases)
+    ) + len(smoke.sparse_cases) + len(smoke.sparse_workspace_configs) + len(smoke.mask_cases) + sum(
+        1 for c in smoke.sparse_cases if c.numeric is not None
+    )
     assert "smoke/smoke-long-10x[layout]" in ids and all(i.startswith("smoke/") for i in ids)
     assert main(["list", "cases", "--suite", "nosuch"]) == 2
 

@@ -204,7 +204,7 @@ def test_libm_exp_and_log_differ_from_numpys_where_numpy_uses_simd(cpp_port: Pat
 @pytest.fixture(scope="module")
 def cpp(cpp_port: Path) -> Iterator[Port]:
     port = load_port(f"cmd:{cpp_port}")
-    assert port.levels == ("layout", "merge", "prefill", "sparse-layout", "sparse-mask")  # type: ignore[attr-defined]
+    assert port.levels == ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill")  # type: ignore[attr-defined]
     yield port
     port.close()  # type: ignore[attr-defined]
 

@@ -61,6 +61,7 @@ def test_every_results_and_gate_id_names_its_item() -> None:
         "sparse-layout",
         "sparse-workspace",
         "sparse-mask",
+        "sparse-prefill",
     }
     ci = load_suite("ci")
     in_ci: dict[str, Any] = {c.name: c for c in ci.cases} | {m.name: m for m in ci.merge_cases}

@@ -45,7 +45,7 @@ def test_cpp_port_is_at_parity_at_every_level_on_ci(cpp_port: Path, capsys: pyte
     assert code == 0, out[-3000:]
     assert "port cpp-per-request  verdict PASS" in out and "divergent 0" in out
     # Workspace items count at the layout level, sparse workspace items at sparse-layout.
-    for level in ("layout", "merge", "prefill", "sparse-layout", "sparse-mask"):
+    for level in ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill"):
         counts = re.search(rf"^  {level} +parity +(\d+) +divergent +(\d+) +errors +(\d+)", out, re.MULTILINE)
         assert counts and int(counts[1]) > 0 and counts[2] == counts[3] == "0", (level, out[-3000:])
 
@@ -103,7 +103,7 @@ def test_levels_the_port_does_not_declare_are_not_run(tmp_path: Path, capsys: py
     out = capsys.readouterr().out
     assert code == 1, out[-2000:]
     assert "verdict INCOMPLETE" in out
-    assert "its items at merge, prefill, sparse-layout, sparse-mask are not-run" in out
+    assert "its items at merge, prefill, sparse-layout, sparse-mask, sparse-prefill are not-run" in out
     rows = [json.loads(line) for line in results.read_text().splitlines()[1:]]
     by_level = {(r["level"], r["status"]) for r in rows}
     assert ("merge", "not-run") in by_level and ("prefill", "not-run") in by_level

@@ -147,6 +147,7 @@ def test_run_writes_the_same_results_and_json_for_any_jobs(tmp_path: Path) -> No
         "sparse-layout",
         "sparse-workspace",
         "sparse-mask",
+        "sparse-prefill",
     }
     assert any(r["status"] == "port-error" for r in records) and any(r["status"] == "parity" for r in records)
     assert any(r["kind"] == "prefill" and "dcp" in r["name"] for r in records)

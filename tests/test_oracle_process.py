@@ -44,7 +44,7 @@ def test_hello_names_the_release_and_its_pin(served_pin: OracleProcess) -> None:
     assert hello["pin"]["release"] == f"vllm=={PINNED}"
     statuses = {s["symbol"]: s["status"] for s in hello["fingerprints"]}
     assert set(statuses) >= set(load_pin()["fingerprints"]) and set(statuses.values()) == {"ok"}
-    assert served_pin.levels == ("layout", "merge", "prefill", "sparse-layout", "sparse-mask")
+    assert served_pin.levels == ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill")
 
 
 @pytest.mark.parametrize("level", ["layout", "merge"])

@@ -134,7 +134,8 @@ def test_selecting_no_items_is_a_usage_error(argv: tuple[str, ...], says: str) -
         (("--parity-suite", "nosuite"), "ERROR: --parity-suite: "),
         (
             ("--parity-level", "bogus"),
-            "ERROR: --parity-level: 'bogus' is not one of layout, merge, prefill, sparse-layout, sparse-mask, all",
+            "ERROR: --parity-level: 'bogus' is not one of layout, merge, prefill, sparse-layout, sparse-mask, "
+            "sparse-prefill, all",
         ),
         (("--parity-size", "-1"), "ERROR: --parity-size: must be >= 0, got '-1'"),
         (("--parity-timeout", "0"), "ERROR: --parity-timeout: must be a finite number of seconds > 0, got '0'"),

@@ -104,6 +104,7 @@ def test_every_smoke_item_kind_reproduces_to_itself(size: int | None) -> None:
         "sparse-layout",
         "sparse-workspace",
         "sparse-mask",
+        "sparse-prefill",
     }
     for kind, item in items:
         line = reproduce_command(f"{item.name}[{kind}]", kind, "smoke", MUTANT_PORT, size=size)
