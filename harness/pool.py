@@ -87,6 +87,10 @@ POOL_PAYS_OFF_S = 20.0
 # so a worker asks for work a few times a second and no chunk holds the tail up.
 ITEM_COST_S = {"layout": 0.003, "workspace": 0.0001, "merge": 0.07, "prefill": 0.5, "sparse-prefill": 1.3}
 CHUNK_S = 0.25
+# A worker's resident memory once it has imported the pinned vLLM and opened its
+# sides and run the smoke suite (measured: 762 MiB peak, benchmarks/worker_memory.py); --jobs
+# never starts more than fit.
+WORKER_MEMORY_BYTES = 800 << 20
 CHUNK_ITEMS = 256
 CHUNKS_PER_WORKER = 8
 
@@ -103,15 +107,60 @@ def estimated_seconds(kinds: Iterable[str]) -> float:
     return sum(ITEM_COST_S.get(kind, ITEM_COST_S["layout"]) for kind in kinds)
 
 
+def machine_workers() -> int:
+    """How many workers this machine holds at once: its cores
+    (:func:`available_cores`), and no more than its available memory holds at
+    :data:`WORKER_MEMORY_BYTES` each (at least 1). What ``--jobs auto`` asks for."""
+    workers = available_cores()
+    available = available_memory_bytes()
+    if available is not None:
+        workers = min(workers, available // WORKER_MEMORY_BYTES)
+    return max(1, workers)
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo; None where the OS does not say."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+_CUT_REPORTED: set[tuple[int, int]] = set()
+
+
+def capped_jobs(requested: int) -> int:
+    """``requested`` workers, cut to :func:`machine_workers`; a cut is said in
+    one line on stderr (once per process): each worker imports vLLM, and more
+    of them than the machine holds would stall it, not speed it up."""
+    limit = machine_workers()
+    if requested <= limit:
+        return requested
+    if (requested, limit) not in _CUT_REPORTED:
+        _CUT_REPORTED.add((requested, limit))
+        print(
+            f"parity: --jobs {requested} cut to {limit}: this machine has {available_cores()} cores and memory for "
+            f"{max(1, (available_memory_bytes() or 0) // WORKER_MEMORY_BYTES)} workers of about "
+            f"{WORKER_MEMORY_BYTES >> 20} MiB (--jobs auto uses them all)",
+            file=sys.stderr,
+        )
+    return limit
+
+
 def resolve_jobs(requested: int | None, estimated_s: float, tasks: int) -> int:
     """The number of worker processes to use; 1 means none (run in-process).
 
-    An explicit ``--jobs N`` is used as given, but never more workers than
-    tasks. Without it: the machine's cores (:func:`available_cores`) when the
-    work is estimated at :data:`POOL_PAYS_OFF_S` or more, else 1."""
+    An explicit ``--jobs N`` (``auto`` is :func:`machine_workers`) is used as
+    given, cut to what the machine holds (:func:`capped_jobs`) and never more
+    workers than tasks. Without it: the machine's workers when the work is
+    estimated at :data:`POOL_PAYS_OFF_S` or more, else 1."""
     if requested is None:
-        requested = available_cores() if estimated_s >= POOL_PAYS_OFF_S else 1
-    return max(1, min(requested, tasks))
+        requested = machine_workers() if estimated_s >= POOL_PAYS_OFF_S else 1
+    return max(1, min(capped_jobs(requested), tasks))
 
 
 def provenance_difference(first: dict[str, Any], other: dict[str, Any], where: str = "provenance") -> str | None:

@@ -144,6 +144,7 @@ class _Plan:
     port_spec: str
     port: Port
     timeout_s: float
+    size: int | None = None
 
 
 class _BadOption(Exception):
@@ -227,7 +228,7 @@ def _make_plan(config: pytest.Config) -> _Plan:
             raise _BadOption("--parity-baseline", exc) from None
     except (_BadOption, UsageError) as exc:
         raise pytest.UsageError(str(exc)) from None
-    return _Plan(suite, items, entries, port_spec, port, timeout_s)
+    return _Plan(suite, items, entries, port_spec, port, timeout_s, size)
 
 
 def _close(port: Port) -> None:
@@ -315,8 +316,22 @@ class ParityItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ParityFailure):
+            from harness.reproduce import reproduce_command
+
             r, note = excinfo.value.result, excinfo.value.baseline_note
-            return f"{r.status}: {r.id}: {r.detail()}" + (f" (baseline: {note})" if note else "")
+            plan: _Plan = self.config._parity_plan  # type: ignore[attr-defined]
+            command = reproduce_command(
+                r.id,
+                self.kind,
+                plan.suite.name,
+                plan.port_spec,
+                _option(self.config, "--parity-device"),
+                size=plan.size,
+                timeout_s=plan.timeout_s,
+                allow_oracle_drift=bool(self.config.getoption("--parity-allow-oracle-drift")),
+            )
+            message = f"{r.status}: {r.id}: {r.detail()}" + (f" (baseline: {note})" if note else "")
+            return f"{message}\nreproduce: {command}"
         return str(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[str, int | None, str]:

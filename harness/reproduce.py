@@ -25,8 +25,11 @@ given (a built-in name, ``mutant:NAME``, ``cmd:COMMAND``, ``package.module:attr`
 from __future__ import annotations
 
 import functools
+import importlib.util
+import os
 import re
 import shlex
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -286,16 +289,74 @@ def _by_stem(stem: str, wanted: str | None) -> tuple[str, Item] | None:
 # -- the command that reproduces an item ---------------------------------------------------
 
 
-def program_words() -> list[str]:
-    """How to start the CLI as printed: the ``parity`` console script when an
-    installed distribution declares it for :data:`CLI_ENTRY_POINT`, else
-    ``python -m harness``."""
-    from importlib.metadata import entry_points
+def harness_root() -> Path:
+    """The checkout this harness runs from (where printed commands are pasted)."""
+    return Path(__file__).resolve().parent.parent
 
-    scripts = entry_points(group="console_scripts")
-    if any(e.name == CONSOLE_SCRIPT and e.value == CLI_ENTRY_POINT for e in scripts):
-        return [CONSOLE_SCRIPT]
-    return ["python", "-m", "harness"]
+
+def program_words(port_spec: str | None = None) -> list[str]:
+    """How a printed command starts, so that it runs when pasted into a fresh
+    shell (no environment activated, ``PATH=/usr/bin:/bin``) at the harness
+    root: this process's interpreter by path (relative to the root when it lies
+    inside it), ``-m harness``, and before them ``env`` with what the run's
+    imports depended on: ``PYTHONPATH`` holding the folder a Python port spec
+    was imported from and the run's own ``PYTHONPATH``, and ``-C DIR`` when the
+    run's working directory (against which relative case files and ``cmd:``
+    ports are resolved) is not the root. Never the ``parity`` console script:
+    it is found only inside an activated environment."""
+    root = harness_root()
+    cwd = Path.cwd().resolve()
+    # Not resolved: a virtual environment's python is a link that must stay one to find its packages.
+    interpreter = Path(os.path.abspath(sys.executable))
+    shown = interpreter.relative_to(root) if cwd == root and interpreter.is_relative_to(root) else interpreter
+    env_words: list[str] = []
+    search_path: list[str] = []
+    if cwd != root:
+        env_words += ["-C", str(cwd)]
+        # The harness the run used, not whichever checkout an editable install points at.
+        search_path.append(str(root))
+    port_root = port_import_root(port_spec)
+    if port_root is not None:
+        search_path.append(port_root)
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if entry:
+            search_path.append(str(Path(entry).resolve()))
+    search_path = [p for i, p in enumerate(search_path) if p not in search_path[:i]]
+    if search_path:
+        env_words.append("PYTHONPATH=" + os.pathsep.join(search_path))
+    launcher = ["env", *env_words] if env_words else []
+    return [*launcher, str(shown), "-m", "harness"]
+
+
+def port_import_root(port_spec: str | None) -> str | None:
+    """The folder on ``sys.path`` that a ``package.module:attr`` port spec's
+    top-level package is found in, when a fresh interpreter at the harness root
+    would not find it by itself (not the root, not the environment); None for
+    built-in, ``mutant:`` and ``cmd:`` ports."""
+    from harness.port import BUILTIN_PORTS
+
+    if not port_spec or port_spec.startswith(("cmd:", "mutant:")) or port_spec in BUILTIN_PORTS:
+        return None
+    top = port_spec.partition(":")[0].split(".")[0]
+    if not top:
+        return None
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        location = Path(next(iter(spec.submodule_search_locations)))
+    elif spec.origin and spec.has_location:
+        location = Path(spec.origin)
+    else:
+        return None
+    base = location.resolve().parent
+    prefix = Path(sys.prefix).resolve()
+    if base == harness_root() or base.is_relative_to(prefix):
+        return None
+    return str(base)
 
 
 def case_file_holding(name: str, case_paths: Sequence[str]) -> tuple[str, int] | None:
@@ -336,9 +397,10 @@ def reproduce_command(
     drift override, its ``--timeout`` when it was not the default (a port
     that needed longer, or was stopped sooner, is diffed with the same limit),
     and its ``--oracle`` (``vllm==X``) when that is not the pin.
-    ``program`` defaults to :func:`program_words`."""
+    ``program`` defaults to :func:`program_words` for ``port_spec`` (a run that
+    is rendered later records it when it runs: its ``launch`` meta)."""
     bare = name.removesuffix(f"[{kind}]")
-    argv = [*(program or program_words()), "diff"]
+    argv = [*(program or program_words(port_spec)), "diff"]
     if suite == CASES_SUITE or (suite is None and case_paths):
         holder = case_file_holding(bare, case_paths or ())
         if holder is not None and holder[1] == 1:
@@ -366,6 +428,26 @@ def reproduce_command(
     if allow_oracle_drift:
         argv.append("--allow-oracle-drift")
     return shlex.join(argv)
+
+
+def reproduce_from_meta(name: str, kind: str, meta: dict[str, Any]) -> str:
+    """:func:`reproduce_command` for an item of a run whose outputs (a gate's
+    ``gate.json``, a night's port result) recorded how it ran: its suite,
+    ``--port`` spelling, device, size, case files, timeout, oracle, drift
+    override, and ``launch`` (:func:`program_words` as the run saw them)."""
+    return reproduce_command(
+        name,
+        kind,
+        meta.get("suite"),
+        meta.get("port_spec") or meta["port"],
+        meta.get("device") or "cpu",
+        size=meta.get("size"),
+        case_paths=meta.get("cases"),
+        allow_oracle_drift=bool(meta.get("oracle_drift_overridden")),
+        timeout_s=meta.get("timeout"),
+        oracle=oracle_of_pin(meta.get("pin")),
+        program=meta.get("launch"),
+    )
 
 
 def oracle_of_pin(pin: str | None) -> str | None:

@@ -5,13 +5,16 @@ smaller runs, then single requests), then shorten contexts (to 0, halves,
 minus one alignment unit, minus one row), queries (toward 1) and the workspace
 (halves and single alignment units, never below one unit), keeping any
 candidate that is valid input and still diverges at the same level with the
-same signature (layout field, tensor, or error type). It stops at a fixpoint or
-when its evaluation budget is spent.
+same signature (layout field, tensor, or error type). It stops at a fixpoint,
+when its evaluation budget is spent, or at its deadline (a time box: a port that
+is slow or hangs on small cases must not hold a gate for hours); a shrink cut
+short keeps the smallest case found so far and says why it stopped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,10 +37,19 @@ def signature(result: CaseResult) -> tuple[str, str]:
 
 @dataclass
 class ShrinkOutcome:
+    """The smallest case found. ``cut_short`` says why shrinking stopped before
+    a fixpoint (its time box or evaluation budget ran out); None when no
+    candidate of ``case`` diverges the same way any more."""
+
     case: Case
     result: CaseResult
     evaluations: int
     steps: int
+    cut_short: str | None = None
+
+
+# Called after each evaluation with (evaluations so far, steps kept so far).
+Progress = Callable[[int, int], None]
 
 
 def _valid(case: Case) -> Case | None:
@@ -93,29 +105,45 @@ def candidates(case: Case) -> Iterator[Case]:
             yield _with(case, "query_lens", i, smaller)
 
 
-def shrink(case: Case, check: Callable[[Case], CaseResult], budget: int = 2000) -> ShrinkOutcome:
-    """Shrink ``case`` while ``check`` keeps giving the original signature."""
+def shrink(
+    case: Case,
+    check: Callable[[Case], CaseResult],
+    budget: int = 2000,
+    deadline: float | None = None,
+    progress: Progress | None = None,
+) -> ShrinkOutcome:
+    """Shrink ``case`` while ``check`` keeps giving the original signature, for
+    at most ``budget`` evaluations and until ``deadline`` (``time.monotonic()``)."""
     first = check(case)
     if first.status == PARITY:
         raise ValueError(f"{case.name} does not diverge: nothing to shrink")
     target = signature(first)
     current, result, evaluations, steps = case, first, 1, 0
-    progress = True
-    while progress and evaluations < budget:
-        progress = False
+    cut_short: str | None = None
+    progress_made = True
+    while progress_made and cut_short is None:
+        progress_made = False
         for candidate in candidates(current):
             if evaluations >= budget:
+                cut_short = f"its budget of {budget} evaluations ran out"
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                cut_short = "its time box ran out"
                 break
             valid = _valid(candidate)
             if valid is None:
                 continue
             evaluations += 1
             outcome = check(valid)
-            if outcome.status != PARITY and signature(outcome) == target:
-                current, result, steps, progress = valid, outcome, steps + 1, True
+            kept = outcome.status != PARITY and signature(outcome) == target
+            if kept:
+                current, result, steps, progress_made = valid, outcome, steps + 1, True
+            if progress is not None:
+                progress(evaluations, steps)
+            if kept:
                 break
     shrunk = dataclasses.replace(current, name=f"{case.name}-shrunk", family=case.family)
-    return ShrinkOutcome(shrunk, result, evaluations, steps)
+    return ShrinkOutcome(shrunk, result, evaluations, steps, cut_short)
 
 
 def checker(oracle: Port, port: Port, level: str, kernels: Any = None) -> Callable[[Case], CaseResult]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.reproduce import oracle_of_pin, reproduce_command
+from harness.reproduce import reproduce_from_meta
 from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR
 from reports.run_summary import numeric_text
 
@@ -78,18 +78,7 @@ def render_gate_summary(outcome: GateOutcome) -> str:
         for row in new.head(SHOWN).itertuples(index=False):
             lines.append(f"- `{row.id}` {row.status}: {_cell(row.detail)}")
             lines.append(f"  baseline: {_cell(row.reason)}")
-            command = reproduce_command(
-                row.name,
-                row.kind,
-                meta["suite"],
-                meta.get("port_spec") or meta["port"],
-                meta.get("device", "cpu"),
-                size=meta.get("size"),
-                case_paths=meta.get("cases"),
-                allow_oracle_drift=bool(meta.get("oracle_drift_overridden")),
-                timeout_s=meta.get("timeout"),
-                oracle=oracle_of_pin(meta.get("pin")),
-            )
+            command = reproduce_from_meta(row.name, row.kind, meta)
             lines.append(f"  reproduce: `{command}`")
             if row.id in meta.get("shrunk", {}):
                 lines.append(f"  shrunk: {meta['shrunk'][row.id]}")

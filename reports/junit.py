@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.baseline import EXPECTED, NEW
+from harness.reproduce import reproduce_from_meta
 from harness.runner import NOT_RUN, ORACLE_ERROR
 
 if TYPE_CHECKING:
@@ -31,15 +32,15 @@ def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
             ET.SubElement(case, "skipped", message=f"expected divergence: {row.reason}").text = row.detail
             counts["skipped"] += 1
         elif row.baseline == NEW and row.status == ORACLE_ERROR:
-            ET.SubElement(case, "error", message=row.detail, type=row.status)
+            ET.SubElement(case, "error", message=row.detail, type=row.status).text = _with_command(row, meta)
             counts["errors"] += 1
         elif row.baseline == NEW:
             message = f"{row.reason}: {row.detail}" if row.reason else row.detail
-            ET.SubElement(case, "failure", message=message, type=row.status).text = row.detail
+            ET.SubElement(case, "failure", message=message, type=row.status).text = _with_command(row, meta)
             counts["failures"] += 1
         elif row.status == NOT_RUN:
             # Compared with nothing: never a pass, whatever the baseline says.
-            ET.SubElement(case, "failure", message=row.detail, type=row.status).text = row.detail
+            ET.SubElement(case, "failure", message=row.detail, type=row.status).text = _with_command(row, meta)
             counts["failures"] += 1
     for entry in outcome.verdict.stale:
         case = ET.SubElement(suite, "testcase", classname=f"parity.{meta['suite']}.baseline", name=entry.label)
@@ -53,6 +54,11 @@ def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
             element.set(key, str(value))
     ET.indent(suites)
     return ET.ElementTree(suites)
+
+
+def _with_command(row: Any, meta: dict[str, Any]) -> str:
+    """A failing item's text: its detail, then the command that compares it again."""
+    return f"{row.detail}\nreproduce: {reproduce_from_meta(row.name, row.kind, meta)}"
 
 
 def write_junit(outcome: GateOutcome, path: Path) -> None:

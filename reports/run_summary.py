@@ -28,8 +28,9 @@ def numeric_text(numeric: dict[str, Any]) -> str:
     return text + (f", ULP histogram {{{histogram}}}" if histogram else "")
 
 
-def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str, str]]) -> str:
-    """The printed summary; ``first_failures`` are (status, item id, detail)."""
+def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str, str, str]]) -> str:
+    """The printed summary; ``first_failures`` are (status, item id, detail,
+    the command that reproduces the item)."""
     counts = summary["counts"]
     seconds = f" in {summary['seconds']:.1f}s" if "seconds" in summary else ""
     device = f"  device {summary['device']}" if "device" in summary else ""
@@ -75,6 +76,7 @@ def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str,
     if first_failures:
         lines.append("")
         lines.append("first divergences:")
-        for status, item, detail in first_failures:
+        for status, item, detail, command in first_failures:
             lines.append(f"  {status:<10} {item}: {detail}")
+            lines.append(f"    reproduce: {command}")
     return "\n".join(lines)

@@ -13,7 +13,10 @@ on), deaf (answers, then never reads again), huge-run (a layout whose
 token_to_seq runs to 10^12 rows), many-runs (ten chunks whose rows together
 exceed what the case could need), deep-json (a reply nested 100,000 deep), unrunnable (a layout whose cu_seq_lens do not
 add up),
-write-continuations (a prefill that writes a continuation instead of merging it), none.
+write-continuations (a prefill that writes a continuation instead of merging it),
+shift-or-hang (the dcp-padded-by-shift mutant's layout while the case holds at
+least --hang-below context tokens, a hang on any smaller one: a port that loops
+on the small cases shrinking tries), none.
 --merge and --prefill add those levels to the hello. With --pid-dir it records
 its pid and a grandchild's (a `sleep` it starts), so a test can check that no
 process outlives the run.
@@ -125,6 +128,7 @@ def main() -> None:
     parser.add_argument("--pid-dir")
     parser.add_argument("--merge", action="store_true")
     parser.add_argument("--prefill", action="store_true")
+    parser.add_argument("--hang-below", type=int, default=0)
     args = parser.parse_args()
     if args.pid_dir:
         child = subprocess.Popen(["sleep", "1000"])
@@ -144,6 +148,12 @@ def main() -> None:
         elif op == "layout":
             case = case_from_json(request["case"], "request")
             layout = PORT.plan_layout(case).to_json()
+            if faulty and args.fault == "shift-or-hang":
+                if sum(case.context_lens) < args.hang_below:
+                    time.sleep(3600)
+                from ports.mutants import MUTANTS
+
+                layout = MUTANTS["dcp-padded-by-shift"]().plan_layout(case).to_json()
             if faulty and args.fault == "malformed":
                 del layout["chunks"][0]["seq_lens"]
             if faulty and args.fault == "huge-run":

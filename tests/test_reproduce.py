@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,6 @@ from harness.commands.diff import diff_kinds
 from harness.model import WorkspaceConfig
 from harness.reproduce import (
     CASES_SUITE,
-    CLI_ENTRY_POINT,
-    CONSOLE_SCRIPT,
     program_words,
     reproduce_command,
     resolve_item,
@@ -63,16 +60,30 @@ def parse(line: str) -> tuple[list[str], Any]:
 # -- the command's text --------------------------------------------------------------------
 
 
-def test_the_program_is_the_console_script_pyproject_declares(monkeypatch: pytest.MonkeyPatch) -> None:
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts[CONSOLE_SCRIPT] == CLI_ENTRY_POINT
-    assert program_words() == [CONSOLE_SCRIPT]
-    assert reproduce_command("x", "layout", "smoke", "per_request").startswith(f"{CONSOLE_SCRIPT} diff x ")
-    # Where no installed distribution declares it, the module runs the CLI.
-    import importlib.metadata
-
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [])
-    assert reproduce_command("x", "layout", "smoke", "per_request").startswith("python -m harness diff x ")
+def test_the_program_is_the_environments_interpreter_by_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never the console script (found only in an activated environment): the
+    interpreter by path, relative at the root; from elsewhere, ``env -C`` back
+    to where the run was, with the harness and a port's folder on PYTHONPATH."""
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.chdir(ROOT)
+    interpreter = Path(sys.executable)
+    shown = str(interpreter.relative_to(ROOT)) if interpreter.is_relative_to(ROOT) else str(interpreter)
+    assert program_words() == [shown, "-m", "harness"]
+    assert program_words("tests.test_reproduce:WorkspaceOverDcpPort") == [shown, "-m", "harness"]
+    assert reproduce_command("x", "layout", "smoke", "per_request").startswith(f"{shown} -m harness diff x ")
+    (tmp_path / "their_port.py").write_text("PORT = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert program_words("their_port:PORT") == ["env", f"PYTHONPATH={tmp_path}", shown, "-m", "harness"]
+    monkeypatch.chdir(tmp_path)
+    assert program_words("per_request") == [
+        "env",
+        "-C",
+        str(tmp_path),
+        f"PYTHONPATH={ROOT}",
+        str(interpreter),
+        "-m",
+        "harness",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -156,9 +167,10 @@ def failing_rows(out: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
 
 
 def run_as_printed(line: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """The line's parity arguments run in this process (tests/test_reproduce_shell.py pastes lines into a shell)."""
     argv = shlex.split(line)
-    assert argv[0] == CONSOLE_SCRIPT, line
-    code = main(argv[1:])
+    assert argv[: len(program_words())] == program_words(), line
+    code = main(argv[len(program_words()) :])
     return code, capsys.readouterr().out
 
 

@@ -34,6 +34,7 @@ from harness.suites import Suite, load_suite
 if TYPE_CHECKING:
     from harness.dcp_ranks import RealRanks
     from harness.pool import PoolError, WorkerPool, WorkerSpec
+    from harness.shrink import Progress
 
 EXIT_PARITY, EXIT_DIVERGENT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -381,6 +382,25 @@ class Execution:
         return self.opened_oracle
 
 
+def reproduce_meta(args: argparse.Namespace, suite: str, provenance: dict[str, Any]) -> dict[str, Any]:
+    """What a run's reproduce lines are made from (:func:`harness.reproduce.reproduce_from_meta`):
+    the options that define its items and how they were compared, and how a
+    pasted line starts (``launch``: the interpreter and PYTHONPATH this run used)."""
+    from harness.reproduce import program_words
+
+    return {
+        "suite": suite,
+        "port_spec": args.port,
+        "device": args.device,
+        "size": getattr(args, "size", None),
+        "cases": getattr(args, "cases", None),
+        "timeout": getattr(args, "timeout", None),
+        "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
+        "oracle_drift_overridden": provenance["oracle_drift_overridden"],
+        "launch": program_words(args.port),
+    }
+
+
 def harness_identity() -> dict[str, Any]:
     """The harness's version and commit, for results-file headers."""
     from importlib.metadata import PackageNotFoundError, version
@@ -583,10 +603,10 @@ def start_pool(
     """The run's worker processes, started (not yet ready), or None for one
     process: ``--jobs`` for these items (:func:`harness.pool.resolve_jobs`), or
     without a ``suite`` (not loaded yet) an explicit ``--jobs`` as given."""
-    from harness.pool import WorkerPool, estimated_seconds, planned_items, resolve_jobs
+    from harness.pool import WorkerPool, capped_jobs, estimated_seconds, planned_items, resolve_jobs
 
     if suite is None:
-        jobs = getattr(args, "jobs", None) or 1
+        jobs = capped_jobs(getattr(args, "jobs", None) or 1)
     else:
         planned = planned_items(suite, levels, shard)
         estimate = estimated_seconds(k for _, k, _ in planned) * len(port_specs)
@@ -631,23 +651,63 @@ def write_output(write: Any, where: str) -> bool:
 # -- shrinking a kill ----------------------------------------------------------------------
 
 
-def guarded_shrink(oracle: Port, port: Port, case: Case, out: Path, level: str = "layout", kernels: Any = None) -> str:
+def guarded_shrink(
+    oracle: Port,
+    port: Port,
+    case: Case,
+    out: Path,
+    level: str = "layout",
+    kernels: Any = None,
+    deadline: float | None = None,
+    progress: Progress | None = None,
+) -> str:
     """Shrinking for the gate and the kill matrix: a failure there is reported in
     the shrunk column, never raised, so the outputs and the exit code stand."""
     try:
-        return shrink_to_file(oracle, port, case, level, kernels, out)
+        return shrink_to_file(oracle, port, case, level, kernels, out, deadline, progress)
     except BaseException as exc:
         reraise_interrupt(exc)
         return f"not shrunk ({type(exc).__name__}: {' '.join(str(exc).split())})"
 
 
-def shrink_to_file(oracle: Port, port: Port, case: Case, level: str, kernels: Any, out: Path) -> str:
-    """Shrink a kill and write it; the kill matrix and gate summary show the result."""
+def shrink_to_file(
+    oracle: Port,
+    port: Port,
+    case: Case,
+    level: str,
+    kernels: Any,
+    out: Path,
+    deadline: float | None = None,
+    progress: Progress | None = None,
+) -> str:
+    """Shrink a kill and write it; the kill matrix and gate summary show the result.
+    Before a ``deadline``, a port that enforces its own timeout (an external
+    process) is given no more than the time left for each call, so one hanging
+    call cannot outlast the time box."""
     from harness.cases import write_case_file
     from harness.shrink import checker, describe_case, shrink
 
     budget = 60 if level == "prefill" else 600
-    outcome = shrink(case, checker(oracle, port, level, kernels), budget=budget)
+    check = checker(oracle, port, level, kernels)
+    if deadline is not None and getattr(port, "enforces_timeout", False):
+        check = _within(deadline, port, check)
+    outcome = shrink(case, check, budget=budget, deadline=deadline, progress=progress)
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_case_file(outcome.case, out, f"shrunk from {case.name} for {port.name}: {outcome.result.detail()}")
-    return f"{describe_case(outcome.case)} ({out})"
+    note = f"; cut short: {outcome.cut_short}, the smallest found so far" if outcome.cut_short else ""
+    write_case_file(outcome.case, out, f"shrunk from {case.name} for {port.name}: {outcome.result.detail()}{note}")
+    cut = f" [cut short: {outcome.cut_short}; the smallest found so far]" if outcome.cut_short else ""
+    return f"{describe_case(outcome.case)} ({out}){cut}"
+
+
+def _within(deadline: float, port: Any, check: Callable[[Case], Any]) -> Callable[[Case], Any]:
+    """``check`` with the port's per-call timeout cut to what is left before ``deadline`` (at least 1 s)."""
+
+    def bounded(case: Case) -> Any:
+        given = port.timeout_s
+        port.timeout_s = max(1.0, min(given, deadline - time.monotonic()))
+        try:
+            return check(case)
+        finally:
+            port.timeout_s = given
+
+    return bounded

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.commands.common import (
     EXIT_DIVERGENT,
@@ -21,15 +22,25 @@ from harness.commands.common import (
     guarded_shrink,
     harness_identity,
     release_of,
+    reproduce_meta,
     write_output,
 )
 from harness.commands.options import (
     dcp_backend_option,
     device_option,
     jobs_options,
+    non_negative_seconds,
     port_options,
     selection_options,
 )
+
+if TYPE_CHECKING:
+    from harness.shrink import Progress
+
+# The default time box for shrinking a gate's first new layout divergences (all of them together).
+SHRINK_TIME_S = 180.0
+# How often a shrink in progress says where it is.
+SHRINK_PROGRESS_S = 10.0
 
 
 def register(sub: Any) -> None:
@@ -41,6 +52,14 @@ def register(sub: Any) -> None:
     jobs_options(p_gate)
     p_gate.add_argument("--baseline", metavar="FILE", help="expected divergences (JSON, see harness/baseline.py)")
     p_gate.add_argument("--out", metavar="DIR", help="output folder (default reports/out/gate-<port>)")
+    p_gate.add_argument(
+        "--shrink-time",
+        type=non_negative_seconds,
+        default=SHRINK_TIME_S,
+        metavar="SECONDS",
+        help="time box for shrinking the first new layout divergences, after the outputs are written; "
+        f"0: no shrinking (default {SHRINK_TIME_S:g})",
+    )
     p_gate.set_defaults(func=cmd_gate)
 
     p_merge = sub.add_parser("merge", help="combine sharded gate outputs into one summary and report")
@@ -104,23 +123,51 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
         compared = int((done.table["status"] != "not-run").sum())
         outcome.meta["interrupted"] = f"stopped after {compared} of {len(done.table)} items"
         return _interrupted(_finish_gate(outcome, out_dir))
+    # The outputs are written before any shrinking: a slow shrink never withholds the verdict.
+    code = _finish_gate(outcome, out_dir)
+    if code == EXIT_USAGE:
+        return code
     # The first new layout divergences come with a shrunk case that reproduces them.
     cases = {c.name: c for c in suite.cases}
     new_layout = outcome.verdict.new
-    new_layout = new_layout[(new_layout["kind"] == "layout") & (new_layout["status"] == "divergent")].head(3)
+    new_layout = new_layout[(new_layout["kind"] == "layout") & (new_layout["status"] == "divergent")]
+    targets = [row for row in new_layout.head(3).itertuples(index=False) if row.name in cases]
+    if not targets or args.shrink_time == 0:
+        return code
     shrunk: dict[str, str] = {}
     outcome.meta["shrunk"] = shrunk
+    deadline = time.monotonic() + args.shrink_time
+    print(
+        f"\nshrinking {len(targets)} new layout divergence(s) of {port.name} "
+        f"(time box {args.shrink_time:g} s, --shrink-time)",
+        file=sys.stderr,
+    )
     try:
-        for row in new_layout.itertuples(index=False):
-            if row.name in cases:
-                case = cases[row.name]
-                shrunk[row.id] = guarded_shrink(done.oracle, port, case, out_dir / "shrunk" / f"{row.name}.json")
+        for number, row in enumerate(targets, 1):
+            progress = _shrink_progress(f"{row.name} ({number} of {len(targets)}) for {port.name}", deadline)
+            case, path = cases[row.name], out_dir / "shrunk" / f"{row.name}.json"
+            shrunk[row.id] = guarded_shrink(done.oracle, port, case, path, deadline=deadline, progress=progress)
+            print(f"  shrunk {row.id}: {shrunk[row.id]}", file=sys.stderr)
     except KeyboardInterrupt:
         # Every item was compared: the verdict stands; only the shrinking was cut short.
         print("\nparity: interrupted while shrinking; writing the gate's outputs", file=sys.stderr)
         outcome.meta["shrink_interrupted"] = True
-        return _interrupted(_finish_gate(outcome, out_dir))
-    return _finish_gate(outcome, out_dir)
+        return _interrupted(_write_gate_outputs(outcome, out_dir, code))
+    return _write_gate_outputs(outcome, out_dir, code)
+
+
+def _shrink_progress(what: str, deadline: float) -> Progress:
+    """A progress line on stderr at most every few seconds while one case shrinks."""
+    last = [time.monotonic()]
+
+    def report(evaluations: int, steps: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= SHRINK_PROGRESS_S:
+            last[0] = now
+            left = max(0.0, deadline - now)
+            print(f"  shrinking {what}: {evaluations} evaluations, {steps} kept, {left:.0f} s left", file=sys.stderr)
+
+    return report
 
 
 def _interrupted(code: int) -> int:
@@ -147,21 +194,30 @@ def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
         "shard": args.shard,
         "device": args.device,
         **dcp_settings(args),
-        "port_spec": args.port,
-        # Case files a --cases run read, so its reproduce lines can name them.
-        "cases": args.cases,
-        "timeout": args.timeout,
+        # Case files a --cases run read (so its reproduce lines can name them), the port spec,
+        # timeout, and how a pasted reproduce line starts (interpreter, PYTHONPATH).
+        **reproduce_meta(args, result.suite, provenance),
         # Which expected divergences judged it: parity merge must judge the shards alike.
         "baseline": baseline_identity(args.baseline),
-        "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
-        "oracle_drift_overridden": provenance["oracle_drift_overridden"],
         "provenance": collect(provenance, args.port, done.port),
     }
 
 
 def _finish_gate(outcome: Any, out_dir: Path) -> int:
+    from reports.gate_summary import render_gate_summary
+
+    code = EXIT_PARITY if outcome.passed else EXIT_DIVERGENT
+    print(render_gate_summary(outcome), end="")
+    code = _write_gate_outputs(outcome, out_dir, code)
+    if code != EXIT_USAGE:
+        print(f"\nwrote {out_dir}/summary.md, junit.xml, results.parquet")
+    return code
+
+
+def _write_gate_outputs(outcome: Any, out_dir: Path, code: int) -> int:
+    """Write (or rewrite, once shrinking added its cases) the gate's files; ``code``, or 2 if they could not be."""
     from harness.gate import JUNIT, SUMMARY, write_tables
-    from reports.gate_summary import render_gate_summary, write_gate_summary
+    from reports.gate_summary import write_gate_summary
     from reports.junit import write_junit
 
     def write_outputs() -> None:
@@ -169,12 +225,7 @@ def _finish_gate(outcome: Any, out_dir: Path) -> int:
         write_gate_summary(outcome, out_dir / SUMMARY)
         write_junit(outcome, out_dir / JUNIT)
 
-    code = EXIT_PARITY if outcome.passed else EXIT_DIVERGENT
-    print(render_gate_summary(outcome), end="")
-    if not write_output(write_outputs, str(out_dir)):
-        return code or EXIT_USAGE
-    print(f"\nwrote {out_dir}/summary.md, junit.xml, results.parquet")
-    return code
+    return code if write_output(write_outputs, str(out_dir)) else code or EXIT_USAGE
 
 
 def baseline_identity(path: str | None) -> dict[str, str] | None:

@@ -111,11 +111,11 @@ def jobs_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument(
         "--jobs",
-        type=positive_int,
-        metavar="N",
-        help="worker processes to spread the work over, >= 1; results, files and reports are the same for any N "
-        f"(default: the machine's cores when the work is estimated at {POOL_PAYS_OFF_S:g} s or more, "
-        "else 1: in this process)",
+        type=jobs_count,
+        metavar="N|auto",
+        help="worker processes to spread the work over, >= 1, or auto: every core the machine's memory can feed "
+        "(never more: a larger N is cut, and says so); results, files and reports are the same for any N "
+        f"(default: auto when the work is estimated at {POOL_PAYS_OFF_S:g} s or more, else 1: in this process)",
     )
     oracle_cache_option(p)
 
@@ -159,6 +159,15 @@ def _int_at_least(text: str, least: int) -> int:
     if value < least:
         raise argparse.ArgumentTypeError(f"must be >= {least}, got {text!r}")
     return value
+
+
+def jobs_count(text: str) -> int:
+    """``--jobs``: a count >= 1, or ``auto`` (:func:`harness.pool.machine_workers`)."""
+    if text.strip().lower() == "auto":
+        from harness.pool import machine_workers
+
+        return machine_workers()
+    return positive_int(text)
 
 
 def positive_int(text: str) -> int:

@@ -13,6 +13,7 @@ from harness.commands.common import (
     dcp_backend_of,
     drift_banner,
     execute,
+    reproduce_meta,
     verdict_code,
     write_output,
 )
@@ -40,6 +41,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from harness.reproduce import reproduce_from_meta
     from harness.summary import summarise_table
 
     # Only the JSON report writes every layout's chunks; without it workers send figures.
@@ -49,7 +51,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     # An interrupted run's not-run rows are what it did not reach, not findings.
     shown = ("parity", "not-run") if done.interrupted else ("parity",)
     failing = done.table[~done.table["status"].isin(shown)].head(args.show)
-    failures = [(row.status, row.id, row.detail) for row in failing.itertuples(index=False)]
+    meta = reproduce_meta(args, done.result.suite, done.provenance)
+    failures = [
+        (row.status, row.id, row.detail, reproduce_from_meta(row.name, row.kind, meta))
+        for row in failing.itertuples(index=False)
+    ]
     if banner:
         print(banner)
     summary = summarise_table(done.table, done.result.suite, done.result.port, done.result.levels)
