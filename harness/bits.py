@@ -23,6 +23,7 @@ place. It is descriptive only; bit patterns alone decide parity.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -301,3 +302,23 @@ def compare_bits(
             }
         )
     return result
+
+
+def first_new_nan(oracle: Any, port: Any, name: str, inputs_at: Callable[[int, int, int | None], str] | None) -> str:
+    """``; first at (token T, head H[, dim D]): oracle X, port lse Y[; inputs there: ...]``
+    for the first element (token-major) where the port has a NaN and the oracle has not."""
+    import torch
+
+    if name.endswith("lse"):  # [heads, tokens]: token-major like the outputs
+        oracle, port = oracle.transpose(0, 1), port.transpose(0, 1)
+    new = torch.isnan(port) & ~torch.isnan(oracle)
+    if not bool(new.any()):
+        return ""
+    index = [int(i) for i in new.nonzero()[0]]
+    token, head = index[0], index[1]
+    dim = index[2] if len(index) > 2 else None
+    at = f"token {token}, head {head}" + (f", dim {dim}" if dim is not None else "")
+    text = f"; first at ({at}): oracle {float(oracle[tuple(index)])!r}"
+    if inputs_at is not None:
+        text += f"; inputs there: {inputs_at(token, head, dim)}"
+    return text

@@ -555,3 +555,15 @@ def materialise_merge(case: MergeCase, device: str = "cpu") -> MergeInputs:
         token_stride, head_stride, lane_stride = values.stride()
         assert lane_stride == 1 and (case.num_tokens == 1 or token_stride == case.num_heads * head_stride)
     return inputs
+
+
+def merge_inputs_at(inputs: MergeInputs, token: int, head: int, dim: int | None) -> str:
+    """What the merge of one element read: both LSEs and both partial values."""
+    lses = f"prefix_lse {float(inputs.prefix_lse[head, token])!r}, suffix_lse {float(inputs.suffix_lse[head, token])!r}"
+    if dim is None:
+        return lses
+    values = (
+        f"prefix_output {float(inputs.prefix_output[token, head, dim])!r}, "
+        f"suffix_output {float(inputs.suffix_output[token, head, dim])!r}"
+    )
+    return f"{lses}, {values}"

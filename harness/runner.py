@@ -291,8 +291,16 @@ class RunResult:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
-def _tensor_verdict(result: CaseResult, oracle_out: dict[str, Any], port_out: dict[str, Any]) -> CaseResult:
-    from harness.bits import compare_bits
+def _tensor_verdict(
+    result: CaseResult,
+    oracle_out: dict[str, Any],
+    port_out: dict[str, Any],
+    inputs_at: Callable[[int, int, int | None], str] | None = None,
+) -> CaseResult:
+    """Judge the port's tensors against the oracle's. ``inputs_at(token, head,
+    dim)`` says what the merge read at an element, for the message of a NaN the
+    oracle does not have there (an unmapped +inf shows at once)."""
+    from harness.bits import compare_bits, first_new_nan
 
     axes = {"output": ("token", "head", "dim"), "lse": ("token", "head")}
     for name in oracle_out:
@@ -323,7 +331,8 @@ def _tensor_verdict(result: CaseResult, oracle_out: dict[str, Any], port_out: di
     elif new_nan:
         t = new_nan[0]
         result.status = PORT_ERROR
-        result.error = f"port returned NaN in {t.name!r} ({t.nan_port} elements, oracle {t.nan_oracle})"
+        where = first_new_nan(oracle_out[t.name], port_out[t.name], t.name, inputs_at)
+        result.error = f"port returned NaN in {t.name!r} ({t.nan_port} elements, oracle {t.nan_oracle}){where}"
     elif not all(t.exact for t in result.tensors):
         result.status = DIVERGENT
     return result
@@ -333,7 +342,7 @@ def compare_merge(
     oracle: Port, port: Port, case: MergeCase, device: str = "cpu", timeout_s: float = DEFAULT_PORT_TIMEOUT_S
 ) -> CaseResult:
     """L2: both merges on identical, independently materialised partials."""
-    from harness.numeric import materialise_merge
+    from harness.numeric import materialise_merge, merge_inputs_at
 
     result = CaseResult(case.name, case.family, "merge", PARITY)
     try:
@@ -353,7 +362,14 @@ def compare_merge(
         reraise_interrupt(exc)
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
-    return _tensor_verdict(result, {"output": out, "lse": lse}, {"output": port_out, "lse": port_lse})
+    # What the port was given, materialised afresh (only for a NaN's message): a port may
+    # have written into its inputs.
+    return _tensor_verdict(
+        result,
+        {"output": out, "lse": lse},
+        {"output": port_out, "lse": port_lse},
+        lambda token, head, dim: merge_inputs_at(materialise_merge(case, device), token, head, dim),
+    )
 
 
 def compare_prefill(
