@@ -95,6 +95,15 @@ def ulp_text(distance: int) -> str:
     return str(distance)
 
 
+def max_distance_text(distance: int) -> str:
+    """``max 3 ULP``; where the largest difference is no number of ULPs, what it is."""
+    if distance >= NAN_ULP:
+        return "max: a NaN against a number (no ULP distance)"
+    if distance >= INF_ULP:
+        return "max: an infinity against a finite value or the other infinity (no ULP distance)"
+    return f"max {distance} ULP"
+
+
 def ulp_of_larger_text(error: float) -> str:
     """An error in ULPs of the larger value as printed: four significant
     digits (``0.5``, ``130``, ``1.004``), whole numbers from 10000 on."""
@@ -196,7 +205,7 @@ class TensorComparison:
             else ""
         )
         return (
-            f"{head}: {self.mismatches}/{size} elements differ{how}, max {ulp_text(self.max_ulp)} ULP; "
+            f"{head}: {self.mismatches}/{size} elements differ{how}, {max_distance_text(self.max_ulp)}; "
             f"first at ({at}): oracle {first.get('oracle')} port {first.get('port')}{larger}{nan}"
         )
 

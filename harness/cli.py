@@ -24,16 +24,20 @@ COMMANDS = ("run", "gate", "diff", "nightly", "mutants", "shrink", "coverage", "
 
 
 def version_line() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    """The version of the checkout that runs (its pyproject.toml: an installed
+    distribution may be another checkout's, or none), its commit, and the pin."""
+    import tomllib
 
+    from harness.provenance import repository_state
+    from harness.reproduce import harness_root
     from oracle.pin import load_pin
 
-    try:
-        harness_version = version("mla-parity")
-    except PackageNotFoundError:
-        harness_version = "(not installed)"
+    with (harness_root() / "pyproject.toml").open("rb") as project:
+        harness_version = tomllib.load(project)["project"]["version"]
+    commit = repository_state().get("commit")
+    at = f" at {str(commit)[:10]}" if commit else ""
     pin = load_pin()
-    return f"parity {harness_version} (oracle pin: {pin['release']} @ {pin['upstream_commit']})"
+    return f"parity {harness_version}{at} (oracle pin: {pin['release']} @ {pin['upstream_commit']})"
 
 
 class _VersionAction(argparse.Action):

@@ -80,6 +80,40 @@ def result_row(r: CaseResult) -> dict[str, Any]:
     }
 
 
+# The layout kind whose divergence is the likely cause of a tensor item's divergence.
+_LAYOUT_OF = {"prefill": "layout", "sparse-prefill": "sparse-layout"}
+
+
+def layout_causes(table: pd.DataFrame) -> dict[str, str]:
+    """For each failing L3 item whose case's layout diverges too (same name, its
+    layout kind divergent), by item id: the note said before its own detail. The
+    L3 loop runs over the port's layout, so its tensors differ because its
+    chunks do: the layout is the cause to fix first."""
+    divergent_layouts = set(
+        table.loc[(table["status"] == DIVERGENT) & table["kind"].isin(set(_LAYOUT_OF.values())), "id"]
+    )
+    causes = {}
+    failing = table[table["kind"].isin(set(_LAYOUT_OF)) & (table["status"] != PARITY)]
+    for row in failing.itertuples(index=False):
+        layout_id = f"{row.name}[{_LAYOUT_OF[row.kind]}]"
+        if layout_id in divergent_layouts:
+            causes[row.id] = f"its layout diverges too ({layout_id}): the likely cause, fix it first"
+    return causes
+
+
+def message_groups(rows: pd.DataFrame) -> list[pd.DataFrame]:
+    """``rows`` grouped by what they say (status, level and detail, with every
+    number stood in for), in order of each group's first row: one port-error
+    repeated on a thousand items is one group, and the next bug is the next line."""
+    if rows.empty:
+        return []
+    shape = rows["status"] + "|" + rows["level"] + "|" + rows["detail"].str.replace(_NUMBER, "#", regex=True)
+    return [group for _, group in rows.groupby(shape, sort=False)]
+
+
+_NUMBER = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+
+
 def results_table(results: list[CaseResult]) -> pd.DataFrame:
     return pd.DataFrame([result_row(r) for r in results], columns=list(COLUMNS))
 
@@ -113,7 +147,9 @@ def _side(frame: pd.DataFrame, side: str) -> dict[str, Any]:
 
 
 def _numeric(frame: pd.DataFrame) -> dict[str, Any]:
-    """A level's figures. ``max_ulp`` is the raw distance (``bits.NAN_ULP`` or
+    """A level's figures. ``compared`` counts the items whose tensors were
+    compared (parity or divergent), ``not_run`` those never run. ``max_ulp`` is
+    the raw distance over the compared items (``bits.NAN_ULP`` or
     ``bits.INF_ULP`` when a non-finite value differs); ``max_ulp_of_larger`` the
     largest error in ULPs of the larger value (None where no row measured it);
     ``histogram`` is in numeric bucket order."""
@@ -121,10 +157,14 @@ def _numeric(frame: pd.DataFrame) -> dict[str, Any]:
     for text in frame["histogram"]:
         histogram.update(json.loads(text))
     of_larger = frame["max_ulp_of_larger"].dropna()
+    # Only items whose tensors were compared have a distance: an error or a not-run item has none.
+    measured = frame[frame["status"].isin((PARITY, DIVERGENT))]
     return {
         "items": len(frame),
+        "compared": len(measured),
+        "not_run": int((frame["status"] == NOT_RUN).sum()),
         "bit_exact": int((frame["status"] == PARITY).sum()),
-        "max_ulp": int(frame["max_ulp"].max()) if len(frame) else 0,
+        "max_ulp": int(measured["max_ulp"].max()) if len(measured) else 0,
         "max_ulp_of_larger": float(of_larger.max()) if len(of_larger) else None,
         "histogram": sorted_histogram(dict(histogram)),
         "nan": int((frame["nan"] > 0).sum()),

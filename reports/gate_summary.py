@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from harness.reproduce import reproduce_from_meta
 from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR
+from harness.summary import layout_causes, message_groups
 from reports.run_summary import numeric_text
 
 if TYPE_CHECKING:
@@ -74,12 +75,19 @@ def render_gate_summary(outcome: GateOutcome) -> str:
             lines += ["", f"{level}: {numeric_text(n)}"]
     new = verdict.new
     if not new.empty:
-        lines += ["", f"### New divergences (first {min(SHOWN, len(new))} of {len(new)})", ""]
-        for row in new.head(SHOWN).itertuples(index=False):
-            lines.append(f"- `{row.id}` {row.status}: {_cell(row.detail)}")
+        groups = message_groups(new)
+        causes = layout_causes(verdict.table)
+        heading = f"### New divergences ({len(new)}, {len(groups)} distinct messages; first {min(SHOWN, len(groups))})"
+        lines += ["", heading, ""]
+        for group in groups[:SHOWN]:
+            row = next(group.itertuples(index=False))
+            cause = f"{causes[row.id]}; " if row.id in causes else ""
+            lines.append(f"- `{row.id}` {row.status}: {cause}{_cell(row.detail)}")
+            if len(group) > 1:
+                more = ", ".join(f"`{i}`" for i in group["id"].iloc[1:4])
+                lines.append(f"  and {len(group) - 1} more saying the same: {more}{', ...' if len(group) > 4 else ''}")
             lines.append(f"  baseline: {_cell(row.reason)}")
-            command = reproduce_from_meta(row.name, row.kind, meta)
-            lines.append(f"  reproduce: `{command}`")
+            lines.append(f"  reproduce: `{reproduce_from_meta(row.name, row.kind, meta)}`")
             if row.id in meta.get("shrunk", {}):
                 lines.append(f"  shrunk: {meta['shrunk'][row.id]}")
     if verdict.stale:

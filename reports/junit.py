@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from harness.baseline import EXPECTED, NEW
 from harness.reproduce import reproduce_from_meta
 from harness.runner import NOT_RUN, ORACLE_ERROR
+from harness.summary import layout_causes
 
 if TYPE_CHECKING:
     from harness.gate import GateOutcome
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
     meta, table = outcome.meta, outcome.verdict.table
+    causes = layout_causes(table)
     suites = ET.Element("testsuites", name=f"parity {meta['suite']} {meta['port']}")
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     suite = ET.SubElement(suites, "testsuite", name=f"parity.{meta['suite']}.{meta['port']}")
@@ -35,7 +37,8 @@ def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
             ET.SubElement(case, "error", message=row.detail, type=row.status).text = _with_command(row, meta)
             counts["errors"] += 1
         elif row.baseline == NEW:
-            message = f"{row.reason}: {row.detail}" if row.reason else row.detail
+            detail = f"{causes[row.id]}; {row.detail}" if row.id in causes else row.detail
+            message = f"{row.reason}: {detail}" if row.reason else detail
             ET.SubElement(case, "failure", message=message, type=row.status).text = _with_command(row, meta)
             counts["failures"] += 1
         elif row.status == NOT_RUN:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.bits import histogram_text, ulp_of_larger_text, ulp_text
+from harness.bits import histogram_text, max_distance_text, ulp_of_larger_text
 from harness.runner import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR
 
 
@@ -15,10 +15,18 @@ def numeric_text(numeric: dict[str, Any]) -> str:
     non-finite value differs), the largest error in ULPs of the larger value
     beside it where it differs (it is never larger), items holding a NaN, and
     the histogram in numeric order."""
-    text = f"bit-exact {numeric['bit_exact']}/{numeric['items']}"
-    if numeric["bit_exact"] == numeric["items"]:
+    items, compared = numeric["items"], numeric.get("compared", numeric["items"])
+    not_run = numeric.get("not_run", 0)
+    if items and not_run == items:
+        return f"not run ({items} items: nothing compared)"
+    text = f"bit-exact {numeric['bit_exact']}/{items}"
+    if not_run:
+        text += f", not run {not_run}"
+    if numeric["bit_exact"] == items:
         return text
-    text += f", max {ulp_text(numeric['max_ulp'])} ULP"
+    if not compared:
+        return text + ", no tensors compared (every other item an error)"
+    text += f", {max_distance_text(numeric['max_ulp'])}"
     of_larger = numeric.get("max_ulp_of_larger")
     if of_larger and of_larger != numeric["max_ulp"]:
         text += f" (at most {ulp_of_larger_text(of_larger)} ULP of the larger value)"

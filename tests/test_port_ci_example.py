@@ -1,11 +1,23 @@
-"""examples/port-ci.yml builds the pinned environment once and every job that
-runs the harness restores it: the same cache key as the job that saves it, a
-key that hashes every file deciding the environment, and commands the CLI takes."""
+"""examples/port-ci.yml: the workflow a port repository copies.
+
+It builds the pinned environment once and every job that runs the harness
+restores it (the same cache key as the job that saves it, a key that hashes
+every file deciding the environment); the gate runs on pull requests only and a
+nightly job, on the schedule only, runs ``parity nightly`` and publishes its
+page; the port's baseline is passed only when the file exists; the harness is
+checked out at a pinned ref; and the workflow is least-privilege (no default
+permissions, actions pinned to commits, no credentials left by checkouts). The
+harness commands are run as the runner would run them, through bash with an
+interpreter that records its arguments, and the CLI's parser must take them.
+"""
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +28,32 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / "examples" / "port-ci.yml"
 # Where the workflow checks the harness out (every path in it is relative to the workspace).
 CHECKOUT = "harness"
+ENV_CACHE_PATH = f"{CHECKOUT}/.tox"
 HARNESS_RUN = re.compile(r"-m harness (\w+)")
 # Running tox (which would build the environment), not a path inside .tox.
 TOX = re.compile(r"(^|\s)(python -m )?tox\s")
 CACHE_SAVE = ("actions/cache@", "actions/cache/save@")
 CACHE_RESTORE = ("actions/cache@", "actions/cache/restore@")
+SHA_PIN = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
+EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+EVENTS = ("pull_request", "schedule")
+
+
+def workflow() -> dict[Any, Any]:
+    loaded: dict[Any, Any] = yaml.safe_load(WORKFLOW.read_text())
+    return loaded
+
+
+def triggers() -> dict[str, Any]:
+    # YAML 1.1 reads the key `on` as the boolean true.
+    loaded = workflow()
+    found = loaded["on"] if "on" in loaded else loaded[True]
+    assert isinstance(found, dict), found
+    return found
 
 
 def jobs() -> dict[str, dict[str, Any]]:
-    workflow = yaml.safe_load(WORKFLOW.read_text())
-    found: dict[str, dict[str, Any]] = workflow["jobs"]
+    found: dict[str, dict[str, Any]] = workflow()["jobs"]
     return found
 
 
@@ -42,16 +70,33 @@ def harness_steps(job: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
     return [(i, s) for i, s in enumerate(job["steps"]) if HARNESS_RUN.search(str(s.get("run", "")))]
 
 
+def env_cache_steps(job: dict[str, Any], actions: tuple[str, ...]) -> list[tuple[int, dict[str, Any]]]:
+    """The job's cache steps over the pinned environment (the nightly also caches its history)."""
+    return [
+        (i, s)
+        for i, s in enumerate(job["steps"])
+        if uses(s, actions) and s.get("with", {}).get("path") == ENV_CACHE_PATH
+    ]
+
+
 def saving_job() -> tuple[str, dict[str, Any]]:
-    saving = [(name, job) for name, job in jobs().items() if any(uses(s, CACHE_SAVE) for s in job["steps"])]
+    saving = [(name, job) for name, job in jobs().items() if env_cache_steps(job, CACHE_SAVE)]
     assert len(saving) == 1, f"one job builds and saves the environment, not {[n for n, _ in saving]}"
     return saving[0]
 
 
 def cache_step(job: dict[str, Any], actions: tuple[str, ...]) -> tuple[int, dict[str, Any]]:
-    steps = [(i, s) for i, s in enumerate(job["steps"]) if uses(s, actions)]
+    steps = env_cache_steps(job, actions)
     assert len(steps) == 1, steps
     return steps[0]
+
+
+def runs_on(job: dict[str, Any], event: str) -> bool:
+    """Whether the job runs for ``event``, by the event test in its ``if``
+    (a job without one runs for every trigger)."""
+    condition = str(job.get("if", ""))
+    named = re.findall(r"github\.event_name == '(\w+)'", condition)
+    return not named or event in named
 
 
 def test_one_job_builds_the_environment_only_on_a_cache_miss() -> None:
@@ -61,31 +106,32 @@ def test_one_job_builds_the_environment_only_on_a_cache_miss() -> None:
     assert len(builds) == 1, f"job {name} builds the environment once"
     build_index, build = builds[0]
     assert build_index > index and build.get("if") == f"steps.{cache['id']}.outputs.cache-hit != 'true'"
-    assert cache["with"]["path"] == f"{CHECKOUT}/.tox"
     # No other job builds it: they restore what this one saved.
     others = [n for n, j in jobs().items() if n != name and any(TOX.search(str(s.get("run", ""))) for s in j["steps"])]
     assert others == []
+    # It serves both triggers: the gate's jobs and the nightly need it.
+    assert all(runs_on(job, event) for event in EVENTS)
 
 
 def test_every_job_running_the_harness_restores_the_saved_environment() -> None:
     saver, saving = saving_job()
     _, saved = cache_step(saving, CACHE_SAVE)
     runners = {name: job for name, job in jobs().items() if harness_steps(job)}
-    assert set(runners) >= {"gate", "verdict"}, sorted(runners)
+    assert set(runners) >= {"gate", "verdict", "nightly"}, sorted(runners)
     for name, job in runners.items():
         if name == saver:
             continue
         assert saver in needs(job), f"job {name} must wait for {saver}, which builds the environment"
         index, restore = cache_step(job, CACHE_RESTORE)
         assert restore["with"]["key"] == saved["with"]["key"], name
-        assert restore["with"]["path"] == saved["with"]["path"], name
         assert restore["with"].get("fail-on-cache-miss") is True, f"job {name} must never build it silently"
         for step_index, step in harness_steps(job):
             assert step_index > index, f"job {name} runs the harness before restoring its environment"
             # The harness runs from the restored environment, not from whatever Python is on PATH.
             assert step["working-directory"] == CHECKOUT
-            assert step["run"].split()[0] == ".tox/oracle/bin/python"
-            assert f"{step['working-directory']}/.tox" == restore["with"]["path"]
+            assert f"{step['working-directory']}/.tox" == ENV_CACHE_PATH
+            for line in harness_lines(step["run"]):
+                assert line.split()[0] == ".tox/oracle/bin/python", line
 
 
 def test_the_key_hashes_every_file_that_decides_the_environment() -> None:
@@ -114,18 +160,176 @@ def test_the_key_hashes_every_file_that_decides_the_environment() -> None:
             assert pythons[0]["with"]["python-version"] == "${{ env.PYTHON_VERSION }}", name
 
 
-@pytest.mark.parametrize("job_name", ["gate", "verdict"])
-def test_the_harness_commands_parse(job_name: str) -> None:
+def test_the_gate_runs_on_pull_requests_and_the_nightly_on_the_schedule() -> None:
+    assert set(triggers()) == set(EVENTS), sorted(triggers())
+    assert triggers()["schedule"], "the nightly needs a cron"
+    for event in EVENTS:
+        commands = {
+            subcommand(line)
+            for job in jobs().values()
+            if runs_on(job, event)
+            for _, step in harness_steps(job)
+            for line in harness_lines(step["run"])
+        }
+        expected = {"gate", "merge"} if event == "pull_request" else {"nightly"}
+        assert commands == expected, f"on {event} the workflow runs parity {sorted(commands)}"
+
+
+def test_the_nightly_job_publishes_its_report() -> None:
+    job = jobs()["nightly"]
+    [(index, step)] = harness_steps(job)
+    argv = recorded_argv(step, job, baseline=False)[0]
+    out = argv[argv.index("--out") + 1]
+    published = [
+        s for s in job["steps"][index + 1 :] if uses(s, ("actions/upload-artifact@", "actions/upload-pages-artifact@"))
+    ]
+    assert published, "the nightly uploads its page"
+    # Published even when the night finds a divergence (the page says which).
+    assert all(s.get("if") == "always()" for s in published)
+    assert {s["with"]["path"] for s in published} == {f"{CHECKOUT}/{out}"}
+
+
+def test_every_harness_checkout_is_pinned() -> None:
+    env = workflow()["env"]
+    ref = env.get("HARNESS_REF")
+    assert isinstance(ref, str) and ref, "HARNESS_REF names the harness commit or tag to gate against"
+    # The placeholder is explained where it is set: the comment above it says what to put there.
+    lines = WORKFLOW.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("HARNESS_REF:"))
+    above = list(itertools.takewhile(lambda line: line.strip().startswith(("#", "HARNESS_")), reversed(lines[:at])))
+    explained = " ".join(line for line in above if line.strip().startswith("#"))
+    assert "commit" in explained and "tag" in explained, "HARNESS_REF comes with its explanation"
+    harness_checkouts = 0
+    for name, job in jobs().items():
+        for step in job["steps"]:
+            if not uses(step, ("actions/checkout@",)):
+                continue
+            if step["with"]["path"] == CHECKOUT:
+                harness_checkouts += 1
+                assert step["with"].get("repository") == "${{ env.HARNESS_REPOSITORY }}", name
+                assert step["with"].get("ref") == "${{ env.HARNESS_REF }}", f"job {name}: the harness is unpinned"
+    assert harness_checkouts == len(jobs())
+
+
+def test_the_workflow_is_least_privilege() -> None:
+    assert workflow()["permissions"] == {}, "no permission by default: each job asks for what it uses"
+    writers = {"verdict": {"pull-requests", "checks"}}
+    for name, job in jobs().items():
+        permissions = job.get("permissions")
+        assert isinstance(permissions, dict), f"job {name} states its permissions"
+        written = {scope for scope, level in permissions.items() if level == "write"}
+        assert written == writers.get(name, set()), f"job {name} writes {sorted(written)}"
+        assert set(permissions.values()) <= {"read", "write"}, name
+        for step in job["steps"]:
+            if "uses" in step:
+                assert SHA_PIN.match(step["uses"]), f"job {name}: {step['uses']} is not pinned to a commit"
+            if uses(step, ("actions/checkout@",)):
+                assert step["with"].get("persist-credentials") is False, f"job {name}: a checkout keeps its token"
+            # Values reach scripts through the environment, never pasted into them.
+            assert not EXPRESSION.search(str(step.get("run", ""))), f"job {name}: an expression inside run"
+    # Each pin names its release, so an update is reviewable.
+    for line in WORKFLOW.read_text().splitlines():
+        if re.match(r"\s*(- )?uses:", line):
+            assert re.search(r"@[0-9a-f]{40} # v\d", line), line
+
+
+# -- the harness commands, run as the runner runs them ----------------------------------
+
+
+def subcommand(line: str) -> str:
+    found = HARNESS_RUN.search(line)
+    assert found, line
+    return found.group(1)
+
+
+def harness_lines(script: str) -> list[str]:
+    """The script's logical lines (continuations joined) that run the harness."""
+    joined = script.replace("\\\n", " ")
+    return [line.strip() for line in joined.splitlines() if HARNESS_RUN.search(line)]
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """The workflow's expressions in ``value``, for the first shard in a workspace."""
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name == "matrix.shard":
+            return "1"
+        if name == "github.workspace":
+            return env["GITHUB_WORKSPACE"]
+        if name.startswith("env."):
+            return env[name.removeprefix("env.")]
+        raise AssertionError(f"unexpected expression {match.group(0)} in an environment value")
+
+    return EXPRESSION.sub(one, value)
+
+
+def recorded_argv(
+    step: dict[str, Any], job: dict[str, Any], *, baseline: bool, tmp: Path | None = None
+) -> list[list[str]]:
+    """Run ``step``'s script with bash as the runner does (``shell: bash``), in a
+    workspace whose port has a baseline file or not, with an interpreter at
+    ``.tox/oracle/bin/python`` that records its arguments; each call's argv after
+    ``-m harness``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=tmp) as where:
+        workspace = Path(where)
+        (workspace / "port").mkdir()
+        interpreter = workspace / CHECKOUT / ".tox" / "oracle" / "bin" / "python"
+        interpreter.parent.mkdir(parents=True)
+        calls = workspace / "calls"
+        record = shlex.quote(str(calls))
+        interpreter.write_text(f'#!/bin/bash\nprintf "%s\\0" "$@" >> {record}\necho >> {record}\n')
+        interpreter.chmod(0o755)
+        env = {"PATH": os.environ["PATH"], "GITHUB_WORKSPACE": str(workspace)}
+        for scope in (workflow(), job, step):
+            for key, value in scope.get("env", {}).items():
+                env[key] = expand(str(value), env)
+        if baseline:
+            (workspace / "port" / env["PORT_BASELINE"]).write_text('{"entries": []}\n')
+        assert workflow()["defaults"]["run"]["shell"] == "bash"
+        # GitHub's `shell: bash`: bash --noprofile --norc -eo pipefail {0}
+        script = workspace / "step.sh"
+        script.write_text(step["run"])
+        cwd = workspace / step["working-directory"]
+        subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=cwd, env=env, check=True)
+        records = calls.read_text().split("\n")[:-1]
+        argvs = [record.split("\0")[:-1] for record in records]
+        for argv in argvs:
+            assert argv[:2] == ["-m", "harness"], argv
+        return [argv[2:] for argv in argvs]
+
+
+@pytest.mark.parametrize("baseline", [False, True], ids=["without-baseline", "with-baseline"])
+@pytest.mark.parametrize("job_name", ["gate", "verdict", "nightly"])
+def test_the_harness_commands_parse(job_name: str, baseline: bool, tmp_path: Path) -> None:
     from harness.cli import build_parser
 
     shards = jobs()["gate"]["strategy"]["matrix"]["shard"]
-    for _, step in harness_steps(jobs()[job_name]):
-        command = step["run"].replace("${{ matrix.shard }}", "1").replace("${{ github.workspace }}", "/workspace")
-        assert "${{" not in command, command
-        argv = shlex.split(command)[3:]  # after ".tox/oracle/bin/python -m harness"
-        try:
-            build_parser().parse_args(argv)
-        except SystemExit as exc:
-            pytest.fail(f"job {job_name}: `{command}` is refused by the CLI (exit {exc.code})")
-        if "--shard" in argv:
-            assert argv[argv.index("--shard") + 1] == f"1/{len(shards)}", "--shard N must be the matrix's size"
+    job = jobs()[job_name]
+    steps = harness_steps(job)
+    assert steps, job_name
+    for _, step in steps:
+        argvs = recorded_argv(step, job, baseline=baseline, tmp=tmp_path)
+        assert len(argvs) == len(harness_lines(step["run"])), "each harness line runs once"
+        for argv in argvs:
+            try:
+                args = build_parser().parse_args(argv)
+            except SystemExit as exc:
+                pytest.fail(f"job {job_name}: `{shlex.join(argv)}` is refused by the CLI (exit {exc.code})")
+            if "--shard" in argv:
+                assert argv[argv.index("--shard") + 1] == f"1/{len(shards)}", "--shard N must be the matrix's size"
+            port_file = str(tmp_path)  # the workspace is a folder under tmp_path
+            given = args.baseline if job_name != "nightly" else (args.baseline or [None])[0]
+            if not baseline:
+                # A port without a baseline file is gated without one (a missing file is exit 2).
+                assert not given, f"job {job_name} passes --baseline without the file"
+                continue
+            assert given, f"job {job_name} leaves out the port's baseline"
+            expected_file = f"/port/{workflow()['env']['PORT_BASELINE']}"
+            if job_name == "nightly":
+                port, _, file = given.partition("=")
+                assert port == workflow()["env"]["PORT"] == args.ports
+                given = file
+            assert given.startswith(port_file) and given.endswith(expected_file), given

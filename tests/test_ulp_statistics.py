@@ -109,16 +109,16 @@ def test_histogram_labels_are_the_bucket_order() -> None:
 def test_nan_against_a_number_is_nan_not_a_huge_distance() -> None:
     tensor = compare_bits("lse", torch.tensor([1.0, 2.0]), torch.tensor([float("nan"), 2.0]), ("token",))
     assert tensor.mismatches == 1 and tensor.nan_mismatches == 1 and tensor.histogram == {"NaN": 1}
-    assert ulp_text(tensor.max_ulp) == "NaN" and "max NaN ULP" in tensor.summary()
+    assert ulp_text(tensor.max_ulp) == "NaN" and "max: a NaN against a number (no ULP distance)" in tensor.summary()
     assert tensor.to_json()["nan_mismatches"] == 1
     infinite = compare_bits("lse", torch.tensor([float("-inf")]), torch.tensor([0.0]), ("token",))
-    assert infinite.histogram == {"inf": 1} and "max inf ULP" in infinite.summary()
+    assert infinite.histogram == {"inf": 1} and "max: an infinity against a finite value" in infinite.summary()
     # Both are beyond every finite distance: no cap admits them, NaN furthest.
     assert NAN_ULP > INF_ULP > (1 << 32)
 
     table = results_table([merge_result("nan", torch.tensor([1.0, 2.0]), torch.tensor([float("nan"), 2.0]), 0)])
     printed = format_summary(summarise_table(table, "s", "p", ("merge",)), [])
-    assert "max NaN ULP" in printed and "NaN: 1" in printed
+    assert "max: a NaN against a number (no ULP distance)" in printed and "NaN: 1" in printed
     assert not any(sentinel in printed for sentinel in SENTINELS)
 
 

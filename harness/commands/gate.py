@@ -112,6 +112,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -> int:
     from harness.gate import judge
+    from harness.summary import message_groups
 
     # done.oracle is opened only when asked for: only shrinking needs it here.
     port, suite = done.port, done.suite
@@ -131,7 +132,9 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
     cases = {c.name: c for c in suite.cases}
     new_layout = outcome.verdict.new
     new_layout = new_layout[(new_layout["kind"] == "layout") & (new_layout["status"] == "divergent")]
-    targets = [row for row in new_layout.head(3).itertuples(index=False) if row.name in cases]
+    # One per distinct message (the summary shows each group's first item), the first three.
+    firsts = [next(g.itertuples(index=False)) for g in message_groups(new_layout[new_layout["name"].isin(cases)])]
+    targets = firsts[:3]
     if not targets or args.shrink_time == 0:
         return code
     shrunk: dict[str, str] = {}

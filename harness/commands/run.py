@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.reproduce import reproduce_from_meta
-    from harness.summary import summarise_table
+    from harness.summary import layout_causes, summarise_table
 
     # Only the JSON report writes every layout's chunks; without it workers send figures.
     done = execute(args, keep_layouts=bool(args.json))
@@ -52,8 +52,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     shown = ("parity", "not-run") if done.interrupted else ("parity",)
     failing = done.table[~done.table["status"].isin(shown)].head(args.show)
     meta = reproduce_meta(args, done.result.suite, done.provenance)
+    causes = layout_causes(done.table)
     failures = [
-        (row.status, row.id, row.detail, reproduce_from_meta(row.name, row.kind, meta))
+        (
+            row.status,
+            row.id,
+            f"{causes[row.id]}; {row.detail}" if row.id in causes else row.detail,
+            reproduce_from_meta(row.name, row.kind, meta),
+        )
         for row in failing.itertuples(index=False)
     ]
     if banner:
