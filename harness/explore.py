@@ -90,6 +90,7 @@ from harness.model import (
     alignment_unit,
 )
 from harness.port import DEFAULT_PORT_TIMEOUT_S, Port, port_levels
+from harness.reproduce import program_words
 from harness.runner import (
     NOT_RUN,
     ORACLE_ERROR,
@@ -989,12 +990,12 @@ def write_find(
         item = dataclasses.replace(item, name=name)
         data = item.to_json()
         level = "prefill" if prop.name == "prefill" else "layout"
-        command = ["python", "-m", "harness", "diff", str(path), "--port", port_spec, "--level", level]
+        command = [*program_words(port_spec), "diff", str(path), "--port", port_spec, "--level", level]
     else:
         data = {**body, "name": name}
         if isinstance(item, WorkspaceConfig):
             data = {"kind": "workspace", **dataclasses.asdict(item)}
-        command = ["python", "-m", "harness", "explore", "--replay", str(path), "--port", port_spec]
+        command = [*program_words(port_spec), "explore", "--replay", str(path), "--port", port_spec]
     data["description"] = printable(f"found by parity explore ({prop.name}) for {port_spec}: {result.detail()}")
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return Find(

@@ -344,5 +344,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     plan: _Plan = config._parity_plan  # type: ignore[attr-defined]
     items.clear()
     for index, kind, payload in plan.items:
-        name = f"{plan.suite.name}/{payload.name.removeprefix('workspace/')}[{kind}]"
+        sized = "" if plan.size is None else f":size={plan.size}"
+        name = f"{plan.suite.name}{sized}/{payload.name.removeprefix('workspace/')}[{kind}]"
         items.append(ParityItem.from_parent(session, name=name, nodeid=name, kind=kind, payload=payload, index=index))

@@ -3,19 +3,24 @@ reproduces one item.
 
 What :func:`resolve_item` accepts (``parity diff``'s CASE):
 
-- an item id of a results table, the gate's summary or JUnit: ``NAME[KIND]``
-  (``skew-0031[prefill]``, ``workspace/len2048-seqs1-blk16-dcp4x64[workspace]``);
-- a pytest id of the plugin: ``SUITE/NAME[KIND]``, where a workspace item's name
-  drops its ``workspace/`` prefix (``smoke/len2048-seqs1-blk16-dcp4x64[workspace]``);
-- a bare name (``smoke-upstream-worst-case``, ``merge-random-0000``, a workspace
-  name), or the stem of a case file under ``cases/`` (``upstream-worst-case``);
+- an id as outputs print it (:func:`printed_id`), carrying what defines the
+  item: ``SUITE/NAME[KIND]`` (``ci/skew-0031[prefill]``), with the generated
+  size when the run set one (``nightly:size=200/skew-0031[layout]``), or for a
+  ``--cases`` run ``FILE.json:NAME[KIND]``; a workspace item's name may drop its
+  ``workspace/`` prefix (the plugin's ``smoke/len2048-seqs1-blk16-dcp4x64[workspace]``);
+- a results table's bare id ``NAME[KIND]`` (``skew-0031[prefill]``,
+  ``workspace/len2048-seqs1-blk16-dcp4x64[workspace]``) or a bare name
+  (``smoke-upstream-worst-case``, ``merge-random-0000``), or the stem of a case
+  file under ``cases/`` (``upstream-worst-case``);
 - a path to an item file (:func:`harness.cases.load_item_file`): a case file, a
   shrunk case, or a layout, prefill, merge or workspace find of ``parity explore``.
 
-``KIND`` (layout, workspace, merge, prefill) selects the level when ``--level``
-does not. A workspace item's name is its whole configuration, so it resolves
-without loading any suite. A name is looked up in the suite the id or
-``--suite`` names, else in smoke, then the case file stems, then ci.
+``KIND`` (layout, workspace, merge, prefill, and the sparse kinds) selects the
+level when ``--level`` does not. A workspace item's name is its whole
+configuration, so it resolves without loading any suite. A name is looked up
+in the suite the id or ``--suite`` names, else in every suite and the case file
+stems: a bare name that names different items in two places (a generated
+``skew-0031`` of ci and of nightly) is refused, never resolved to one of them.
 
 :func:`reproduce_command` is the inverse: the command, runnable as printed,
 that compares one item of a run again, with the ``--port`` spelling the run was
@@ -53,11 +58,9 @@ ITEM_KINDS = (
 )
 # The suite name of a run over ``--cases`` files (harness.commands.common.select_suite).
 CASES_SUITE = "cases"
-# Where a bare name is looked up when neither the id nor --suite names a suite.
-DEFAULT_SUITES = ("smoke", "ci")
-# The console script pyproject.toml's [project.scripts] declares for harness.cli:main.
-CONSOLE_SCRIPT = "parity"
-CLI_ENTRY_POINT = "harness.cli:main"
+# Where a bare name is looked up when neither the id nor --suite names a suite: every
+# suite, so a name two suites give different items is refused, never resolved to one.
+DEFAULT_SUITES = ("smoke", "ci", "nightly", "gpu")
 
 _KIND_SUFFIX = re.compile(r"^(?P<name>.+)\[(?P<kind>[^\[\]]*)\]$")
 _WORKSPACE_NAME = re.compile(
@@ -156,10 +159,22 @@ def resolve_item(
         return _from_file(Path(name), wanted)
     if name.endswith(".json"):
         raise CaseError(name, None, "no such file")
-    id_suite, name = _split_suite(name, spec)
+    file_part, sep, case_name = name.rpartition(".json:")
+    if sep:
+        # FILE.json:NAME, as a --cases run prints its ids.
+        if case_paths:
+            raise CaseError(spec, None, "names its case file; leave --cases out")
+        file = f"{file_part}.json"
+        if not Path(file).is_file():
+            raise CaseError(file, None, "no such file")
+        return resolve_item(f"{case_name}[{wanted}]" if wanted else case_name, None, None, [file])
+    id_suite, id_size, name = _split_suite(name, spec)
     if id_suite and suite and id_suite != suite:
         raise CaseError(spec, None, f"names suite {id_suite} but --suite is {suite}")
+    if id_size is not None and size is not None and id_size != size:
+        raise CaseError(spec, None, f"names size {id_size} but --size is {size}")
     suite = suite or id_suite
+    size = size if size is not None else id_size
     if wanted in (None, "sparse-workspace"):
         sparse_config = sparse_workspace_config_named(name)
         if sparse_config is not None:
@@ -195,13 +210,41 @@ def resolve_item(
     raise CaseError(name, None, f"no such case file, and no item or case file stem of that name in {places}")
 
 
-def _split_suite(name: str, spec: str) -> tuple[str | None, str]:
+_SIZED_SUITE = re.compile(r"^(?P<suite>[^/:]+):size=(?P<size>\d+)$")
+
+
+def _split_suite(name: str, spec: str) -> tuple[str | None, int | None, str]:
+    """``SUITE/NAME`` or ``SUITE:size=N/NAME`` into (suite, size, name); a name
+    without a known suite in front is (None, None, name)."""
     head, sep, rest = name.partition("/")
-    if sep and head in _known_suites():
-        if not rest:
-            raise CaseError(spec, None, f"names suite {head} but no item in it")
-        return head, rest
-    return None, name
+    if not sep:
+        return None, None, name
+    sized = _SIZED_SUITE.match(head)
+    suite, size = (sized["suite"], int(sized["size"])) if sized else (head, None)
+    if suite not in _known_suites():
+        if sized:
+            raise CaseError(spec, None, f"names no suite {suite!r} (known: {', '.join(_known_suites())})")
+        return None, None, name
+    if not rest:
+        raise CaseError(spec, None, f"names suite {suite} but no item in it")
+    return suite, size, rest
+
+
+def printed_id(
+    item_id: str, suite: str | None, size: int | None = None, case_paths: Sequence[str] | None = None
+) -> str:
+    """An item id as outputs print it, carrying what defines the item: its
+    suite and generated size (``ci/skew-0031[layout]``,
+    ``nightly:size=200/skew-0031[layout]``), or for a ``--cases`` run its case
+    file (``cases/x.json:NAME[layout]``). :func:`resolve_item` reads each back
+    to the same item. A workspace item's name keeps its ``workspace/`` prefix."""
+    if suite == CASES_SUITE or (suite is None and case_paths):
+        name, _ = split_kind(item_id)
+        holder = case_file_holding(name, case_paths or ())
+        return f"{holder[0]}:{item_id}" if holder else item_id
+    if suite is None:
+        return item_id
+    return f"{suite}{'' if size is None else f':size={size}'}/{item_id}"
 
 
 def _from_file(path: Path, wanted: str | None) -> ResolvedItem:
@@ -362,6 +405,14 @@ def port_import_root(port_spec: str | None) -> str | None:
 def case_file_holding(name: str, case_paths: Sequence[str]) -> tuple[str, int] | None:
     """The case file among ``case_paths`` (files and folders, as ``--cases``
     takes them) that defines case ``name``, and how many cases it holds."""
+    return _case_file_index(tuple(case_paths)).get(name)
+
+
+@functools.lru_cache(maxsize=8)
+def _case_file_index(case_paths: tuple[str, ...]) -> dict[str, tuple[str, int]]:
+    """Each case name of ``case_paths`` to its file (the first that defines it) and
+    the file's case count, read once per process: a table prints an id per row."""
+    index: dict[str, tuple[str, int]] = {}
     for given in case_paths:
         path = Path(given)
         files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
@@ -370,9 +421,9 @@ def case_file_holding(name: str, case_paths: Sequence[str]) -> tuple[str, int] |
                 cases = load_case_file(file)
             except CaseError:
                 continue
-            if any(c.name == name for c in cases):
-                return str(file), len(cases)
-    return None
+            for case in cases:
+                index.setdefault(case.name, (str(file), len(cases)))
+    return index
 
 
 def reproduce_command(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.reproduce import reproduce_from_meta
+from harness.reproduce import printed_id, reproduce_from_meta
 from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR
 from harness.summary import layout_causes, message_groups
 from reports.run_summary import numeric_text
@@ -76,15 +76,19 @@ def render_gate_summary(outcome: GateOutcome) -> str:
     new = verdict.new
     if not new.empty:
         groups = message_groups(new)
+
+        def shown_id(item_id: str) -> str:
+            return printed_id(item_id, meta.get("suite"), meta.get("size"), meta.get("cases"))
+
         causes = layout_causes(verdict.table)
         heading = f"### New divergences ({len(new)}, {len(groups)} distinct messages; first {min(SHOWN, len(groups))})"
         lines += ["", heading, ""]
         for group in groups[:SHOWN]:
             row = next(group.itertuples(index=False))
             cause = f"{causes[row.id]}; " if row.id in causes else ""
-            lines.append(f"- `{row.id}` {row.status}: {cause}{_cell(row.detail)}")
+            lines.append(f"- `{shown_id(row.id)}` {row.status}: {cause}{_cell(row.detail)}")
             if len(group) > 1:
-                more = ", ".join(f"`{i}`" for i in group["id"].iloc[1:4])
+                more = ", ".join(f"`{shown_id(i)}`" for i in group["id"].iloc[1:4])
                 lines.append(f"  and {len(group) - 1} more saying the same: {more}{', ...' if len(group) > 4 else ''}")
             lines.append(f"  baseline: {_cell(row.reason)}")
             lines.append(f"  reproduce: `{reproduce_from_meta(row.name, row.kind, meta)}`")

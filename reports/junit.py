@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.baseline import EXPECTED, NEW
-from harness.reproduce import reproduce_from_meta
+from harness.reproduce import printed_id, reproduce_from_meta
 from harness.runner import NOT_RUN, ORACLE_ERROR
 from harness.summary import layout_causes
 
@@ -29,7 +29,8 @@ def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     suite = ET.SubElement(suites, "testsuite", name=f"parity.{meta['suite']}.{meta['port']}")
     for row in table.itertuples(index=False):
-        case = ET.SubElement(suite, "testcase", classname=f"parity.{meta['suite']}.{row.level}", name=row.id)
+        name = printed_id(row.id, meta.get("suite"), meta.get("size"), meta.get("cases"))
+        case = ET.SubElement(suite, "testcase", classname=f"parity.{meta['suite']}.{row.level}", name=name)
         if row.baseline == EXPECTED:
             ET.SubElement(case, "skipped", message=f"expected divergence: {row.reason}").text = row.detail
             counts["skipped"] += 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from harness.explore import CLEAN, FOUND, INCOMPLETE, explore, layout_cases
 from harness.kernels import CpuKernels
 from harness.model import Case
 from harness.port import Port, load_port
+from harness.reproduce import program_words
 from harness.runner import PARITY, compare_case
 from tests.explore_ports import RANKS_PER_NODE
 
@@ -127,7 +129,8 @@ def test_explore_finds_and_shrinks_the_planted_bug(planted: tuple[int, str, Path
         assert case.workspace_size == case.alignment
         # The command that reproduces it is printed.
         assert find["command"] in stdout
-        assert find["command"].startswith(f"python -m harness diff {find['file']} --port {PLANTED}")
+        program = shlex.join(program_words(PLANTED))
+        assert find["command"].startswith(f"{program} diff {shlex.quote(find['file'])} --port {PLANTED}")
     summary = (out / "summary.md").read_text(encoding="utf-8")
     assert all(find["command"] in summary for find in finds)
     # The figures the report quotes: time to find and to shrink, on this machine.
@@ -194,7 +197,8 @@ def test_a_workspace_find_replays_with_explore_replay(tmp_path: Path, capsys: py
     assert finds
     capsys.readouterr()
     for find in finds:
-        assert find["command"] == f"python -m harness explore --replay {find['file']} --port {WORKSPACE_BUG}"
+        program = shlex.join(program_words(WORKSPACE_BUG))
+        assert find["command"] == f"{program} explore --replay {shlex.quote(find['file'])} --port {WORKSPACE_BUG}"
         assert run_explore("--replay", find["file"], "--port", WORKSPACE_BUG) == 1
         assert "divergent" in capsys.readouterr().out
         assert run_explore("--replay", find["file"], "--port", "per_request") == 0

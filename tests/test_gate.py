@@ -61,7 +61,7 @@ def test_unlisted_divergence_fails(capsys: pytest.CaptureFixture[str], tmp_path:
     assert code == 1
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "## Parity gate: FAIL" in summary and "### New divergences" in summary
-    assert "`skew-" in summary and "-m harness diff skew-" in summary and "--port equal_share" in summary
+    assert "`ci/skew-" in summary and "-m harness diff skew-" in summary and "--port equal_share" in summary
     assert "baseline: not in the baseline" in summary
     junit = ET.parse(tmp_path / "out" / "junit.xml").getroot()
     assert int(junit.get("failures", "0")) > 0

@@ -13,11 +13,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from harness.cases import CaseError
 from harness.cli import build_parser, main
 from harness.commands.diff import diff_kinds
 from harness.model import WorkspaceConfig
 from harness.reproduce import (
     CASES_SUITE,
+    printed_id,
     program_words,
     reproduce_command,
     resolve_item,
@@ -213,3 +215,31 @@ def test_the_summary_reproduce_lines_run_as_printed(gates: dict[str, Path], caps
         for line, row in zip(lines, firsts[:10], strict=True):
             code, stdout = run_as_printed(line, capsys)
             assert code == 1 and f"({row.name}, from " in stdout, line
+
+
+# -- ids carry what defines their item ----------------------------------------------------
+
+
+def test_a_bare_generated_name_two_suites_define_differently_is_refused() -> None:
+    """A nightly id pasted bare must not silently diff ci's case of the same name."""
+    nightly = {c.name: c for c in load_suite("nightly").cases}
+    name, ci_case = next((c.name, c) for c in load_suite("ci").cases if c.name in nightly and nightly[c.name] != c)
+    with pytest.raises(CaseError, match=r"names different items in suite ci and suite nightly"):
+        resolve_item(f"{name}[layout]")
+    assert resolve_item(f"ci/{name}[layout]").item == ci_case
+    assert resolve_item(f"nightly/{name}[layout]").item == nightly[name]
+
+
+def test_every_printed_id_resolves_to_its_item(tmp_path: Path) -> None:
+    sized = load_suite("nightly", size=20)
+    for case in sized.cases[:5]:
+        shown = printed_id(f"{case.name}[layout]", "nightly", 20)
+        assert shown == f"nightly:size=20/{case.name}[layout]"
+        assert resolve_item(shown).item == case
+    with pytest.raises(CaseError, match="names size 20 but --size is 7"):
+        resolve_item(f"nightly:size=20/{sized.cases[0].name}[layout]", size=7)
+    pair = [make_case([5, n], name=f"pair-{n}").to_json() for n in (1, 2)]
+    (tmp_path / "pair.json").write_text(json.dumps({"cases": pair}))
+    shown = printed_id("pair-2[layout]", CASES_SUITE, case_paths=[str(tmp_path)])
+    assert shown == f"{tmp_path / 'pair.json'}:pair-2[layout]"
+    assert resolve_item(shown).item.name == "pair-2"

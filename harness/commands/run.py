@@ -41,7 +41,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.reproduce import reproduce_from_meta
+    from harness.reproduce import printed_id, reproduce_from_meta
     from harness.summary import layout_causes, summarise_table
 
     # Only the JSON report writes every layout's chunks; without it workers send figures.
@@ -56,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     failures = [
         (
             row.status,
-            row.id,
+            printed_id(row.id, meta["suite"], meta["size"], meta["cases"]),
             f"{causes[row.id]}; {row.detail}" if row.id in causes else row.detail,
             reproduce_from_meta(row.name, row.kind, meta),
         )

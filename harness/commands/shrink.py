@@ -51,5 +51,5 @@ def cmd_shrink(args: argparse.Namespace) -> int:
     print(f"original: {describe_case(case)}")
     print(f"shrunk:   {describe_case(outcome.case)}  ({outcome.steps} steps, {outcome.evaluations} evaluations)")
     print(f"still {outcome.result.status}: {outcome.result.detail()}")
-    print(f"wrote {out}  ({shlex.join([*program_words(), 'diff', str(out), '--port', args.port])})")
+    print(f"wrote {out}  ({shlex.join([*program_words(args.port), 'diff', str(out), '--port', args.port])})")
     return EXIT_DIVERGENT
