@@ -427,12 +427,30 @@ def kernels_for_case(kernels: SharedKernels, case: Case) -> SharedKernels:
 
 
 def _definitions() -> dict[str, object]:
-    """What this module and its kernel classes hold, by name (see kernels_untouched)."""
-    from harness import masked_attention
+    """What this module, the kernels' helper modules and the kernel classes
+    hold, by name (see kernels_untouched): each callable by identity, each
+    constant (``FLASH_DTYPES``, ``FLASH_MAX_HEAD_DIM``, the keyless-row values,
+    the masked kernel's block sizes) by its pickled bytes, so a value changed in
+    place or rebound shows, and a NaN constant still equals itself."""
+    import pickle
+    import sys
+    import types
 
-    found: dict[str, object] = {f"module.{name}": value for name, value in globals().items() if callable(value)}
-    # The masked kernel's helpers, which its reference calls through their module.
-    found |= {f"masked.{name}": value for name, value in vars(masked_attention).items() if callable(value)}
+    from harness import context_chunks, masked_attention
+
+    found: dict[str, object] = {}
+    modules = {"module": sys.modules[__name__], "masked": masked_attention, "chunks": context_chunks}
+    for prefix, module in modules.items():
+        for name, value in vars(module).items():
+            if name.startswith("__") or name == "_AS_DEFINED" or isinstance(value, types.ModuleType):
+                continue
+            if callable(value):
+                found[f"{prefix}.{name}"] = value
+                continue
+            try:
+                found[f"{prefix}.{name}"] = pickle.dumps(value)
+            except Exception:  # a value pickle cannot write is compared by its text
+                found[f"{prefix}.{name}"] = repr(value)
     for cls in (CpuKernels, CudaKernels):
         found |= {f"{cls.__qualname__}.{name}": value for name, value in vars(cls).items()}
     return found

@@ -16,7 +16,7 @@ import torch
 from harness.bits import identical_bits
 from harness.cases import load_cases
 from harness.dcp import TorchDistributedRanks
-from harness.kernels import CpuKernels, kernels_for, kernels_for_case
+from harness.kernels import CpuKernels, kernels_for, kernels_for_case, kernels_untouched
 from harness.merge_cases import generate_merge
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
 from harness.numeric import MergeInputs, case_prefill_inputs, materialise_merge
@@ -602,3 +602,40 @@ def test_patched_kernels_are_never_cached(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert fake.calls == 2 and cache.stats()["bypassed"] == 2 and not list(tmp_path.rglob("prefill-*"))
     cache.prefill(case, case_prefill_inputs(case), CpuKernels())  # as defined again: kept
     assert cache.stats()["stored"] == 1
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "value"),
+    [
+        ("harness.kernels", "FLASH_MAX_HEAD_DIM", 128),
+        ("harness.kernels", "FLASH_DTYPES", (torch.float16,)),
+        ("harness.kernels", "KEYLESS_FINITE_OUTPUT", 512.0),
+        ("harness.kernels", "KEYLESS_FINITE_LSE", float("nan")),
+        ("harness.masked_attention", "QUERY_BLOCK", 64),
+    ],
+)
+def test_kernel_constants_changed_at_run_time_are_never_cached(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, module: str, name: str, value: object
+) -> None:
+    """The kernels' data decides their answers as much as their code: a port
+    that rebinds a constant leaves answers that are not the harness's."""
+    import importlib
+
+    fake, case = FakeOracle(), numeric_case(8)
+    cache = CachedOracle(fake, FINGERPRINT, tmp_path)
+    assert kernels_untouched(CpuKernels())
+    monkeypatch.setattr(importlib.import_module(module), name, value)
+    assert not kernels_untouched(CpuKernels())
+    cache.prefill(case, case_prefill_inputs(case), CpuKernels())
+    monkeypatch.undo()
+    assert kernels_untouched(CpuKernels())
+    assert cache.stats()["bypassed"] == 1 and not list(tmp_path.rglob("prefill-*"))
+
+
+def test_a_kernel_constant_changed_in_place_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.kernels as kernels_module
+
+    monkeypatch.setattr(kernels_module, "FLASH_DTYPES", [torch.float16, torch.bfloat16])
+    untouched_before = kernels_module._definitions()
+    kernels_module.FLASH_DTYPES.append(torch.float32)  # type: ignore[attr-defined]
+    assert kernels_module._definitions() != untouched_before
