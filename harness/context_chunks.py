@@ -12,11 +12,12 @@ these partials, never the partials' arithmetic.
 from __future__ import annotations
 
 import itertools
+import sys
 from dataclasses import dataclass
 
 import torch
 
-from harness.kernels import SharedKernels
+from harness.kernels import SharedKernels, record_definitions
 from harness.masked_attention import Selection
 from harness.model import Case, Chunk, Layout
 from harness.numeric import PrefillInputs
@@ -279,3 +280,7 @@ def planned_chunk_partials(layout: Layout, case: Case, inputs: PrefillInputs, ke
         return partials
     workspace = torch.empty((case.workspace_size, inputs.spec.latent_dim), dtype=inputs.q.dtype, device=inputs.q.device)
     return [chunk_partial(planned, inputs, kernels, workspace) for planned in device_chunks(layout, inputs.q.device)]
+
+
+# What the chunk gather is as the harness defines it (harness.kernels.kernels_untouched).
+record_definitions(sys.modules[__name__])

@@ -24,10 +24,13 @@ behaviour in its ``numeric`` section; the runner hands both sides the kernels
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from harness import masked_attention
 from harness.masked_attention import Selection, masked_reference_attention
 from harness.model import KEYLESS_ROWS
 
@@ -426,31 +429,41 @@ def kernels_for_case(kernels: SharedKernels, case: Case) -> SharedKernels:
     return with_keyless_rows(kernels, case.numeric.keyless_rows if case.numeric else KEYLESS_ROWS[0])
 
 
-def _definitions() -> dict[str, object]:
-    """What this module, the kernels' helper modules and the kernel classes
-    hold, by name (see kernels_untouched): each callable by identity, each
-    constant (``FLASH_DTYPES``, ``FLASH_MAX_HEAD_DIM``, the keyless-row values,
-    the masked kernel's block sizes) by its pickled bytes, so a value changed in
-    place or rebound shows, and a NaN constant still equals itself."""
-    import pickle
-    import sys
-    import types
+# The snapshots themselves, which are not definitions.
+_SNAPSHOTS = frozenset({"_AS_DEFINED", "_CLASSES_AS_DEFINED"})
 
-    from harness import context_chunks, masked_attention
+
+def module_definitions(module: types.ModuleType) -> dict[str, object]:
+    """What ``module`` holds, by name: each callable by identity, each constant
+    (``FLASH_DTYPES``, ``FLASH_MAX_HEAD_DIM``, the keyless-row values, the masked
+    kernel's block sizes) by its pickled bytes, so a value changed in place or
+    rebound shows, and a NaN constant still equals itself."""
+    import pickle
 
     found: dict[str, object] = {}
-    modules = {"module": sys.modules[__name__], "masked": masked_attention, "chunks": context_chunks}
-    for prefix, module in modules.items():
-        for name, value in vars(module).items():
-            if name.startswith("__") or name == "_AS_DEFINED" or isinstance(value, types.ModuleType):
-                continue
-            if callable(value):
-                found[f"{prefix}.{name}"] = value
-                continue
-            try:
-                found[f"{prefix}.{name}"] = pickle.dumps(value)
-            except Exception:  # a value pickle cannot write is compared by its text
-                found[f"{prefix}.{name}"] = repr(value)
+    for name, value in vars(module).items():
+        if name.startswith("__") or name in _SNAPSHOTS or isinstance(value, types.ModuleType):
+            continue
+        if callable(value):
+            found[name] = value
+            continue
+        try:
+            found[name] = pickle.dumps(value)
+        except Exception:  # a value pickle cannot write is compared by its text
+            found[name] = repr(value)
+    return found
+
+
+def record_definitions(module: types.ModuleType) -> None:
+    """Take ``module``'s definitions as the harness defines them, when it is first
+    imported (before any port's code can run); :func:`kernels_untouched` then
+    checks them. For the kernels' helper modules that import this one (the chunk
+    gather), which it therefore cannot import itself."""
+    _AS_DEFINED[module.__name__] = module_definitions(module)
+
+
+def _classes() -> dict[str, object]:
+    found: dict[str, object] = {}
     for cls in (CpuKernels, CudaKernels):
         found |= {f"{cls.__qualname__}.{name}": value for name, value in vars(cls).items()}
     return found
@@ -458,12 +471,19 @@ def _definitions() -> dict[str, object]:
 
 def kernels_untouched(kernels: SharedKernels) -> bool:
     """Whether ``kernels`` computes what the harness defines: nothing set on the
-    object but its keyless-row behaviour, and nothing of this module or its
-    kernel classes replaced since import (an in-process port shares this process
-    with the oracle; what it patches would change the oracle's answers)."""
-    return set(vars(kernels)) <= {"keyless_rows"} and _definitions() == _AS_DEFINED
+    object but its keyless-row behaviour, and nothing of this module, the
+    modules recorded with :func:`record_definitions` (the masked kernel's
+    helpers, the chunk gather) or the kernel classes replaced or changed since
+    import: code or data (an in-process port shares this process with the
+    oracle; what it patches would change the oracle's answers)."""
+    if set(vars(kernels)) - {"keyless_rows"} or _classes() != _CLASSES_AS_DEFINED:
+        return False
+    return all(module_definitions(sys.modules[name]) == taken for name, taken in _AS_DEFINED.items())
 
 
-# As the harness defines them, taken when this module is first imported: before
+# As the harness defines them, taken when each module is first imported: before
 # any port's code can run.
-_AS_DEFINED = _definitions()
+_AS_DEFINED: dict[str, dict[str, object]] = {}
+record_definitions(sys.modules[__name__])
+record_definitions(masked_attention)
+_CLASSES_AS_DEFINED = _classes()

@@ -7,13 +7,10 @@ marks that case ``oracle-error`` or ``port-error`` and the run goes on.
 
 from __future__ import annotations
 
-import contextlib
 import re
-import signal
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.compare import Divergence, first_layout_divergence
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
@@ -26,6 +23,7 @@ from harness.port import (
     check_tensor,
     port_levels,
 )
+from harness.time_limits import PortTimeout, limit_for, time_limit  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from harness.bits import TensorComparison
@@ -128,43 +126,6 @@ def selected_levels(level: str) -> tuple[str, ...]:
 def item_id(kind: str, name: str) -> str:
     """An item's id, unique in a suite: ``skew-0031[prefill]``, ``workspace/...[workspace]``."""
     return f"{name}[{kind}]"
-
-
-class PortTimeout(Exception):
-    """A port call ran past the per-item time limit."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Raise :class:`PortTimeout` in the calling (main) thread after ``seconds``.
-
-    SIGALRM interrupts Python code, including ``time.sleep``; a port hung inside
-    a C call that never returns to the interpreter is out of its reach (an
-    external port process, killed by the protocol's own timeout, is not).
-    """
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum: int, frame: Any) -> None:
-        raise PortTimeout(f"port call exceeded the {seconds:g} s time limit")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def limit_for(port: Port, timeout_s: float) -> float:
-    """The harness's limit for one call (0: none). A port that enforces the limit
-    itself on every request it makes (an external process: writing each request
-    and reading its reply have a deadline, starting it has its own) gets none:
-    one call may restart the process and send several requests, and an L3 call
-    includes the harness's own kernel work for it, none of which is the port's time."""
-    return 0.0 if getattr(port, "enforces_timeout", False) else timeout_s
 
 
 def reraise_interrupt(exc: BaseException) -> None:
@@ -338,6 +299,22 @@ def _tensor_verdict(
     return result
 
 
+_Built = TypeVar("_Built")
+
+
+def harness_inputs(result: CaseResult, build: Callable[[], _Built]) -> _Built | None:
+    """Inputs the harness builds for a side, built outside either side's error
+    handler: a fault there (a MemoryError) is the harness's, never blamed on the
+    oracle or the port. The item is then not run (nothing was compared, so it
+    cannot pass) and says why; None."""
+    try:
+        return build()
+    except BaseException as exc:
+        reraise_interrupt(exc)
+        result.status, result.error = NOT_RUN, f"the harness could not build the inputs: {_one_line(exc)}"
+        return None
+
+
 def compare_merge(
     oracle: Port, port: Port, case: MergeCase, device: str = "cpu", timeout_s: float = DEFAULT_PORT_TIMEOUT_S
 ) -> CaseResult:
@@ -345,14 +322,17 @@ def compare_merge(
     from harness.numeric import materialise_merge, merge_inputs_at
 
     result = CaseResult(case.name, case.family, "merge", PARITY)
+    oracle_inputs = harness_inputs(result, lambda: materialise_merge(case, device))
+    port_inputs = harness_inputs(result, lambda: materialise_merge(case, device))
+    if oracle_inputs is None or port_inputs is None:
+        return result
     try:
-        out, lse = oracle.merge_states(materialise_merge(case, device))  # type: ignore[attr-defined]
+        out, lse = oracle.merge_states(oracle_inputs)  # type: ignore[attr-defined]
     except BaseException as exc:
         reraise_interrupt(exc)
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
-        port_inputs = materialise_merge(case, device)
         with time_limit(limit_for(port, timeout_s)):
             returned = port.merge_states(port_inputs)  # type: ignore[attr-defined]
         if type(returned) is not tuple or len(returned) != 2:
@@ -406,17 +386,17 @@ def compare_prefill(
             return result
         return _tensor_verdict(result, ranked.oracle, ranked.port)
 
-    def inputs() -> Any:
-        return case_prefill_inputs(case, device)
-
+    oracle_inputs = harness_inputs(result, lambda: case_prefill_inputs(case, device))
+    port_inputs = harness_inputs(result, lambda: case_prefill_inputs(case, device))
+    if oracle_inputs is None or port_inputs is None:
+        return result
     try:
-        oracle_out = oracle.prefill(case, inputs(), kernels)  # type: ignore[attr-defined]
+        oracle_out = oracle.prefill(case, oracle_inputs, kernels)  # type: ignore[attr-defined]
     except BaseException as exc:
         reraise_interrupt(exc)
         result.status, result.error = ORACLE_ERROR, _one_line(exc)
         return result
     try:
-        port_inputs = inputs()
         with time_limit(limit_for(port, timeout_s)):
             port_out = port.prefill(case, port_inputs, kernels)  # type: ignore[attr-defined]
         if not isinstance(port_out, dict):

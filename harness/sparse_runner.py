@@ -24,6 +24,7 @@ from harness.runner import (
     _tensor_verdict,
     both_sides,
     compare_sizes,
+    harness_inputs,
     reraise_interrupt,
 )
 from harness.sparse_compare import (
@@ -53,10 +54,10 @@ def compare_sparse_layout(oracle: Port, port: Port, case: SparseCase, timeout_s:
     return result
 
 
-def _mask_and_remap(side: Port, case: TopkMaskCase, who: str) -> tuple[Any, list[Any]]:
-    """``side``'s mask and remap of ``case``, each on its own fresh indices."""
-    mask = check_tensor(side.build_topk_mask(case, materialise_topk(case)), f"{who}build_topk_mask")  # type: ignore[attr-defined]
-    remapped = side.remap_topk(case, materialise_topk(case))  # type: ignore[attr-defined]
+def _mask_and_remap(side: Port, case: TopkMaskCase, who: str, topk: tuple[Any, Any]) -> tuple[Any, list[Any]]:
+    """``side``'s mask and remap of ``case``, each on its own fresh indices (``topk``)."""
+    mask = check_tensor(side.build_topk_mask(case, topk[0]), f"{who}build_topk_mask")  # type: ignore[attr-defined]
+    remapped = side.remap_topk(case, topk[1])  # type: ignore[attr-defined]
     if type(remapped) is not list:
         raise PortValueError(f"{who}remap_topk returned {type(remapped).__name__}, not a list of tensors")
     for i, tensor in enumerate(remapped):
@@ -66,10 +67,17 @@ def _mask_and_remap(side: Port, case: TopkMaskCase, who: str) -> tuple[Any, list
 
 def compare_sparse_mask(oracle: Port, port: Port, case: TopkMaskCase, timeout_s: float) -> CaseResult:
     result = CaseResult(case.name, case.family, "sparse-mask", PARITY)
+    oracle_topk = harness_inputs(result, lambda: (materialise_topk(case), materialise_topk(case)))
+    port_topk = harness_inputs(result, lambda: (materialise_topk(case), materialise_topk(case)))
+    if oracle_topk is None or port_topk is None:
+        return result
     answers = both_sides(
-        result, lambda: _mask_and_remap(oracle, case, "the oracle's "), lambda: _mask_and_remap(port, case, ""),
-        port, timeout_s,
-    )  # fmt: skip
+        result,
+        lambda: _mask_and_remap(oracle, case, "the oracle's ", oracle_topk),
+        lambda: _mask_and_remap(port, case, "", port_topk),
+        port,
+        timeout_s,
+    )
     if answers is None:
         return result
     (oracle_mask, oracle_remap), (port_mask, port_remap) = answers
@@ -113,14 +121,18 @@ def compare_sparse_prefill(
         result.error = f"the oracle routes it mqa: compared at sparse-layout only (L3 covers {', '.join(L3_ROUTES)})"
         return result
     kernels = with_keyless_rows(kernels, case.numeric.keyless_rows)
+    oracle_inputs = harness_inputs(result, lambda: materialise_sparse_prefill(case, device))
+    port_inputs = harness_inputs(result, lambda: materialise_sparse_prefill(case, device))
+    if oracle_inputs is None or port_inputs is None:
+        return result
 
-    def ask(side: Port) -> Any:
-        out = side.sparse_prefill(case, materialise_sparse_prefill(case, device), kernels)  # type: ignore[attr-defined]
+    def ask(side: Port, inputs: Any) -> Any:
+        out = side.sparse_prefill(case, inputs, kernels)  # type: ignore[attr-defined]
         if not isinstance(out, dict):
             raise PortValueError(f"sparse_prefill returned {type(out).__name__}, not a dict of tensors")
         return out
 
-    answers = both_sides(result, lambda: ask(oracle), lambda: ask(port), port, timeout_s)
+    answers = both_sides(result, lambda: ask(oracle, oracle_inputs), lambda: ask(port, port_inputs), port, timeout_s)
     if answers is None:
         return result
     return _tensor_verdict(result, *answers)

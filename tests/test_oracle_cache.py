@@ -612,6 +612,7 @@ def test_patched_kernels_are_never_cached(monkeypatch: pytest.MonkeyPatch, tmp_p
         ("harness.kernels", "KEYLESS_FINITE_OUTPUT", 512.0),
         ("harness.kernels", "KEYLESS_FINITE_LSE", float("nan")),
         ("harness.masked_attention", "QUERY_BLOCK", 64),
+        ("harness.context_chunks", "gather_chunk", lambda *args: None),
     ],
 )
 def test_kernel_constants_changed_at_run_time_are_never_cached(
@@ -636,6 +637,6 @@ def test_a_kernel_constant_changed_in_place_is_seen(monkeypatch: pytest.MonkeyPa
     import harness.kernels as kernels_module
 
     monkeypatch.setattr(kernels_module, "FLASH_DTYPES", [torch.float16, torch.bfloat16])
-    untouched_before = kernels_module._definitions()
+    untouched_before = kernels_module.module_definitions(kernels_module)
     kernels_module.FLASH_DTYPES.append(torch.float32)  # type: ignore[attr-defined]
-    assert kernels_module._definitions() != untouched_before
+    assert kernels_module.module_definitions(kernels_module) != untouched_before

@@ -1,0 +1,85 @@
+"""What the harness builds for a side is built outside that side's error
+handler: a fault there (a MemoryError while materialising) is the harness's,
+never an oracle-error or a port-error, and the item is not run (it cannot pass).
+A port call past its time limit says so, and is recognised as a timeout."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+
+import harness.numeric
+import harness.sparse_prefill
+from harness.kernels import CpuKernels
+from harness.port import Port
+from harness.runner import NOT_RUN, PORT_ERROR, compare_merge, compare_prefill
+from harness.sparse_runner import compare_sparse_prefill
+from harness.suites import load_suite
+from harness.time_limits import is_timeout
+from ports.per_request import PerRequestPort
+
+
+def fails_on_call(real: Any, failing_call: int) -> Any:
+    calls = [0]
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == failing_call:
+            raise MemoryError("no room for the inputs")
+        return real(*args, **kwargs)
+
+    return build
+
+
+@pytest.mark.parametrize("failing_call", [1, 2])  # the oracle's inputs, then the port's
+def test_a_fault_building_merge_inputs_is_the_harness_s(
+    oracle: Port, per_request: Port, monkeypatch: pytest.MonkeyPatch, failing_call: int
+) -> None:
+    case = load_suite("smoke").merge_cases[0]
+    monkeypatch.setattr(
+        harness.numeric, "materialise_merge", fails_on_call(harness.numeric.materialise_merge, failing_call)
+    )
+    result = compare_merge(oracle, per_request, case)
+    assert result.status == NOT_RUN, result.error
+    assert result.error == "the harness could not build the inputs: MemoryError: no room for the inputs"
+
+
+@pytest.mark.parametrize("failing_call", [1, 2])
+def test_a_fault_building_prefill_inputs_is_the_harness_s(
+    oracle: Port, per_request: Port, monkeypatch: pytest.MonkeyPatch, failing_call: int
+) -> None:
+    case = next(c for c in load_suite("smoke").cases if c.numeric is not None)
+    build = fails_on_call(harness.numeric.case_prefill_inputs, failing_call)
+    monkeypatch.setattr(harness.numeric, "case_prefill_inputs", build)
+    result = compare_prefill(oracle, per_request, case, CpuKernels())
+    assert result.status == NOT_RUN and result.error is not None and "could not build the inputs" in result.error
+
+
+def test_a_fault_building_sparse_prefill_inputs_is_the_harness_s(
+    oracle: Port, per_request: Port, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = next(c for c in load_suite("smoke").sparse_cases if c.numeric is not None)
+    build = fails_on_call(harness.sparse_prefill.materialise_sparse_prefill, 2)
+    monkeypatch.setattr(harness.sparse_prefill, "materialise_sparse_prefill", build)
+    result = compare_sparse_prefill(oracle, per_request, case, CpuKernels(), "cpu", 300.0)
+    if result.error and "routes it mqa" in result.error:
+        pytest.fail("pick a smoke sparse L3 batch the oracle runs masked")
+    assert result.status == NOT_RUN and result.error is not None and "could not build the inputs" in result.error
+
+
+class SlowMerge(PerRequestPort):
+    name = "slow-merge"
+
+    def merge_states(self, inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(5)
+        return super().merge_states(inputs)
+
+
+def test_a_port_past_its_time_limit_is_a_timeout(oracle: Port) -> None:
+    case = load_suite("smoke").merge_cases[0]
+    result = compare_merge(oracle, SlowMerge(), case, timeout_s=0.5)
+    assert result.status == PORT_ERROR and is_timeout(result.error), result.error
+    assert not is_timeout("ValueError: equal share of a 96-row workspace")
