@@ -97,8 +97,10 @@ def write_tables(outcome: GateOutcome, out_dir: Path) -> None:
 
 
 # What every shard of one gate run shares: the results file's run identity (the
-# whole run's item digest, port and spelling, harness, oracle, device) and the baseline.
-SHARD_IDENTITY = (*RUN_IDENTITY, "baseline")
+# whole run's item digest, port and spelling, harness, oracle, device), the baseline,
+# the port's code (not only its spelling), the case files' contents, the DCP backend
+# and the port's time limit.
+SHARD_IDENTITY = (*RUN_IDENTITY, "baseline", "port_digest", "cases_digest", "dcp_backend", "timeout")
 
 
 def load_shard(directory: Path) -> tuple[pd.DataFrame, dict[str, Any]]:

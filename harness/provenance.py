@@ -290,6 +290,49 @@ def port_repository(spec: str, port: object | None = None) -> dict[str, Any]:
     return {"port_spec": spec, "source": str(source), **repository_state(source)}
 
 
+def port_digest(spec: str, port: object | None = None) -> str | None:
+    """SHA-256 of the port's code as it ran (:func:`port_source`): every source
+    file of the package its module belongs to (the top-level package holding
+    it; the file alone outside a package), or a ``cmd:`` port's program file;
+    with an external port's hello ``version`` when it declares one. Shards of
+    one gate must share it: a port spelled the same at two commits is not one
+    run. None when the code cannot be located."""
+    try:
+        source = port_source(spec, port)
+    except PortSourceUnknown:
+        return None
+    root = source.parent
+    while (root.parent / "__init__.py").is_file() and (root / "__init__.py").is_file():
+        root = root.parent
+    files = (
+        sorted(p for p in root.rglob("*") if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts)
+        if (root / "__init__.py").is_file()
+        else [source]
+    )
+    digest = hashlib.sha256()
+    for path in files:
+        if path.is_file():
+            digest.update(str(path.relative_to(root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+    hello = getattr(port, "hello", None)
+    if isinstance(hello, dict) and "version" in hello:
+        digest.update(b"version\0" + str(hello["version"]).encode())
+    return digest.hexdigest()
+
+
+def files_digest(paths: list[str] | None) -> str | None:
+    """SHA-256 over the JSON files given as ``--cases`` (folders walked), by path and
+    bytes; None without any."""
+    if not paths:
+        return None
+    digest = hashlib.sha256()
+    for given in paths:
+        path = Path(given)
+        for file in sorted(path.rglob("*.json")) if path.is_dir() else [path]:
+            if file.is_file():
+                digest.update(str(file).encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 # What decides a comparison's result: the harness, the oracle glue, the
 # in-tree ports and the case files (reports, tests and docs do not).
 SOURCE_FOLDERS = ("harness", "oracle", "ports", "cases")

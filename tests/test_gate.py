@@ -13,6 +13,7 @@ import pytest
 from harness.baseline import SuiteTargets, measure_entries
 from harness.cli import main
 from harness.suites import load_suite
+from tests.conftest import make_case
 
 BASELINE = Path(__file__).resolve().parent.parent / "cases" / "baselines" / "equal_share.json"
 
@@ -122,6 +123,38 @@ def test_merge_refuses_incomplete_or_mixed_shards(capsys: pytest.CaptureFixture[
     gate(capsys, "--suite", "smoke", "--level", "layout", "--shard", "2/2", "--out", str(tmp_path / "b"))
     assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")]) == 2
     assert "field 'levels'" in capsys.readouterr().err
+
+
+def test_merge_refuses_shards_of_two_versions_of_a_port(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same --port spelling at two commits of the port is not one run."""
+    folder = tmp_path / "their"
+    folder.mkdir()
+    module = folder / "their_gate_port.py"
+    module.write_text("from ports.per_request import PerRequestPort as Port\n")
+    monkeypatch.syspath_prepend(str(folder))
+    selection = ["--suite", "smoke", "--level", "layout", "--port", "their_gate_port:Port"]
+    gate(capsys, *selection, "--shard", "1/2", "--out", str(tmp_path / "a"))
+    module.write_text("from ports.per_request import PerRequestPort as Port  # the next commit\n")
+    gate(capsys, *selection, "--shard", "2/2", "--out", str(tmp_path / "b"))
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")]) == 2
+    assert "field 'port_digest'" in capsys.readouterr().err
+
+
+def test_merge_refuses_shards_of_other_case_files_or_time_limits(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps({"cases": [make_case([5, n], name=f"c-{n}").to_json() for n in (1, 2)]}))
+    gate(capsys, "--cases", str(cases), "--shard", "1/2", "--out", str(tmp_path / "a"))
+    cases.write_text(json.dumps({"cases": [make_case([7, n], name=f"c-{n}").to_json() for n in (1, 2)]}))
+    gate(capsys, "--cases", str(cases), "--shard", "2/2", "--out", str(tmp_path / "b"))
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")]) == 2
+    assert "field 'cases_digest'" in capsys.readouterr().err
+    gate(capsys, "--cases", str(cases), "--shard", "1/2", "--timeout", "30", "--out", str(tmp_path / "c"))
+    assert main(["merge", str(tmp_path / "c"), str(tmp_path / "b"), "--out", str(tmp_path / "m")]) == 2
+    assert "field 'timeout'" in capsys.readouterr().err
 
 
 # -- entries are precise: status, caps, targets (issue 11, hole 5) -----------------------

@@ -179,7 +179,7 @@ def _interrupted(code: int) -> int:
 
 
 def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
-    from harness.provenance import collect
+    from harness.provenance import collect, files_digest, port_digest
     from harness.results_file import items_digest
     from harness.runner import selected_item_ids
 
@@ -202,6 +202,9 @@ def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
         **reproduce_meta(args, result.suite, provenance),
         # Which expected divergences judged it: parity merge must judge the shards alike.
         "baseline": baseline_identity(args.baseline),
+        # The port's code and the case files by content: shards of two commits are not one run.
+        "port_digest": port_digest(args.port, done.port),
+        "cases_digest": files_digest(args.cases),
         "provenance": collect(provenance, args.port, done.port),
     }
 
