@@ -95,6 +95,11 @@ class ExternalPort:
 
     # Each request carries its own timeout (it kills the process on expiry).
     enforces_timeout = True
+    # Its prefill op is sent each chunk's partials: L3 compares its layout, fold and merge only.
+    l3_compares = (
+        "the port's layout and its fold and merge only: each chunk's gather and attention were the harness's, "
+        "on the port's layout (a cmd: port is sent the partials)"
+    )
 
     def __init__(
         self, command: str, timeout_s: float = DEFAULT_PORT_TIMEOUT_S, startup_timeout_s: float = 30.0
@@ -108,6 +113,7 @@ class ExternalPort:
         self._buffer = bytearray()
         self._next_id = 0
         self.hello: dict[str, Any] = {}
+        self.prefill_layout: Layout | None = None
         self._start()
         self.name = str(self.hello.get("name", Path(self.command[0]).name))
         # The levels the port declares; the harness runs only these for it.
@@ -387,7 +393,10 @@ class ExternalPort:
         from harness.context_chunks import planned_chunk_partials
         from harness.numeric import new_token_partial
 
+        self.prefill_layout = None
         layout = self.plan_layout(case)
+        # The layout this request runs on, for its row (checked against the port's L1 answer).
+        self.prefill_layout = layout
         try:
             partials = planned_chunk_partials(layout, case, inputs, kernels)
         except ValueError as exc:

@@ -62,7 +62,7 @@ def judge(table: pd.DataFrame, meta: dict[str, Any], entries: list[BaselineEntry
     if check_stale:
         check_table_baseline(entries, table, meta)
     verdict = apply_baseline(table, meta_port_names(meta), entries, levels, check_stale)
-    summary = summarise_table(verdict.table, meta["suite"], meta["port"], levels)
+    summary = summarise_table(verdict.table, meta["suite"], meta["port"], levels, meta.get("l3_compares"))
     return GateOutcome(meta, summary, verdict)
 
 

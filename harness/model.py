@@ -307,6 +307,14 @@ class Layout:
             "chunks": [c.to_json() for c in self.chunks],
         }
 
+    def digest(self) -> str:
+        """A short hash of the whole layout: two layouts have the same one exactly
+        when every field of every chunk is the same (results rows record it)."""
+        import hashlib
+        import json
+
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+
 
 # -- numeric levels (L2, L3) ------------------------------------------------------------
 

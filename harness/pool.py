@@ -634,15 +634,19 @@ class WorkerPool:
 @dataclass(frozen=True)
 class LayoutFigures:
     """What a results row needs of a layout that matched the oracle's: its
-    chunk count and rows used. A pooled run that writes no layouts (no
+    chunk count, rows used and digest. A pooled run that writes no layouts (no
     ``--json``) sends these instead of the chunks, whose row indices are most
     of a suite's bytes (hundreds of MB for ci); :meth:`to_json` is refused."""
 
     num_chunks: int
     rows: int
+    layout_digest: str = ""
 
     def rows_used(self) -> int:
         return self.rows
+
+    def digest(self) -> str:
+        return self.layout_digest
 
     def to_json(self) -> dict[str, Any]:
         raise RuntimeError("this layout's chunks stayed in its worker process (the run keeps no layouts)")
@@ -681,7 +685,8 @@ def _without_chunks(result: CaseResult) -> CaseResult:
         layout: Layout | None = getattr(result, name)
         if layout is not None:
             # Stands in for the Layout wherever a row reads it (num_chunks, rows_used).
-            setattr(result, name, cast(Layout, LayoutFigures(layout.num_chunks, layout.rows_used())))
+            figures = LayoutFigures(layout.num_chunks, layout.rows_used(), layout.digest())
+            setattr(result, name, cast(Layout, figures))
     return result
 
 

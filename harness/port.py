@@ -195,6 +195,17 @@ BUILTIN_PORTS: dict[str, str] = {
 # Seconds one port call may take unless the caller says otherwise (the CLI's --timeout).
 DEFAULT_PORT_TIMEOUT_S = 300.0
 
+# What the L3 (prefill) level compares of a port that runs in this process, and the
+# attribute through which a port says otherwise (an external port: harness/external.py).
+WHOLE_LOOP_COMPARED = (
+    "the port's whole context loop: its layout, gather and attention on the shared kernels, fold and merge"
+)
+
+
+def l3_compares(port: object) -> str:
+    """What a ``prefill`` item of ``port`` compares, as the outputs say it."""
+    return str(getattr(port, "l3_compares", WHOLE_LOOP_COMPARED))
+
 
 class PortLoadError(Exception):
     """A port name that cannot be resolved; the message is one line."""

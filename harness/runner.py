@@ -250,6 +250,8 @@ class RunResult:
     results: list[CaseResult] = field(default_factory=list)
     seconds: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict)
+    # What its prefill items compared of the port (harness.port.l3_compares).
+    l3_compares: str | None = None
 
 
 def _tensor_verdict(
@@ -405,6 +407,11 @@ def compare_prefill(
         reraise_interrupt(exc)
         result.status, result.error = PORT_ERROR, _one_line(exc)
         return result
+    # An external port says which layout its prefill request ran on: the row records it,
+    # and it must be the one the port returned at L1 (harness.summary.check_prefill_layouts).
+    used = getattr(port, "prefill_layout", None)
+    if isinstance(used, Layout):
+        result.port_layout = used
     return _tensor_verdict(result, oracle_out, port_out)
 
 

@@ -41,6 +41,7 @@ COLUMNS = (
     "elements",
     "nan",
     "histogram",
+    "port_layout_digest",
 )
 
 
@@ -77,6 +78,8 @@ def result_row(r: CaseResult) -> dict[str, Any]:
         "elements": sum(t.elements for t in r.tensors),
         "nan": sum(t.nan_oracle + t.nan_port for t in r.tensors),
         "histogram": json.dumps(sorted_histogram(dict(histogram))),
+        # The layout the port planned (at L1) or ran its prefill request on (an external port, at L3).
+        "port_layout_digest": r.port_layout.digest() if r.port_layout is not None else "",
     }
 
 
@@ -101,6 +104,40 @@ def layout_causes(table: pd.DataFrame) -> dict[str, str]:
     return causes
 
 
+def check_prefill_layouts(table: pd.DataFrame) -> pd.DataFrame:
+    """An L3 item whose port ran its prefill request on another layout than the
+    one it returned for the same case at L1 in this run is the port's error,
+    whatever its tensors say: a port plans one way per case. Only items whose
+    port reported the layout it ran (an external port) and whose case's L1 item
+    ran are checked; the rest are returned unchanged."""
+    table = with_later_columns(table)
+    planned = table[(table["kind"] == "layout") & (table["port_layout_digest"] != "")]
+    at_l1 = dict(zip(planned["name"], planned["port_layout_digest"], strict=True))
+    prefill = (table["kind"] == "prefill") & (table["port_layout_digest"] != "")
+    prefill &= table["status"].isin((PARITY, DIVERGENT)) & table["name"].isin(at_l1)
+    differs = prefill & (table["port_layout_digest"] != table["name"].map(at_l1))
+    if differs.any():
+        table = table.copy()
+        table.loc[differs, "status"] = PORT_ERROR
+        table.loc[differs, "detail"] = REPLANNED
+    return table
+
+
+REPLANNED = (
+    "its prefill request ran on another layout than the one the port returned for this case at L1 "
+    "(a port plans one way per case)"
+)
+
+
+def apply_table_verdicts(table: pd.DataFrame, results: list[CaseResult]) -> None:
+    """Give ``results`` the port-errors :func:`check_prefill_layouts` found in
+    ``table``, so every output (the JSON report's items too) says the same."""
+    replanned = set(table.loc[(table["status"] == PORT_ERROR) & (table["detail"] == REPLANNED), "id"])
+    for result in results:
+        if result.id in replanned:
+            result.status, result.error, result.tensors = PORT_ERROR, REPLANNED, []
+
+
 def message_groups(rows: pd.DataFrame) -> list[pd.DataFrame]:
     """``rows`` grouped by what they say (status, level and detail, with every
     number stood in for), in order of each group's first row: one port-error
@@ -120,7 +157,7 @@ def results_table(results: list[CaseResult]) -> pd.DataFrame:
 
 # Columns a results table written before they existed lacks, and what stands in
 # for them: NaN, "not measured", which the summaries print as such.
-_LATER_COLUMNS = {"max_ulp_of_larger": float("nan")}
+_LATER_COLUMNS: dict[str, Any] = {"max_ulp_of_larger": float("nan"), "port_layout_digest": ""}
 
 
 def with_later_columns(frame: pd.DataFrame) -> pd.DataFrame:
@@ -181,8 +218,12 @@ def table_verdict(frame: pd.DataFrame) -> str:
     return PASS if statuses == {PARITY} else FAIL
 
 
-def summarise_table(frame: pd.DataFrame, suite: str, port: str, levels: tuple[str, ...]) -> dict[str, Any]:
-    """Everything the summaries print, from the table alone (order-independent)."""
+def summarise_table(
+    frame: pd.DataFrame, suite: str, port: str, levels: tuple[str, ...], l3_compares: str | None = None
+) -> dict[str, Any]:
+    """Everything the summaries print, from the table alone (order-independent);
+    ``l3_compares`` says what the port's prefill items compared
+    (:func:`harness.port.l3_compares`), recorded where the table has any."""
     frame = with_later_columns(frame).sort_values("index")
     by_family = {
         f"{level}/{family}": _counts(group) for (level, family), group in frame.groupby(["level", "family"], sort=True)
@@ -207,4 +248,5 @@ def summarise_table(frame: pd.DataFrame, suite: str, port: str, levels: tuple[st
             lv: _numeric(frame[frame["level"] == lv]) for lv in ("merge", "prefill", "sparse-prefill") if lv in levels
         },
         "sides": {side: _side(frame, side) for side in ("oracle", "port")},
+        **({"l3_compares": l3_compares} if l3_compares and (frame["kind"] == "prefill").any() else {}),
     }

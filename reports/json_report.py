@@ -27,7 +27,7 @@ from harness.summary import summarise_table
 
 def run_document(run: RunResult, table: pd.DataFrame) -> dict[str, Any]:
     return {
-        "summary": summarise_table(table, run.suite, run.port, run.levels),
+        "summary": summarise_table(table, run.suite, run.port, run.levels, run.l3_compares),
         "provenance": run.provenance,
         "resumed_items": len(table) - len(run.results),
         "cases": [r.to_json() for r in run.results],

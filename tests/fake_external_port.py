@@ -14,6 +14,9 @@ token_to_seq runs to 10^12 rows), many-runs (ten chunks whose rows together
 exceed what the case could need), deep-json (a reply nested 100,000 deep), unrunnable (a layout whose cu_seq_lens do not
 add up),
 write-continuations (a prefill that writes a continuation instead of merging it),
+replan-for-prefill (for every layout request of the case after its first, the
+plan of a workspace of one alignment unit: right at L1, another runnable plan
+for its prefill),
 shift-or-hang (the dcp-padded-by-shift mutant's layout while the case holds at
 least --hang-below context tokens, a hang on any smaller one: a port that loops
 on the small cases shrinking tries), none.
@@ -133,6 +136,7 @@ def main() -> None:
     if args.pid_dir:
         child = subprocess.Popen(["sleep", "1000"])
         Path(args.pid_dir, f"{os.getpid()}.pids").write_text(f"{os.getpid()} {child.pid}\n")
+    asked: dict[str, int] = {}  # layout requests per case name
     for line in sys.stdin:
         request = json.loads(line)
         op, rid = request["op"], request["id"]
@@ -148,6 +152,11 @@ def main() -> None:
         elif op == "layout":
             case = case_from_json(request["case"], "request")
             layout = PORT.plan_layout(case).to_json()
+            if faulty and args.fault == "replan-for-prefill":
+                asked[case.name] = asked.get(case.name, 0) + 1
+                if asked[case.name] > 1:
+                    smallest = dataclasses.replace(case, workspace_size=case.alignment)
+                    layout = PORT.plan_layout(smallest).to_json()
             if faulty and args.fault == "shift-or-hang":
                 if sum(case.context_lens) < args.hang_below:
                     time.sleep(3600)

@@ -433,9 +433,10 @@ def execute(
     import pandas as pd
 
     from harness.pool import PoolError, stream_items
+    from harness.port import l3_compares
     from harness.results_file import ResultsWriter, items_digest
     from harness.runner import selected_item_ids
-    from harness.summary import COLUMNS, result_row
+    from harness.summary import COLUMNS, apply_table_verdicts, check_prefill_layouts, result_row
 
     if args.resume and not args.results:
         raise UsageError("--resume needs --results FILE (the file to resume)")
@@ -548,6 +549,9 @@ def execute(
         why = INTERRUPTED_WHY if interrupted else LOST_WHY
         rows += [result_row(r) for r in unfinished_items(suite, levels, shard, finished, why)]
     table = pd.DataFrame(rows, columns=list(COLUMNS)).sort_values("index", kind="stable").reset_index(drop=True)
+    table = check_prefill_layouts(table)
+    apply_table_verdicts(table, result.results)
+    result.l3_compares = l3_compares(port)
     return Execution(
         table, result, port, suite, provenance, interrupted, oracle,
         lambda: open_oracle(args.allow_oracle_drift, args.oracle)[0],

@@ -179,6 +179,7 @@ def _interrupted(code: int) -> int:
 
 
 def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
+    from harness.port import l3_compares
     from harness.provenance import collect, files_digest, port_digest
     from harness.results_file import items_digest
     from harness.runner import selected_item_ids
@@ -204,6 +205,7 @@ def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
         "baseline": baseline_identity(args.baseline),
         # The port's code and the case files by content: shards of two commits are not one run.
         "port_digest": port_digest(args.port, done.port),
+        "l3_compares": l3_compares(done.port),
         "cases_digest": files_digest(args.cases),
         "provenance": collect(provenance, args.port, done.port),
     }

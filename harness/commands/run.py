@@ -41,6 +41,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from harness.port import l3_compares
     from harness.reproduce import printed_id, reproduce_from_meta
     from harness.summary import layout_causes, summarise_table
 
@@ -64,7 +65,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     ]
     if banner:
         print(banner)
-    summary = summarise_table(done.table, done.result.suite, done.result.port, done.result.levels)
+    summary = summarise_table(
+        done.table, done.result.suite, done.result.port, done.result.levels, l3_compares(done.port)
+    )
     summary["seconds"] = round(done.result.seconds, 3)
     if args.device != "cpu":
         summary["device"] = args.device
