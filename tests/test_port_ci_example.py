@@ -6,7 +6,9 @@ every file deciding the environment); the gate runs on pull requests only and a
 nightly job, on the schedule only, runs ``parity nightly`` and publishes its
 page; the port's baseline is passed only when the file exists; the harness is
 checked out at a pinned ref; and the workflow is least-privilege (no default
-permissions, actions pinned to commits, no credentials left by checkouts). The
+permissions, actions pinned to commits, no credentials left by checkouts, and the
+only job that may write, for the PR comment and the check, runs nothing of the
+port: no checkout, no command, only the merge's artifact). The
 harness commands are run as the runner would run them, through bash with an
 interpreter that records its arguments, and the CLI's parser must take them.
 """
@@ -117,7 +119,7 @@ def test_every_job_running_the_harness_restores_the_saved_environment() -> None:
     saver, saving = saving_job()
     _, saved = cache_step(saving, CACHE_SAVE)
     runners = {name: job for name, job in jobs().items() if harness_steps(job)}
-    assert set(runners) >= {"gate", "verdict", "nightly"}, sorted(runners)
+    assert set(runners) >= {"gate", "merge", "nightly"}, sorted(runners)
     for name, job in runners.items():
         if name == saver:
             continue
@@ -199,8 +201,8 @@ def test_every_harness_checkout_is_pinned() -> None:
     above = list(itertools.takewhile(lambda line: line.strip().startswith(("#", "HARNESS_")), reversed(lines[:at])))
     explained = " ".join(line for line in above if line.strip().startswith("#"))
     assert "commit" in explained and "tag" in explained, "HARNESS_REF comes with its explanation"
-    harness_checkouts = 0
     for name, job in jobs().items():
+        harness_checkouts = 0
         for step in job["steps"]:
             if not uses(step, ("actions/checkout@",)):
                 continue
@@ -208,7 +210,12 @@ def test_every_harness_checkout_is_pinned() -> None:
                 harness_checkouts += 1
                 assert step["with"].get("repository") == "${{ env.HARNESS_REPOSITORY }}", name
                 assert step["with"].get("ref") == "${{ env.HARNESS_REF }}", f"job {name}: the harness is unpinned"
-    assert harness_checkouts == len(jobs())
+        # Every job building or restoring the environment checks the harness out (once);
+        # the verdict job checks nothing out.
+        uses_environment = bool(env_cache_steps(job, CACHE_SAVE + CACHE_RESTORE))
+        assert harness_checkouts == int(uses_environment), (
+            f"job {name} checks the harness out {harness_checkouts} times"
+        )
 
 
 def test_the_workflow_is_least_privilege() -> None:
@@ -231,6 +238,44 @@ def test_the_workflow_is_least_privilege() -> None:
     for line in WORKFLOW.read_text().splitlines():
         if re.match(r"\s*(- )?uses:", line):
             assert re.search(r"@[0-9a-f]{40} # v\d", line), line
+
+
+# What the job that may write is allowed to run: the artifact download and the two publishers.
+PUBLISHERS = ("marocchino/sticky-pull-request-comment@", "mikepenz/action-junit-report@")
+
+
+def test_the_job_that_writes_runs_nothing_of_the_port() -> None:
+    """The PR comment and the check come from a job that checks nothing out, runs
+    no command and restores no cache (the cache is writable by the port's code in
+    the gate): it only downloads the merge's artifact and publishes it."""
+    writers = {name: job for name, job in jobs().items() if "write" in job["permissions"].values()}
+    assert set(writers) == {"verdict"}, sorted(writers)
+    job = writers["verdict"]
+    for step in job["steps"]:
+        assert "run" not in step, f"the verdict job runs {step['run']!r}"
+        assert uses(step, ("actions/download-artifact@", *PUBLISHERS)), step.get("uses")
+    # The merged verdict: the one artifact the merge job uploads, by its name.
+    assert needs(job) == ["merge"]
+    merge = jobs()["merge"]
+    uploads = [s for s in merge["steps"] if uses(s, ("actions/upload-artifact@",))]
+    assert len(uploads) == 1 and uploads[0].get("if") == "always()", "the merge hands on even a failing verdict"
+    assert uploads[0]["with"]["path"] == f"{CHECKOUT}/out/merged"
+    downloads = [s for s in job["steps"] if uses(s, ("actions/download-artifact@",))]
+    assert len(downloads) == 1 and downloads[0]["with"]["name"] == uploads[0]["with"]["name"]
+    folder = downloads[0]["with"]["path"]
+    [merge_step] = [step for _, step in harness_steps(merge)]
+    assert "--out out/merged" in merge_step["run"]
+    published = {s["uses"].split("@")[0]: s["with"] for s in job["steps"] if uses(s, PUBLISHERS)}
+    assert published["marocchino/sticky-pull-request-comment"]["path"] == f"{folder}/summary.md"
+    assert published["mikepenz/action-junit-report"]["report_paths"] == f"{folder}/junit.xml"
+    # Posted for a failing verdict too, never for a fork (its token is read-only).
+    condition = " ".join(str(job["if"]).split())
+    assert "always()" in condition and "needs.merge.result == 'failure'" in condition, condition
+    assert "github.event.pull_request.head.repo.full_name == github.repository" in condition, condition
+    # Every job that runs a command or checks anything out may only read.
+    for name, other in jobs().items():
+        if any("run" in s or uses(s, ("actions/checkout@",)) for s in other["steps"]):
+            assert other["permissions"] == {"contents": "read"}, f"job {name}: {other['permissions']}"
 
 
 # -- the harness commands, run as the runner runs them ----------------------------------
@@ -302,7 +347,7 @@ def recorded_argv(
 
 
 @pytest.mark.parametrize("baseline", [False, True], ids=["without-baseline", "with-baseline"])
-@pytest.mark.parametrize("job_name", ["gate", "verdict", "nightly"])
+@pytest.mark.parametrize("job_name", ["gate", "merge", "nightly"])
 def test_the_harness_commands_parse(job_name: str, baseline: bool, tmp_path: Path) -> None:
     from harness.cli import build_parser
 
