@@ -14,9 +14,12 @@ Every port is judged against its baseline (harness/baseline.py): by default
 ``NightlyPlan.baselines`` gives. A divergence the baseline expects is not a
 failure; a new one fails the night (:func:`night_exit_code`).
 
-This module renders nothing: the report is written by the ``write_report``
-callback the command passes in (reports/nightly.py's ``write_report``), so the
-harness never imports ``reports/``.
+The history store and the night's sizes (what makes a night *reduced*) are
+harness/nightly_history.py's. A write that fails mid-night (a full disk) stops
+nothing: ``Night.unwritten`` says what is still unwritten, for the command to
+print. This module renders nothing: the report is written by the
+``write_report`` callback the command passes in (reports/nightly.py's
+``write_report``), so the harness never imports ``reports/``.
 """
 
 from __future__ import annotations
@@ -25,11 +28,9 @@ import contextlib
 import datetime
 import fcntl
 import json
-import math
 import os
 import re
 import signal
-import sys
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,13 @@ from harness.baseline import port_names as baseline_port_names
 from harness.cases import CaseError
 from harness.coverage import JudgedCoverage, nightly_coverage
 from harness.drift import latest_drift_report
+from harness.nightly_history import _ISO_DATE, night_sizes, reduced_reasons, warn
+
+# The history store was this module's: its names are still importable from here.
+from harness.nightly_history import HISTORY_COLUMNS as HISTORY_COLUMNS
+from harness.nightly_history import append_history as append_history
+from harness.nightly_history import history_rows as history_rows
+from harness.nightly_history import read_history as read_history
 from harness.pool import WorkerPool, stream_items
 from harness.port import BUILTIN_PORTS, Port
 from harness.provenance import collect, port_repository
@@ -75,7 +83,6 @@ BASELINES_DIR = CASES_DIR / "baselines"
 # The GPU reports benchmarks/gpu_report.py writes; the latest becomes the night's GPU section.
 GPU_REPORTS = Path("reports/gpu")
 _DATED_JSON = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}\.json$")
-_ISO_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 # ``--baseline PORT=none``: judge that port against no baseline, not its default one.
 NO_BASELINE = "none"
 
@@ -83,13 +90,6 @@ NO_BASELINE = "none"
 PASS, EXPECTED_ONLY, FAIL, INCOMPLETE, NO_ITEMS = "pass", "expected", "fail", "incomplete", "-"
 # The exit codes every command uses (harness/commands/common.py).
 EXIT_PASS, EXIT_DIVERGENT, EXIT_INTERRUPTED = 0, 1, 130
-
-HISTORY_COLUMNS = (
-    "date", "port", "suite", "items", "pass_rate", "oracle_chunks", "port_chunks", "complete",
-    "parity", "expected", "new", "verdict", "baseline",
-)  # fmt: skip
-# History fields that must be numbers (or absent: lines written before they existed).
-_HISTORY_NUMBERS = ("items", "pass_rate", "oracle_chunks", "port_chunks", "parity", "expected", "new")
 
 
 # -- the night's data ----------------------------------------------------------------------
@@ -198,10 +198,21 @@ class Night:
     # after an interruption it is where the night stopped. Empty once complete.
     pending: list[str] = field(default_factory=list)
     interrupted: bool = False
+    # The sizes it ran with (harness.nightly_history.night_sizes; {}: not recorded).
+    sizes: dict[str, Any] = field(default_factory=dict)
+    # Per port name, its ``--ports`` spelling (for the failing items' reproduce commands).
+    port_specs: dict[str, str] = field(default_factory=dict)
+    # What could not be written ("report", "history"), one line each naming the path and why.
+    unwritten: dict[str, str] = field(default_factory=dict)
 
     @property
     def items_done(self) -> int:
         return sum(len(p.table) for p in self.ports)
+
+    @property
+    def reduced(self) -> list[str]:
+        """Why the night is smaller than a full one ([]: it is not)."""
+        return reduced_reasons(self.sizes)
 
 
 def explore_verdict(night: Night, port: str) -> str:
@@ -391,10 +402,6 @@ def nightly_lock(out_root: Path) -> Iterator[Path]:
 # -- the GPU report --------------------------------------------------------------------------
 
 
-def warn(message: str) -> None:
-    print(f"parity: warning: {message}", file=sys.stderr)
-
-
 def latest_gpu_report(
     directory: Path = GPU_REPORTS, report: Callable[[str], None] | None = warn
 ) -> tuple[Path, dict[str, Any]] | None:
@@ -424,121 +431,13 @@ def gpu_report_date(path: Path, report: Mapping[str, Any]) -> str:
     return date if isinstance(date, str) and date else path.stem
 
 
-# -- the history store -------------------------------------------------------------------------
-
-
-def history_rows(night: Night) -> list[dict[str, Any]]:
-    rows = []
-    for p in night.ports:
-        sides = p.summary["sides"]
-        counts = p.tally
-        rows.append(
-            {
-                "date": night.date,
-                "port": p.port,
-                "suite": night.suite,
-                "items": len(p.table),
-                "pass_rate": float((p.table["status"] == PARITY).mean()) if len(p.table) else 0.0,
-                "oracle_chunks": sides["oracle"]["chunks"],
-                "port_chunks": sides["port"]["chunks"],
-                "complete": night.complete,
-                "parity": counts.parity,
-                "expected": counts.expected,
-                "new": counts.new,
-                "verdict": counts.verdict,
-                "baseline": p.baseline,
-            }
-        )
-    return rows
-
-
-def _history_problem(record: Any) -> str | None:
-    """Why a decoded history line is not a record; None if it is one."""
-    if not isinstance(record, dict):
-        return "not a JSON object"
-    date = record.get("date")
-    if not isinstance(date, str) or not _ISO_DATE.match(date):
-        return f"field 'date' is {json.dumps(date)}, not a date YYYY-MM-DD"
-    try:
-        datetime.date.fromisoformat(date)
-    except ValueError:
-        return f"field 'date' is {json.dumps(date)}, not a date"
-    if not isinstance(record.get("port"), str) or not record["port"]:
-        return "field 'port' is not a port name"
-    for key in _HISTORY_NUMBERS:
-        value = record.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            return f"field '{key}' is {json.dumps(value)}, not a number"
-        if isinstance(value, float) and not math.isfinite(value):
-            return f"field '{key}' is not a finite number"
-    return None
-
-
-def _read_history_lines(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str, str]]]:
-    """The records, and every other non-blank line as (line number, text, why)."""
-    records: list[dict[str, Any]] = []
-    corrupt: list[tuple[int, str, str]] = []
-    if not path.exists():
-        return records, corrupt
-    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            corrupt.append((number, raw.decode("utf-8", "replace"), f"not UTF-8 text ({exc.reason})"))
-            continue
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            corrupt.append((number, line, f"not JSON ({exc.msg} at column {exc.colno})"))
-            continue
-        problem = _history_problem(record)
-        if problem:
-            corrupt.append((number, line, problem))
-        else:
-            records.append(record)
-    return records, corrupt
-
-
-def _history_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame(records, columns=list(HISTORY_COLUMNS))
-
-
-def read_history(path: Path, report: Callable[[str], None] | None = warn) -> pd.DataFrame:
-    """The history store's records. A corrupt line is reported (one line naming
-    the file and its line number) and skipped, never fatal."""
-    records, corrupt = _read_history_lines(path)
-    for number, _, why in corrupt:
-        if report:
-            report(f"{path}:{number}: skipped a history line: {why}")
-    return _history_frame(records)
-
-
-def append_history(path: Path, night: Night) -> pd.DataFrame:
-    """Add tonight's rows (replacing an earlier run of the same date and port).
-    Corrupt lines are kept as they were, first, so that they keep being reported
-    until a person repairs them; the records follow in (date, port) order."""
-    records, corrupt = _read_history_lines(path)
-    tonight = history_rows(night)
-    replaced = {(r["date"], r["port"]) for r in tonight}
-    records = [r for r in records if (r["date"], r["port"]) not in replaced] + tonight
-    records.sort(key=lambda r: (r["date"], r["port"]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as out:
-        for _, line, _ in corrupt:
-            out.write(line + "\n")
-        for record in records:
-            out.write(json.dumps(record, sort_keys=True) + "\n")
-    return _history_frame(records)
-
-
 # -- running a night ---------------------------------------------------------------------------
 
 # Writes the night's report (reports/nightly.py's ``write_report``): the night, its
 # folder, and the history to plot (the nights before, plus tonight once complete).
 WriteReport = Callable[[Night, Path, pd.DataFrame], object]
-ProgressFactory = Callable[[int], tuple[Any, Any]]
+# A progress display for (total, what is counted: "items of port NAME") and its callback.
+ProgressFactory = Callable[[int, str], tuple[Any, Any]]
 MUTANTS_STEP = "the mutant kill matrix"
 
 
@@ -567,6 +466,9 @@ class NightlyPlan:
     # ``--jobs``): its workers load each port from ``port_specs``. None: in
     # this process. The night's results are the same either way; its owner closes it.
     pool: WorkerPool | None = None
+    # ``--size`` and ``--numeric-size`` as given (None: the suite's default), for the page's sizes.
+    size: int | None = None
+    numeric_size: int | None = None
 
 
 def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path, digest: str | None = None) -> None:
@@ -588,6 +490,9 @@ def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path, diges
         "explore_budget_s": night.explore_budget_s,
         "explore": night.explore,
         "baselines": {port: b.to_json() for port, b in sorted(night.baselines.items())},
+        "sizes": night.sizes,
+        "port_specs": night.port_specs,
+        "kill_matrix": night.kill_matrix,
     }
     (out_dir / NIGHT_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -655,17 +560,27 @@ def _run_locked(
     night.gpu = latest_gpu_report(plan.gpu_reports)
     night.drift = latest_drift_report()
     night.baselines = baselines
+    night.port_specs = {p.name: s for p, s in zip(ports, specs, strict=True)}
     # Only the shard that searches (shard 1, or the whole night) owes a search.
     searches = plan.shard is None or plan.shard.number == 1
     night.explore_budget_s = plan.explore_budget_s if searches else 0.0
     mutants = plan.mutants and plan.shard is None
+    night.sizes = night_sizes(
+        plan.suite.name, plan.size, plan.numeric_size, plan.levels, mutants, plan.explore_budget_s
+    )
     night.pending = [f"port {p.name}" for p in ports]
     night.pending += [MUTANTS_STEP] if mutants else []
     night.pending += [f"parity explore of {spec}" for spec in specs] if night.explore_budget_s > 0 else []
     digest = items_digest(selected_item_ids(plan.suite, plan.levels))
 
     def save() -> None:
-        _write_night(night, plan.out_dir, history, write_report, digest, plan.levels)
+        # A report that cannot be written (a full disk) stops nothing: the night goes on,
+        # the next save tries again, and the command prints what is still unwritten.
+        try:
+            _write_night(night, plan.out_dir, history, write_report, digest, plan.levels)
+            night.unwritten.pop("report", None)
+        except OSError as exc:
+            night.unwritten["report"] = _unwritable(exc, plan.out_dir, "report")
 
     # Coverage is the suite's, not a shard's: one shard measures it for the night.
     if searches:
@@ -678,7 +593,7 @@ def _run_locked(
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         for port, spec in zip(ports, specs, strict=True):
-            bar, advance = progress(per_port) if progress else (None, None)
+            bar, advance = progress(per_port, f"items of port {port.name}") if progress else (None, None)
             # The night writes tables: each result becomes its row at once (a divergent
             # port's layouts, tens of thousands of them, are never all held), and the
             # workers do not send the layouts' chunks back.
@@ -731,9 +646,17 @@ def _run_locked(
         signal.signal(signal.SIGTERM, previous)
     night.complete = not night.interrupted
     if night.complete:
-        history = append_history(plan.history, night)
+        try:
+            history = append_history(plan.history, night)
+        except OSError as exc:
+            night.unwritten["history"] = _unwritable(exc, plan.history, "history")
     save()
     return night
+
+
+def _unwritable(exc: OSError, path: Path, what: str) -> str:
+    """One line naming the path that could not be written and why."""
+    return f"{exc.filename or path}: cannot write the {what} ({exc.strerror or exc})"
 
 
 def explore_seed(date: str) -> int:
@@ -837,6 +760,8 @@ def merge_nightly_shards(
             explore=next((m["explore"] for m in metas if m.get("explore")), []),
             explore_budget_s=max(float(m.get("explore_budget_s", 0.0)) for m in metas),
             baselines={port: PortBaseline.from_json(b) for port, b in first.get("baselines", {}).items()},
+            sizes=first.get("sizes") or {},
+            port_specs=first.get("port_specs") or {},
         )
         unfinished = [d for d, m in zip(directories, metas, strict=True) if not m["complete"]]
         night.interrupted = bool(unfinished)

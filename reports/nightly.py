@@ -11,7 +11,11 @@ oracle with the unplannable batches counted; ULP histograms for ports that are
 not bit-exact; the mutant kill matrix; coverage; explore; the latest GPU report
 (dated, and marked when it is not tonight's); the history (parity rate and new
 divergences over the nights that exist); provenance. A night still running, or
-stopped, is written with an INCOMPLETE banner that says which.
+stopped, is written with an INCOMPLETE banner that says which. The header states
+the night's sizes, and a night smaller than the defaults is marked REDUCED; each
+failing item carries the ``parity diff`` command that reproduces it; the kill
+matrix says n/a where no item of a level reaches a mutant's fault; each port has
+one colour in every plot (reports/nightly_plots.py, which draws them).
 
 The night's data (Night, PortNight, the history store) is harness/nightly.py's;
 this module only renders it (:func:`write_report` is the night's writer).
@@ -19,10 +23,8 @@ this module only renders it (:func:`write_report` is the night's writer).
 
 from __future__ import annotations
 
-import base64
 import datetime
 import html
-import io
 import json
 import re
 from collections.abc import Callable
@@ -47,7 +49,9 @@ from harness.nightly import (
     read_history,
     tally,
 )
-from harness.runner import PARITY
+from harness.nightly_history import DEFAULT_EXPLORE_BUDGET_S, numeric_defaults
+from harness.reproduce import reproduce_command
+from harness.runner import LEVELS, PARITY
 from reports.coverage import headline, table_rows
 from reports.coverage import render_markdown as coverage_markdown
 from reports.drift_report import upstream_since_pin
@@ -59,15 +63,32 @@ from reports.gpu import (
     prefill_table,
     section_problem,
 )
+from reports.nightly_plots import (
+    chunk_figure,
+    chunk_ratios,
+    history_figures,
+    layout_items,
+    plot_attributes,
+    png,
+    port_colours,
+    reduced_mask,
+    ulp_histogram_figure,
+    unplannable_counts,
+)
 
 # The data model lives in the harness; these names are re-exported for the callers that know them from here.
 __all__ = [
     "Night",
     "PortNight",
+    "chunk_figure",
+    "chunk_ratios",
     "explore_verdict",
+    "history_figures",
     "read_history",
     "render_html",
     "render_markdown",
+    "ulp_histogram_figure",
+    "unplannable_counts",
     "write_report",
 ]
 
@@ -75,162 +96,6 @@ VERDICT_TEXT = {PASS: "PASS", EXPECTED_ONLY: "EXPECTED", FAIL: "FAIL", INCOMPLET
 # The CSS class of a verdict cell; the classes' colours are the page's legend.
 VERDICT_CLASS = {PASS: "pass", EXPECTED_ONLY: "expected", FAIL: "fail", INCOMPLETE: "incomplete"}
 HEADLINE = "Verdict (every port, against its baseline)"
-
-
-# -- figures -----------------------------------------------------------------------------------
-
-
-def _png(fig: Any) -> str:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _figure(width: float = 7.0, height: float = 3.2, columns: int = 1, **kwargs: Any) -> tuple[Any, Any]:
-    """A figure laid out by matplotlib's constrained layout, so no label is cut."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(1, columns, figsize=(width, height), layout="constrained", **kwargs)
-
-
-def ulp_histogram_figure(port: PortNight) -> Any | None:
-    """Bar chart of mismatching elements by ULP bucket, per numeric level."""
-    numeric = {lv: n for lv, n in port.summary["numeric"].items() if n["histogram"]}
-    if not numeric:
-        return None
-    fig, ax = _figure()
-    order = ["0", "1", "2", "3-4", "5-8", "9-16", "17-64", "65-256", "257-1024", "1025-1048576", ">1048576"]
-    width = 0.8 / len(numeric)
-    for offset, (level, n) in enumerate(numeric.items()):
-        counts = [n["histogram"].get(bucket, 0) for bucket in order]
-        ax.bar([i + offset * width for i in range(len(order))], counts, width=width, label=level)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(order))], order, rotation=45, fontsize=8)
-    ax.set_yscale("log")
-    ax.set_xlabel("ULP distance")
-    ax.set_ylabel("mismatching elements")
-    ax.set_title(f"{port.port}: ULP histogram")
-    ax.legend()
-    return fig
-
-
-def _layout(table: pd.DataFrame) -> pd.DataFrame:
-    return table[table["kind"] == "layout"]
-
-
-def chunk_ratios(night: Night) -> pd.DataFrame:
-    """Per family (rows) and port (columns): the mean over the family's cases of
-    the port's chunks over the oracle's, so a family of 30-chunk cases weighs no
-    more than one of single chunks. Cases either side could not plan, and cases
-    with no context (no chunks), are left out; they are counted by
-    :func:`unplannable_counts`."""
-    columns = {}
-    for p in night.ports:
-        layout = _layout(p.table)
-        planned = layout[(layout["oracle_chunks"] > 0) & (layout["port_chunks"] >= 0)]
-        columns[p.port] = (planned["port_chunks"] / planned["oracle_chunks"]).groupby(planned["family"]).mean()
-    return pd.DataFrame(columns).sort_index()
-
-
-def unplannable_counts(night: Night) -> pd.DataFrame:
-    """Per family (rows) and side (columns: ``oracle``, then each port): the
-    layout cases that side could not plan (chunks < 0, a planner error)."""
-    if not night.ports:
-        return pd.DataFrame()
-    columns: dict[str, pd.Series] = {}
-    for p in night.ports:
-        layout = _layout(p.table)
-        families = pd.Index(sorted(set(layout["family"])))
-        if "oracle" not in columns:
-            columns["oracle"] = (layout["oracle_chunks"] < 0).groupby(layout["family"]).sum().reindex(families)
-        columns[p.port] = (layout["port_chunks"] < 0).groupby(layout["family"]).sum().reindex(families)
-    return pd.DataFrame(columns).fillna(0).astype(int).sort_index()
-
-
-def chunk_figure(night: Night) -> Any | None:
-    """Left: chunks per case relative to the oracle (log scale: 1 is the oracle's
-    count); right: the unplannable cases per family and side, so they are seen."""
-    ratios = chunk_ratios(night)
-    unplannable = unplannable_counts(night)
-    if ratios.empty and unplannable.empty:
-        return None
-    fig, (left, right) = _figure(11, 4.2, columns=2, width_ratios=[3, 2])
-    if not ratios.empty:
-        ratios.plot.bar(ax=left, rot=35, fontsize=8)
-        left.set_yscale("log")
-        left.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label="oracle (1.0)")
-        left.legend(fontsize=8)
-    left.set_xlabel("family")
-    left.set_ylabel("port chunks / oracle chunks\n(mean per case, log scale)")
-    left.set_title("chunks per case, relative to the oracle")
-    total = int(unplannable.to_numpy().sum()) if not unplannable.empty else 0
-    if total:
-        shown = unplannable[unplannable.sum(axis=1) > 0]
-        shown.plot.bar(ax=right, rot=35, fontsize=8)
-        right.legend(fontsize=8)
-    else:
-        right.text(0.5, 0.5, "no unplannable batch", ha="center", va="center", transform=right.transAxes)
-    right.set_xlabel("family")
-    right.set_ylabel("cases")
-    right.set_title(f"unplannable batches: {total}")
-    return fig
-
-
-def _date_axis(ax: Any, nights: pd.Series) -> None:
-    """The x-axis spans the nights that exist (half a day either side), each
-    labelled as a date; beyond a fortnight of nights, matplotlib picks the ticks."""
-    import matplotlib.dates
-
-    # matplotlib.dates is untyped: its classes are used as Any.
-    mdates: Any = matplotlib.dates
-    dates = pd.to_datetime(pd.Series(sorted(set(nights))))
-    half_day = pd.Timedelta(hours=12)
-    ax.set_xlim(dates.min() - half_day, dates.max() + half_day)
-    if len(dates) <= 14:
-        ax.set_xticks(list(dates))
-    else:
-        ax.xaxis.set_major_locator(mdates.AutoDateLocator(maxticks=12))
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
-    for label in ax.get_xticklabels():
-        label.set_rotation(30)
-        label.set_horizontalalignment("right")
-    ax.set_xlabel("night")
-
-
-def history_figures(history: pd.DataFrame) -> list[tuple[str, Any]]:
-    """(alt text, figure): the parity rate and the new divergences per port over
-    the nights in the history (lines written before ``new`` was recorded leave gaps)."""
-    if history.empty:
-        return []
-    from matplotlib.ticker import MaxNLocator, PercentFormatter
-
-    history = history.sort_values(["date", "port"], kind="stable")
-    figures = []
-    for column, alt, title, ylabel in (
-        ("pass_rate", "history: parity rate", "items at parity per port", "items at parity"),
-        ("new", "history: new divergences", "new divergences per port (not in its baseline)", "items"),
-    ):
-        fig, ax = _figure()
-        for port, rows in history.groupby("port"):
-            values = pd.to_numeric(rows[column], errors="coerce")
-            ax.plot(pd.to_datetime(rows["date"]), values, marker="o", label=str(port))
-        _date_axis(ax, history["date"])
-        if column == "pass_rate":
-            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-            ax.set_ylim(-0.02, 1.02)
-        else:
-            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_ylim(bottom=0)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.legend(fontsize=8)
-        figures.append((alt, fig))
-    return figures
 
 
 # -- tables ------------------------------------------------------------------------------------
@@ -298,6 +163,8 @@ def ports_table(night: Night, history: pd.DataFrame) -> pd.DataFrame:
             before = f"parity {float(previous['pass_rate']):.1%} ({previous['date']})"
         else:
             before = f"recorded ({previous['date']})"
+        if previous is not None and previous.get("reduced") is True:
+            before = before[:-1] + ", a reduced night)"
         row = _verdict_row({"port": p.port, "baseline": p.baseline or "none"}, p.tally)
         rows.append({**row, "previous night": before, "since previous night": since_previous(p.verdict, previous)})
     columns = ["port", "baseline", "items", "parity", "expected", "new", "not run", "verdict"]
@@ -352,7 +219,7 @@ def chunk_table(night: Night) -> pd.DataFrame:
     rows = []
     for family in unplannable.index:
         for name, port, side in sides:
-            layout = _layout(port.table)
+            layout = layout_items(port.table)
             cases = layout[layout["family"] == family]
             planned = cases[cases[f"{side}_chunks"] >= 0]
             capacity = int(planned[f"{side}_capacity"].sum())
@@ -385,24 +252,64 @@ def explore_table(result: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame([{c: run[c] for c in columns} for run in result["properties"]], columns=columns)
 
 
+# A level none of whose items calls a mutant's fault cannot catch it (harness/mutants.py's reach pass).
+NOT_REACHED = "n/a"
+NOWHERE = "n/a at every level run"
+KILL_CLASS = {"killed": "pass", "survived": "fail", "SURVIVED": "fail", NOT_REACHED: "na", NOWHERE: "na"}
+KILL_CLASS["timed out"] = "incomplete"  # a call past its time limit: nothing was compared
+# A mutant no level killed, by its cells: a survivor first, then one that only timed out.
+UNKILLED = (("survived", "SURVIVED"), ("timed out", "timed out"))
+KILL_NOTE = (
+    "n/a (grey): no item of that level calls the mutant's fault (ports/mutants/reach.py: the fault-free base "
+    "on those items never reaches its fault sites), so its bug cannot show there; survived (red): items of "
+    "that level reached the fault and none diverged."
+)
+
+
+def kill_cell(mutant: dict[str, Any], level: str) -> str:
+    """``killed``; ``timed out`` when a call ran past its limit there (no kill);
+    ``n/a`` when the mutant ran on no item of the level (none reaches its fault);
+    else ``survived``. A matrix without ``ran`` (older) has no n/a."""
+    if mutant["kills"].get(level):
+        return "killed"
+    if (mutant.get("timed_out") or {}).get(level):
+        return "timed out"
+    return NOT_REACHED if mutant.get("ran", {}).get(level) == 0 else "survived"
+
+
 def kill_matrix_table(matrix: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for m in matrix["mutants"]:
         first = next((k for k in m["kills"].values() if k), None)
+        cells = {lv: kill_cell(m, lv) for lv in matrix["levels"]}
+        unkilled = next((shown for cell, shown in UNKILLED if cell in cells.values()), NOWHERE)
         rows.append(
-            {
-                "mutant": m["name"],
-                "bug": m["description"],
-                "source": m["source"],
-                **{lv: ("killed" if m["kills"].get(lv) else "survived") for lv in matrix["levels"]},
-                "first kill": first["item"] if first else "SURVIVED",
-            }
-        )
+            {"mutant": m["name"], "bug": m["description"], "source": m["source"], **cells,
+             "first kill": first["item"] if first else unkilled}
+        )  # fmt: skip
     return pd.DataFrame(rows)
 
 
-def failing_items(port: PortNight, limit: int = 10) -> pd.DataFrame:
-    """The first failing items, new ones first: id, status, baseline, reason."""
+def reproduce_line(night: Night, port: str, name: str, kind: str) -> str:
+    """The ``parity diff`` command that compares one of the night's items again,
+    as the night ran it: the port's ``--ports`` spelling, the suite, its ``--size``,
+    the CPU, the default timeout, and the oracle and drift override it ran with."""
+    oracle = night.provenance.get("oracle", {})
+    return reproduce_command(
+        name,
+        kind,
+        night.suite,
+        night.port_specs.get(port, port),
+        "cpu",
+        size=night.sizes.get("size"),
+        allow_oracle_drift=bool(oracle.get("oracle_drift_overridden")),
+        oracle=oracle.get("release"),
+    )
+
+
+def failing_items(port: PortNight, limit: int = 10, night: Night | None = None) -> pd.DataFrame:
+    """The first failing items, new ones first: id, status, baseline, reason and
+    (given the ``night``) the command that reproduces each."""
     table = port.table
     failing = table[~table["status"].isin([PARITY, "not-run"])].copy()
     if "baseline" not in failing.columns:
@@ -413,9 +320,15 @@ def failing_items(port: PortNight, limit: int = 10) -> pd.DataFrame:
         str(reason) if label == "expected" else f"{reason}: {detail}" if reason else str(detail)
         for label, reason, detail in zip(failing["baseline"], failing["reason"], failing["detail"], strict=True)
     ]
-    return pd.DataFrame(
+    shown = pd.DataFrame(
         {"id": failing["id"], "status": failing["status"], "baseline": failing["baseline"], "why": reasons}
     )
+    if night is not None:
+        shown["reproduce"] = [
+            reproduce_line(night, port.port, str(name), str(kind))
+            for name, kind in zip(failing["name"], failing["kind"], strict=True)
+        ]
+    return shown
 
 
 # -- HTML --------------------------------------------------------------------------------------
@@ -438,6 +351,9 @@ th { background: #f3f3f3; }
 .legend span { padding: 1px 6px; margin-right: 0.6em; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.4em 0; }
 code, pre { background: #f6f6f6; padding: 0 3px; }
+.na { background: #e4e4e4; color: #555; }
+td.reproduce { font-family: monospace; font-size: 0.85em; user-select: all; word-break: break-all; }
+.reduced { background: #fff0c2; }
 """
 
 CellClass = Callable[[int, str, Any], str | None]
@@ -506,8 +422,63 @@ def family_html(port: PortNight) -> str:
     )
 
 
-def _img(data: str, alt: str) -> str:
-    return f'<img class="plot" alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+HISTORY_REDUCED = (
+    "Reduced nights (smaller than the nightly defaults) are drawn apart from full nights: a dotted line with "
+    "diamonds, labelled 'reduced nights', never a point on a full night's solid line."
+)
+
+
+def failing_cell_class(row: int, column: str, value: Any) -> str | None:
+    """A failing item's baseline cell by its judgement; its command is copied with one click."""
+    return str(value) if column == "baseline" else "reproduce" if column == "reproduce" else None
+
+
+def _plot(fig: Any, alt: str) -> str:
+    """A figure as an embedded PNG, with the colour each port was drawn in (``data-port-colours``)."""
+    colours = html.escape(plot_attributes(fig))
+    source = f"data:image/png;base64,{png(fig)}"
+    return f'<img class="plot" alt="{html.escape(alt)}" data-port-colours="{colours}" src="{source}">'
+
+
+def colour_key(colours: dict[str, str]) -> str:
+    """The colour of each port in every plot, as a table (``data-colour`` on each swatch)."""
+    rows = "".join(
+        f'<tr><td>{html.escape(port)}</td><td class="swatch" data-colour="{colour}" '
+        f'style="background: {colour}; color: #fff">{colour}</td></tr>'
+        for port, colour in colours.items()
+    )
+    head = "<thead><tr><th>port</th><th>its colour in every plot</th></tr></thead>"
+    return f'<table id="port-colours">{head}<tbody>{rows}</tbody></table>'
+
+
+def sizes_line(night: Night) -> str | None:
+    """What the night ran: its ``--size``, ``--numeric-size``, levels, mutants and
+    explore, each beside the default; None for a night that recorded none."""
+    sizes = night.sizes
+    if not sizes:
+        return None
+    defaults = sizes.get("defaults") or {}
+    size, numeric = sizes.get("size"), sizes.get("numeric_size")
+    default_size = f"{defaults['size']:,}" if defaults.get("size") is not None else "the suite's"
+    default_numeric = numeric_defaults(defaults.get("numeric") or {}) or "the suite's"
+    levels = sizes.get("levels") or []
+    size_text = f"{default_size} (default)" if size is None else f"{size:,} (default {default_size})"
+    numeric_text = f"default ({default_numeric})" if numeric is None else f"{numeric:,} (defaults: {default_numeric})"
+    return (
+        f"Sizes: --size {size_text}; --numeric-size {numeric_text}; "
+        f"levels {'all' if tuple(levels) == LEVELS else ', '.join(levels)}; "
+        f"mutant kill matrix {'run' if sizes.get('mutants') else 'not run'}; "
+        f"explore {float(sizes.get('explore_budget_s', 0)):g} s per port (default {DEFAULT_EXPLORE_BUDGET_S:g} s)."
+    )
+
+
+def reduced_banner(night: Night) -> str | None:
+    if not night.reduced:
+        return None
+    return (
+        f"REDUCED night, smaller than the nightly defaults: {'; '.join(night.reduced)}. "
+        "Its figures do not compare with a full night's; its history points are drawn apart from full nights'."
+    )
 
 
 def incomplete_banner(night: Night) -> str | None:
@@ -589,17 +560,25 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
     verdict = night_verdict(night)
     css_class = {"PASS": "pass", "FAIL": "fail"}.get(verdict, "incomplete")
     oracle = night.provenance.get("oracle", {})
+    reduced = " (reduced)" if night.reduced else ""
+    # One colour per port in every plot: tonight's ports and the history's, sorted.
+    colours = port_colours((p.port for p in night.ports), history["port"] if "port" in history else ())
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>Nightly parity {html.escape(night.date)}</title>",
+        f"<title>Nightly parity {html.escape(night.date)}{reduced}</title>",
         f"<style>{CSS}</style></head><body>",
-        f"<h1>Nightly parity report: {html.escape(night.date)}</h1>",
+        f"<h1>Nightly parity report: {html.escape(night.date)}{reduced}</h1>",
         f"<p>Suite <code>{html.escape(night.suite)}</code>; pinned oracle "
         f"{html.escape(str(oracle.get('release', '?')))} "
         f"(upstream {html.escape(str(oracle.get('upstream_commit', '?')))}).</p>",
-        f'<div id="verdict" class="verdict {css_class}">{html.escape(_headline(night))}</div>',
     ]
+    sizes = sizes_line(night)
+    if sizes:
+        parts.append(f'<p id="sizes">{html.escape(sizes)}</p>')
+    if night.reduced:
+        parts.append(f'<p class="banner reduced" id="reduced">{html.escape(reduced_banner(night) or "")}</p>')
+    parts.append(f'<div id="verdict" class="verdict {css_class}">{html.escape(_headline(night))}</div>')
     banner = incomplete_banner(night)
     if banner:
         parts.append(f'<p class="banner incomplete" id="incomplete">{html.escape(banner)}</p>')
@@ -607,40 +586,33 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         "<h2>Ports tonight, against their baselines</h2>",
         html_table(ports_table(night, history), "ports", cell_class=verdict_cell_class),
         LEGEND,
+        f"<p>Each port has one colour in every plot (the oracle's bars are grey):</p>{colour_key(colours)}",
         "<h2>Verdict per port and level</h2>",
         html_table(verdict_table(night), "verdicts", cell_class=verdict_cell_class),
     ]
     chunks = chunk_table(night)
     if not chunks.empty:
         parts += ["<h2>Chunks and workspace utilisation per family</h2>", html_table(chunks, "chunks")]
-    figure = chunk_figure(night)
+    figure = chunk_figure(night, colours)
     if figure is not None:
-        parts.append(_img(_png(figure), "chunks per family"))
+        parts.append(_plot(figure, "chunks per family"))
     for p in night.ports:
         baseline = f" (baseline <code>{html.escape(p.baseline)}</code>)" if p.baseline else " (no baseline)"
         parts.append(f"<h2>Port {html.escape(p.port)}{baseline}</h2>")
         parts.append(family_html(p))
-        histogram = ulp_histogram_figure(p)
+        histogram = ulp_histogram_figure(p, colours)
         if histogram is not None:
-            parts.append(_img(_png(histogram), f"{p.port} ULP histogram"))
-        failing = failing_items(p)
+            parts.append(_plot(histogram, f"{p.port} ULP histogram"))
+        failing = failing_items(p, night=night)
         if not failing.empty:
-            parts.append("<h3>First failing items (new first)</h3>")
-            parts.append(
-                html_table(failing, cell_class=lambda _, column, value: str(value) if column == "baseline" else None)
-            )
+            parts.append("<h3>First failing items (new first), each with the command that reproduces it</h3>")
+            parts.append(html_table(failing, f"failing-{p.port}", "failing", failing_cell_class))
     if night.kill_matrix:
         killed = sum(m["killed"] for m in night.kill_matrix["mutants"])
         parts.append(f"<h2>Mutant kill matrix: {killed}/{len(night.kill_matrix['mutants'])} killed</h2>")
-        parts.append(
-            html_table(
-                kill_matrix_table(night.kill_matrix),
-                "kill-matrix",
-                cell_class=lambda _, column, value: {"killed": "pass", "survived": "fail", "SURVIVED": "fail"}.get(
-                    str(value)
-                ),
-            )
-        )
+        kills = kill_matrix_table(night.kill_matrix)
+        parts.append(html_table(kills, "kill-matrix", cell_class=lambda _, c, value: KILL_CLASS.get(str(value))))
+        parts.append(f'<p class="note">{html.escape(KILL_NOTE)}</p>')
     if night.coverage:
         parts.append(f'<h2 id="coverage">{html.escape(headline(night.coverage))}</h2>')
         parts.append(html_table(pd.DataFrame(table_rows(night.coverage)), "coverage-table"))
@@ -668,7 +640,9 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         items = "".join(f"<li>{html.escape(line[2:])}</li>" for line in lines if line[:2] == "- ")
         parts.append(f"<ul>{items}</ul>")
     parts.append("<h2>History</h2>")
-    images = [_img(_png(fig), alt) for alt, fig in history_figures(history)]
+    images = [_plot(fig, alt) for alt, fig in history_figures(history, colours)]
+    if images and reduced_mask(history).any():
+        images.insert(0, f'<p id="history-reduced">{html.escape(HISTORY_REDUCED)}</p>')
     parts += images or ["<p>No history yet.</p>"]
     parts += [
         "<h2>Provenance</h2>",
@@ -683,7 +657,10 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
 
 def render_markdown(night: Night, history: pd.DataFrame | None = None) -> str:
     history = history if history is not None else pd.DataFrame()
-    lines = [f"# Nightly parity report: {night.date}", "", f"{HEADLINE}: **{night_verdict(night)}**", ""]
+    lines = [f"# Nightly parity report: {night.date}{' (reduced)' if night.reduced else ''}", ""]
+    lines += [f"{text}", ""] if (text := sizes_line(night)) else []
+    lines += [f"**{text}**", ""] if (text := reduced_banner(night)) else []
+    lines += [f"{HEADLINE}: **{night_verdict(night)}**", ""]
     banner = incomplete_banner(night)
     if banner:
         lines += [banner.replace("INCOMPLETE", "**INCOMPLETE**", 1), ""]
@@ -697,11 +674,14 @@ def render_markdown(night: Night, history: pd.DataFrame | None = None) -> str:
         lines += [f"## {p.port}", "", family_level_table(p).to_markdown(index=False), ""]
         for level, n in p.summary["numeric"].items():
             lines.append(f"- {level}: bit-exact {n['bit_exact']}/{n['items']}, max {n['max_ulp']} ULP")
+        failing = failing_items(p, night=night)
+        lines += ["", "First failing items (new first):", ""] if not failing.empty else []
+        lines += [f"- `{r.id}` {r.status} ({r.baseline}): `{r.reproduce}`" for r in failing.itertuples(index=False)]
         lines.append("")
     if night.kill_matrix:
         killed = sum(m["killed"] for m in night.kill_matrix["mutants"])
         lines += [f"## Mutant kill matrix: {killed}/{len(night.kill_matrix['mutants'])} killed", ""]
-        lines += [kill_matrix_table(night.kill_matrix).to_markdown(index=False), ""]
+        lines += [kill_matrix_table(night.kill_matrix).to_markdown(index=False), "", KILL_NOTE, ""]
     if night.coverage:
         lines += [f"## {headline(night.coverage)}", "", coverage_markdown(night.coverage)]
     if night.explore:

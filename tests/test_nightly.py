@@ -187,3 +187,16 @@ def test_bad_baseline_option_is_one_line(capsys: pytest.CaptureFixture[str], tmp
         err = capsys.readouterr().err
         assert err.startswith("parity: error: --baseline: ") and reason in err and err.count("\n") == 1
     assert not (tmp_path / "2026-11-28").exists()
+
+
+def test_an_out_that_cannot_be_written_is_one_line_before_any_work(tmp_path: Path) -> None:
+    """``--out /proc/x``: one line naming the path and why, exit 2, before the night
+    starts (it used to end, after the work, in two chained tracebacks and exit 1)."""
+    argv = [sys.executable, "-m", "harness", "nightly", "--size", "20", "--ports", "per_request", "--level", "layout"]
+    argv += ["--skip-mutants", "--explore-budget-s", "0", "--date", "2026-11-28"]
+    for out, why in (("/proc/x", "No such file or directory"), (str(tmp_path / "file" / "x"), "Not a directory")):
+        (tmp_path / "file").write_text("a file, not a folder\n", encoding="utf-8")
+        done = subprocess.run([*argv, "--out", out], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert done.stderr.splitlines() == [f"parity: error: --out {out}: cannot write there ({why})"], done.stderr
+        assert "Traceback" not in done.stdout and "items" not in done.stdout

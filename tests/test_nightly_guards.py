@@ -290,3 +290,63 @@ def test_an_item_the_night_loses_is_not_run(
     assert port_night.summary["verdict"] == "incomplete", port_night.summary
     lost = port_night.table[port_night.table["status"] == "not-run"]
     assert len(lost) == 1 and "without comparing it" in lost["detail"].iloc[0]
+
+
+def test_progress_names_the_port_it_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], oracle: Port, per_request: Port, equal_share: Port
+) -> None:
+    from harness.commands.common import ProgressLines
+    from harness.commands.nightly import port_progress
+
+    asked: list[tuple[int, str]] = []
+
+    def progress(total: int, what: str) -> tuple[Any, Any]:
+        asked.append((total, what))
+        return None, None
+
+    plan = plan_for(tmp_path, baselines={"equal_share": None})
+    run_nightly(plan, oracle, [per_request, equal_share], {}, write_report=write_report, progress=progress)
+    assert asked == [(3, "items of port per_request"), (3, "items of port equal_share")]
+    # In a log (no terminal), each progress line names the port.
+    lines, advance = port_progress(3, asked[1][1])
+    assert isinstance(lines, ProgressLines)
+    later = lines.last + 100.0
+    lines.clock = lambda: later  # more than a minute since the last line: one is due
+    advance(None)
+    assert capsys.readouterr().err.startswith("parity: 1/3 items of port equal_share (33%)")
+
+
+def test_a_report_that_cannot_be_written_loses_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, oracle: Port, per_request: Port
+) -> None:
+    """A write that fails mid-night (a full disk) stops nothing: the night runs on,
+    the next write tries again, and whatever is still unwritten at the end is one
+    line naming the path and why; the command exits 2 after printing its results."""
+    calls: list[int] = []
+
+    def flaky(night: nightly.Night, out_dir: Path, history: Any) -> None:
+        calls.append(len(night.ports))
+        if len(calls) == 1:  # the first write, before any port
+            raise OSError(28, "No space left on device", str(out_dir / "index.html"))
+        write_report(night, out_dir, history)
+
+    night = run_nightly(plan_for(tmp_path), oracle, [per_request], {}, write_report=flaky)
+    assert night.complete and night.unwritten == {} and calls == [0, 1, 1]
+    assert (tmp_path / "2026-11-28" / "index.html").exists() and read_history(tmp_path / "history.jsonl")[
+        "reduced"
+    ].all()
+
+    def full(night: nightly.Night, out_dir: Path, history: Any) -> None:
+        raise OSError(28, "No space left on device", str(out_dir / "index.html"))
+
+    import reports.nightly
+
+    monkeypatch.setattr(reports.nightly, "write_report", full)
+    argv = ["nightly", "--size", "0", "--numeric-size", "2", "--level", "merge", "--ports", "per_request"]
+    argv += ["--skip-mutants", "--explore-budget-s", "0", "--out", str(tmp_path), "--date", "2026-11-29"]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out.startswith("per_request    PASS       2 items") and "wrote" not in out  # the results are printed
+    page = tmp_path / "2026-11-29" / "index.html"
+    assert err.splitlines() == [f"parity: error: {page}: cannot write the report (No space left on device)"]
+    assert read_history(tmp_path / "history.jsonl")["date"].tolist() == ["2026-11-28", "2026-11-29"]

@@ -5,6 +5,7 @@ at a real night's page in Chromium."""
 
 from __future__ import annotations
 
+import html
 import json
 from html.parser import HTMLParser
 from pathlib import Path
@@ -48,7 +49,7 @@ def item(index: int, family: str, level: str = "layout", status: str = PARITY, *
         "detail": "" if status == PARITY else "field num_chunks: 3 != 2",
         "oracle_chunks": 1, "port_chunks": 1, "oracle_rows": 8, "port_rows": 8, "oracle_capacity": 16,
         "port_capacity": 16, "max_ulp": 0, "max_ulp_of_larger": 0.0, "mismatches": 0, "elements": 64, "nan": 0,
-        "histogram": "{}",
+        "histogram": "{}", "port_layout_digest": "",
     }  # fmt: skip
     row.update(values)
     return {column: row[column] for column in COLUMNS}
@@ -405,3 +406,191 @@ def test_upstream_since_the_pin_comes_from_the_latest_drift_report(tmp_path: Pat
     for text in (markdown, page):
         assert "Upstream since the pin" in text and "vllm==9.0.0" in text and "all_rows_active" in text
         assert "3 divergent" in text and "2 of 8 symbols changed, 1 missing" in text
+
+
+# -- issue 30: one colour per port, a zoomed parity axis, reduced nights, n/a, reproduce, sizes ---
+
+
+def test_every_plot_draws_a_port_in_its_one_colour() -> None:
+    """Tonight's ports in one order, the history's in another: every plot still
+    gives each port the colour of the sorted port list (tab10 in order)."""
+    import matplotlib.pyplot as plt
+
+    from reports.nightly_plots import drawn_port_colours, port_colours
+
+    numeric = item(9, "skew", level="prefill", status=DIVERGENT, max_ulp=9, histogram=json.dumps({"1": 5}))
+    zeta = port_night("zeta", [*legacy_rows(), numeric])
+    alpha = port_night("alpha", clean_rows())
+    night = night_of(zeta, alpha)  # zeta first: matplotlib's colour cycle would make it blue
+    history = pd.DataFrame(
+        [
+            {"date": d, "port": p, "pass_rate": 1.0, "new": 0}
+            for d in ("2026-11-26", "2026-11-27")
+            for p in ("alpha", "zeta")
+        ]
+    )
+    colours = port_colours(["zeta", "alpha"], history["port"])
+    assert colours == {"alpha": "#1f77b4", "zeta": "#ff7f0e"}
+    figures = [chunk_figure(night, colours), ulp_histogram_figure(zeta, colours)]
+    figures += [fig for _, fig in history_figures(history, colours)]
+    drawn = [drawn_port_colours(fig) for fig in figures]
+    assert drawn[0] == drawn[2] == drawn[3] == {"alpha": ["#1f77b4"], "zeta": ["#ff7f0e"]}
+    assert drawn[1] == {"zeta": ["#ff7f0e"]}
+    for fig in figures:
+        plt.close(fig)
+    # The page: a colour key and, on every plot, what it drew, both the same mapping.
+    page = render_html(night, history)
+    assert '<td class="swatch" data-colour="#1f77b4" style="background: #1f77b4; color: #fff">' in page
+    drawn_on_page = [html.unescape(a.split('"')[0]) for a in page.split('data-port-colours="')[1:]]
+    assert [json.loads(a) for a in drawn_on_page] == [drawn[0], drawn[1], drawn[2], drawn[3]]
+
+
+def test_the_parity_axis_shows_a_drop_from_100_to_98_percent() -> None:
+    import matplotlib.pyplot as plt
+
+    history = pd.DataFrame(
+        [
+            {"date": "2026-11-26", "port": "per_request", "pass_rate": 1.0, "new": 0},
+            {"date": "2026-11-27", "port": "per_request", "pass_rate": 0.98, "new": 3},
+        ]
+    )
+    [(_, parity), (_, new)] = history_figures(history)
+    ax = parity.axes[0]
+    low, high = ax.get_ylim()
+    assert 0.9 < low < 0.98 and 1.0 <= high < 1.02
+    # The two nights are far apart on the page: more than half the axis's height.
+    [line] = ax.get_lines()
+    points = ax.transData.transform(line.get_xydata())
+    assert abs(points[0][1] - points[1][1]) > 0.5 * ax.bbox.height
+    assert "zoomed to 97.5%-100.0%" in ax.get_ylabel()
+    parity.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert labels and float(labels[-1].rstrip("%")) == 100 and all(float(t.rstrip("%")) <= 100 for t in labels)
+    plt.close(parity)
+    plt.close(new)
+
+
+def test_reduced_nights_are_kept_apart_from_full_nights() -> None:
+    import matplotlib.pyplot as plt
+
+    rows = [
+        {"date": "2026-11-25", "port": "per_request", "pass_rate": 1.0, "new": 0, "reduced": False},
+        {"date": "2026-11-26", "port": "per_request", "pass_rate": 0.99, "new": 1, "reduced": None},  # older line
+        {"date": "2026-11-27", "port": "per_request", "pass_rate": 0.5, "new": 9, "reduced": True},
+        {"date": "2026-11-28", "port": "per_request", "pass_rate": 1.0, "new": 0, "reduced": False},
+    ]
+    for _, fig in history_figures(pd.DataFrame(rows)):
+        full, reduced = fig.axes[0].get_lines()
+        assert [pd.Timestamp(x).strftime("%d") for x in full.get_xdata()] == ["25", "26", "28"]
+        assert [pd.Timestamp(x).strftime("%d") for x in reduced.get_xdata()] == ["27"]
+        assert full.get_linestyle() == "-" and reduced.get_linestyle() == ":" and reduced.get_marker() == "D"
+        assert reduced.get_label() == "per_request (reduced nights)" and full.get_color() == reduced.get_color()
+        plt.close(fig)
+    # The previous night's cell says when that night was a reduced one.
+    tonight = night_of(port_night("per_request", clean_rows()), date="2026-11-29")
+    for reduced, shown in (
+        (False, "parity 100.0% (2026-11-28)"),
+        (True, "parity 100.0% (2026-11-28, a reduced night)"),
+    ):
+        rows[-1]["reduced"] = reduced
+        page = render_html(tonight, pd.DataFrame(rows))
+        assert 'id="history-reduced"' in page
+        tables = parse_tables(page)
+        header = [text for _, text in tables["ports"]["head"][0]]
+        assert dict(zip(header, tables["ports"]["body"][0], strict=True))["previous night"][1] == shown
+
+
+def test_sizes_and_reduced_in_the_header() -> None:
+    from harness.nightly_history import night_sizes, reduced_reasons
+    from harness.runner import LEVELS as ALL
+
+    full = night_sizes("nightly", None, None, ALL, True, 60.0)
+    assert reduced_reasons(full) == [] and reduced_reasons({}) == []
+    assert reduced_reasons(night_sizes("nightly", 50000, 840, ALL, True, 120.0)) == []
+    small = night_sizes("nightly", 20, 8, ("layout",), False, 0.0)
+    assert reduced_reasons(small) == [
+        "--size 20 (default 50,000)",
+        "--numeric-size 8 (defaults: prefill 200, merge 840, top-k mask 150, sparse L3 60)",
+        "levels layout only",
+        "no mutant kill matrix",
+        "no explore search",
+    ]
+    # More prefill cases than the default but fewer merge cases: still reduced.
+    assert reduced_reasons(night_sizes("nightly", None, 500, ALL, True, 30.0))[0].startswith("--numeric-size 500")
+    assert reduced_reasons(night_sizes("nightly", None, None, ALL, True, 30.0)) == [
+        "explore 30 s per port (default 60 s)"
+    ]
+    night = night_of(port_night("per_request", clean_rows()))
+    night.sizes = small
+    page = render_html(night, pd.DataFrame())
+    assert "<h1>Nightly parity report: 2026-11-28 (reduced)</h1>" in page
+    assert '<p id="sizes">Sizes: --size 20 (default 50,000); --numeric-size 8 (defaults: prefill 200,' in page
+    assert "levels layout; mutant kill matrix not run; explore 0 s per port (default 60 s).</p>" in page
+    assert 'id="reduced">REDUCED night, smaller than the nightly defaults: --size 20 (default 50,000);' in page
+    markdown = render_markdown(night)
+    assert markdown.startswith("# Nightly parity report: 2026-11-28 (reduced)\n\nSizes: --size 20")
+    night.sizes = full
+    page = render_html(night, pd.DataFrame())
+    assert "(reduced)" not in page and 'id="reduced"' not in page
+    assert "Sizes: --size 50,000 (default); --numeric-size default (prefill 200, merge 840" in page
+
+
+def test_kill_matrix_cells_are_na_where_no_item_reaches_the_fault() -> None:
+    from reports.nightly import kill_matrix_table
+
+    kill = {"item": "case-0001[merge]", "status": DIVERGENT, "detail": "", "items_tried": 1, "shrunk": None}
+    matrix = {
+        "suite": "synthetic",
+        "levels": ["layout", "merge"],
+        "mutants": [
+            # A merge bug: killed at merge, never called by a layout item.
+            {"name": "m-merge", "description": "d", "source": "s", "killed": True,
+             "kills": {"layout": None, "merge": kill}, "ran": {"layout": 0, "merge": 1}},
+            # Reached at layout and not killed: a hole in the suite, red.
+            {"name": "m-hole", "description": "d", "source": "s", "killed": False,
+             "kills": {"layout": None, "merge": None}, "ran": {"layout": 40, "merge": 0}},
+            {"name": "m-nowhere", "description": "d", "source": "s", "killed": False,
+             "kills": {"layout": None, "merge": None}, "ran": {"layout": 0, "merge": 0}},
+            # Only calls past the time limit at layout: nothing was compared there, not a survivor.
+            {"name": "m-slow", "description": "d", "source": "s", "killed": False,
+             "kills": {"layout": None, "merge": None}, "ran": {"layout": 2, "merge": 0},
+             "timed_out": {"layout": ["case-0002[layout]"]}},
+            # A matrix written before "ran" was recorded: no n/a can be told.
+            {"name": "m-old", "description": "d", "source": "s", "killed": False,
+             "kills": {"layout": None, "merge": None}},
+        ],
+    }  # fmt: skip
+    table = kill_matrix_table(matrix).set_index("mutant")
+    assert table.loc["m-merge", ["layout", "merge", "first kill"]].tolist() == ["n/a", "killed", "case-0001[merge]"]
+    assert table.loc["m-hole", ["layout", "merge", "first kill"]].tolist() == ["survived", "n/a", "SURVIVED"]
+    assert table.loc["m-nowhere", "first kill"] == "n/a at every level run"
+    assert table.loc["m-slow", ["layout", "merge", "first kill"]].tolist() == ["timed out", "n/a", "timed out"]
+    assert table.loc["m-old", ["layout", "merge"]].tolist() == ["survived", "survived"]
+    night = night_of(port_night("per_request", clean_rows()))
+    night.kill_matrix = matrix
+    rows = {row[0][1]: row for row in parse_tables(render_html(night, pd.DataFrame()))["kill-matrix"]["body"]}
+    assert rows["m-merge"][3] == ("na", "n/a") and rows["m-hole"][3] == ("fail", "survived")
+    assert rows["m-merge"][4] == ("pass", "killed")
+    assert ".na { background: #e4e4e4;" in render_html(night, pd.DataFrame())
+
+
+def test_every_failing_item_has_its_reproduce_command() -> None:
+    from harness.reproduce import program_words
+
+    night = night_of(port_night("equal_share", legacy_rows()))
+    night.suite = "nightly"
+    night.sizes = {"size": 20}
+    night.port_specs = {"equal_share": "ports.equal_share:PORT"}
+    night.provenance = {"oracle": {"release": "vllm==0.27.1", "oracle_drift_overridden": True}}
+    failing = parse_tables(render_html(night, pd.DataFrame()))["failing-equal_share"]
+    assert [text for _, text in failing["head"][0]] == ["id", "status", "baseline", "why", "reproduce"]
+    assert len(failing["body"]) == 3  # the three divergent items of legacy_rows
+    program = " ".join(program_words("ports.equal_share:PORT"))
+    for row in failing["body"]:
+        name = row[0][1].removesuffix("[layout]")
+        assert row[-1] == (
+            "reproduce",
+            f"{program} diff {name} --suite nightly --size 20 --port ports.equal_share:PORT --level layout "
+            "--oracle vllm==0.27.1 --allow-oracle-drift",
+        )
+    assert f"- `case-0000[layout]` divergent (new): `{program} diff case-0000" in render_markdown(night)

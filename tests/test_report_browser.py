@@ -5,13 +5,18 @@ new: FAIL), the second against a baseline measured from the first (every
 divergence expected: the night passes). Each page must render its verdict
 against the baselines, cells coloured by verdict, tables without index rows and
 with text left-aligned, and its plots, with no console errors; the screenshots
-are kept next to the reports for a human to look at.
+are kept next to the reports for a human to look at. Each port has one colour in
+every plot (the colour key, what each plot drew, and the plots' own pixels
+agree), every failing item has its reproduce command (one of them is run), and
+the header states the sizes and that these small nights are reduced.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +48,29 @@ TABLES_JS = """ts => ts.map(t => ({
     text: c.innerText, cls: c.className,
     align: getComputedStyle(c).textAlign, background: getComputedStyle(c).backgroundColor})) ) : [],
 }))"""
+# The colour key: per port, its colour and the background its swatch is painted in.
+KEY_JS = (
+    "ts => ts.map(t => [t.parentElement.cells[0].innerText, t.dataset.colour, getComputedStyle(t).backgroundColor])"
+)
+# Per plot: what it says each port was drawn in, and how many of its pixels are each key colour (within 2 per channel).
+PLOTS_JS = """([imgs, key]) => imgs.map(img => {
+  const canvas = document.createElement('canvas');
+  canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
+  const context = canvas.getContext('2d');
+  context.drawImage(img, 0, 0);
+  const data = context.getImageData(0, 0, canvas.width, canvas.height).data;
+  const pixels = {};
+  for (const [port, hex] of Object.entries(key)) {
+    const want = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16));
+    let n = 0;
+    for (let i = 0; i < data.length; i += 4) {
+      const near = [0, 1, 2].every(k => Math.abs(data[i + k] - want[k]) <= 2);
+      if (near) n++;
+    }
+    pixels[port] = n;
+  }
+  return {alt: img.alt, drawn: JSON.parse(img.dataset.portColours || 'null'), pixels: pixels};
+})"""
 
 
 def chromium_path() -> str:
@@ -67,10 +95,16 @@ def look(report: Path, screenshot: Path) -> dict[str, Any]:
         page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
         page.goto(report.as_uri())
         page.screenshot(path=str(screenshot), full_page=True)
+        key = page.eval_on_selector_all("#port-colours td.swatch", KEY_JS)
         seen = {
             "verdict": page.inner_text("#verdict"),
             "tables": page.eval_on_selector_all("table", TABLES_JS),
             "images": page.eval_on_selector_all("img.plot", "is => is.map(i => [i.alt, i.complete, i.naturalWidth])"),
+            "key": key,
+            "plots": page.evaluate(PLOTS_JS, [page.query_selector_all("img.plot"), {p: c for p, c, _ in key}]),
+            "sizes": page.inner_text("#sizes"),
+            "reduced": page.inner_text("#reduced") if page.query_selector("#reduced") else None,
+            "copyable": page.eval_on_selector_all("td.reproduce", "cs => cs.map(c => getComputedStyle(c).userSelect)"),
             "problems": problems,
         }
         browser.close()
@@ -80,6 +114,68 @@ def look(report: Path, screenshot: Path) -> dict[str, Any]:
 def port_rows(seen: dict[str, Any]) -> dict[str, dict[str, dict[str, str]]]:
     [ports] = [t for t in seen["tables"] if t["id"] == "ports"]
     return {row[0]["text"]: dict(zip(ports["columns"], row, strict=True)) for row in ports["rows"]}
+
+
+def rgb(hex_colour: str) -> str:
+    return "rgb({}, {}, {})".format(*(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)))
+
+
+# The ports each plot draws: the chunk plot and the history every port, a ULP histogram its port's.
+PLOT_PORTS = {
+    "chunks per family": {"equal_share", "per_request"},
+    "equal_share ULP histogram": {"equal_share"},
+    "history: parity rate": {"equal_share", "per_request"},
+    "history: new divergences": {"equal_share", "per_request"},
+}
+
+
+def check_colours(seen: dict[str, Any]) -> None:
+    """One colour per port in every plot: the key gives each port its own colour
+    (its swatch painted in it); each plot drew each of its ports in exactly that
+    colour and no other; and the plot's pixels hold that colour, and not the
+    colour of a port it does not draw."""
+    key = {port: colour for port, colour, _ in seen["key"]}
+    assert set(key) == {"equal_share", "per_request"} and len(set(key.values())) == 2, seen["key"]
+    assert all(background == rgb(colour) for _, colour, background in seen["key"]), seen["key"]
+    plots = {plot["alt"]: plot for plot in seen["plots"]}
+    assert set(PLOT_PORTS) <= set(plots), list(plots)
+    for alt, ports in PLOT_PORTS.items():
+        drawn, pixels = plots[alt]["drawn"], plots[alt]["pixels"]
+        assert drawn == {port: [key[port]] for port in ports}, (alt, drawn, key)
+        for port in ports:
+            assert pixels[port] >= 20, (alt, port, pixels)
+        for port in set(key) - ports:
+            assert pixels[port] < 5, (alt, port, pixels)
+
+
+def check_reproduce(seen: dict[str, Any], table: pd.DataFrame, port: str) -> list[tuple[str, list[str]]]:
+    """The port's failing items each with the command that compares it again
+    (its name, the suite, the night's --size, the port, its level), copyable with
+    one click; per item, its id and its command as an argument list."""
+    [shown] = [t for t in seen["tables"] if t["id"] == f"failing-{port}"]
+    assert shown["columns"] == ["id", "status", "baseline", "why", "reproduce"]
+    assert len(shown["rows"]) == min(10, len(failing(table)))
+    levels = dict(zip(table["id"], table["level"], strict=True))
+    names = dict(zip(table["id"], table["name"], strict=True))
+    commands = []
+    for row in shown["rows"]:
+        item, command = row[0]["text"], row[-1]["text"]
+        argv = shlex.split(command)
+        assert row[-1]["cls"] == "reproduce" and argv[argv.index("-m") + 1 :][:2] == ["harness", "diff"], command
+        expected = [names[item], "--suite", "nightly", "--size", "20", "--port", port, "--level", levels[item]]
+        assert argv[argv.index("diff") + 1 :] == expected, command
+        commands.append((item, argv))
+    assert commands and set(seen["copyable"]) == {"all"}
+    return commands
+
+
+def check_sizes(seen: dict[str, Any]) -> None:
+    """The header states the night's sizes, and marks this small night reduced."""
+    assert seen["sizes"].startswith("Sizes: --size 20 (default 50,000); --numeric-size 8 (defaults: prefill 200,")
+    assert "levels all; mutant kill matrix not run; explore 0 s per port (default 60 s)." in seen["sizes"]
+    assert seen["reduced"] is not None and seen["reduced"].startswith("REDUCED night")
+    for reason in ("--size 20", "--numeric-size 8", "no mutant kill matrix", "no explore search"):
+        assert reason in seen["reduced"], seen["reduced"]
 
 
 def check_page(seen: dict[str, Any], screenshot: Path) -> None:
@@ -100,6 +196,8 @@ def check_page(seen: dict[str, Any], screenshot: Path) -> None:
     } <= set(alts)
     assert all(complete and width > 100 for _, complete, width in seen["images"]), seen["images"]
     assert screenshot.stat().st_size > 50_000
+    check_colours(seen)
+    check_sizes(seen)
 
 
 def test_nightly_report_renders_in_chromium(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -112,7 +210,9 @@ def test_nightly_report_renders_in_chromium(capsys: pytest.CaptureFixture[str], 
     # Night 2: against a baseline measured from night 1, every divergence is expected.
     entries = measure_entries(first_table, "equal_share")
     for entry in entries:
-        entry["reason"] = f"measured on 2026-11-27 ({entry.pop('items')} items)"
+        # An error entry counts its items exactly (harness/baseline.py); on the others the count is the reason's.
+        items = entry["items"] if entry["status"] in ("port-error", "oracle-error") else entry.pop("items")
+        entry["reason"] = f"measured on 2026-11-27 ({items} items)"
     baseline = tmp_path / "measured.json"
     baseline.write_text(json.dumps({"port": "equal_share", "entries": entries}), encoding="utf-8")
     assert main(["nightly", *NIGHT, *out, "--date", "2026-11-28", "--baseline", f"equal_share={baseline}"]) == 0
@@ -145,3 +245,11 @@ def test_nightly_report_renders_in_chromium(capsys: pytest.CaptureFixture[str], 
         "new": one["equal_share"]["new"]["background"],
     }
     assert len(set(colours.values())) == 4 and not {"rgba(0, 0, 0, 0)", "rgb(255, 255, 255)"} & set(colours.values())
+    # Every failing item (new or expected) has its reproduce command; the first, pasted, reproduces it.
+    [(item, command), *_] = check_reproduce(first, first_table, "equal_share")
+    check_reproduce(second, second_table, "equal_share")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1, done.stderr[-2000:]
+    name, status = first_table.set_index("id").loc[item, ["name", "status"]]
+    assert f"({name}, from suite nightly)" in done.stdout.splitlines()[0]
+    assert f"verdict: {str(status).upper()}" in done.stdout, done.stdout[-2000:]

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from harness.commands.common import (
+    EXIT_USAGE,
+    ProgressLines,
     UsageError,
     close_port,
     describe_selection,
@@ -15,13 +19,13 @@ from harness.commands.common import (
     parse_shard,
     pool_failure,
     prepare_device,
-    progress_bar,
     refuse_empty,
     select_device,
     wants_oracle_cache,
     worker_spec,
 )
 from harness.commands.options import jobs_options, non_negative_int, non_negative_seconds, oracle_options
+from harness.nightly_history import DEFAULT_EXPLORE_BUDGET_S
 from harness.pool import PoolError, WorkerPool, estimated_seconds, planned_items, resolve_jobs
 from harness.port import load_port
 from harness.runner import LEVELS, Shard, count_items, selected_levels
@@ -60,8 +64,9 @@ def register(sub: Any) -> None:
     p_nightly.add_argument(
         "--explore-budget-s",
         type=non_negative_seconds,
-        default=60.0,
-        help="seconds of parity explore per port after the suite (default 60; 0 leaves it out); "
+        default=DEFAULT_EXPLORE_BUDGET_S,
+        help=f"seconds of parity explore per port after the suite (default {DEFAULT_EXPLORE_BUDGET_S:g}; "
+        "0 leaves it out); "
         "its database lives in <out>/explore/<port>, so each night replays earlier finds",
     )
     oracle_options(p_nightly)
@@ -90,6 +95,9 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) / date
     history = Path(args.history) if args.history else Path(args.out) / "history.jsonl"
     gpu_reports = Path(args.gpu_reports)
+    # Before any work: a report that cannot be written is one line, not tracebacks after the night.
+    check_writable(Path(args.out), "--out")
+    check_writable(history.parent, "--history")
     if args.from_shards:
         if baselines:
             raise UsageError("--baseline: not with --from-shards (each shard carries the baselines it ran with)")
@@ -135,9 +143,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             port_specs=tuple(port_names),
             baselines=baselines,
             pool=pool,
+            size=args.size,
+            numeric_size=args.numeric_size,
         )
         try:
-            night = run_nightly(plan, oracle, ports, provenance, write_report=write_report, progress=progress_bar)
+            night = run_nightly(plan, oracle, ports, provenance, write_report=write_report, progress=port_progress)
         except PoolError as exc:
             raise pool_failure(exc) from None
         finally:
@@ -152,10 +162,38 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             f"{counts.new} new) in {p.seconds:.1f}s"
         )
     state = "" if night.complete else "  (INCOMPLETE: interrupted)"
-    print(f"wrote {out_dir / 'index.html'} and {out_dir / 'report.md'}{state}")
+    if "report" not in night.unwritten:
+        print(f"wrote {out_dir / 'index.html'} and {out_dir / 'report.md'}{state}")
     for result in night.explore:
         print(f"explore {result['port_spec']:<14} {result['verdict'].upper()}  {result['examples']} examples")
-    return night_exit_code(night)
+    code = night_exit_code(night)
+    for line in night.unwritten.values():
+        print(f"parity: error: {line}", file=sys.stderr)
+    return (code or EXIT_USAGE) if night.unwritten else code
+
+
+def check_writable(folder: Path, option: str) -> None:
+    """``folder`` (created if missing) takes a file, or a UsageError: one line naming it and why."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{option} {folder}: cannot write there ({exc.strerror or exc})") from None
+
+
+def port_progress(total: int, what: str) -> tuple[Any, Any]:
+    """common.progress_bar, saying what it counts (``items of port NAME``): a
+    transient bar on a terminal, :class:`ProgressLines` in a log."""
+    if not sys.stderr.isatty():
+        lines = ProgressLines(total, what)
+        return lines, lines.advance
+    from rich.progress import Progress
+
+    bar = Progress(transient=True)
+    task = bar.add_task(what, total=total)
+    bar.start()
+    return bar, lambda _result: bar.advance(task)
 
 
 def nightly_pool(
