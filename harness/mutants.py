@@ -17,7 +17,13 @@ that reach one of its sites or on which the base is not at parity. On any
 other item it would run the base's code on the base's inputs, so it would be
 at parity too: skipping it changes no kill, no ``items_tried`` and no
 survivor, only the work (``parity mutants --exhaustive`` runs every item).
-A mutant whose sites the probe cannot tell runs on every item.
+A mutant whose sites the probe cannot prove (it cannot tell them from the
+mutant's class, or the mutant keeps state, or its ``swaps()`` differ from one
+call to the next: a warm path) runs on every item, and the matrix says why.
+
+A port call past its time limit (:func:`harness.time_limits.is_timeout`) is not
+a kill: nothing was compared. The search goes on past it, and a level on which
+the mutant only timed out reads "timed out", not "killed".
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from harness.port import DEFAULT_PORT_TIMEOUT_S, Port
 from harness.runner import DIVERGENT, NOT_RUN, PARITY, PORT_ERROR, CaseResult, plan_items, run_item
 from harness.suites import Suite
+from harness.time_limits import is_timeout
 
 if TYPE_CHECKING:
     from harness.pool import WorkerPool, WorkerSides
@@ -57,10 +64,26 @@ class MutantRow:
     # and with its kill, or the whole level): the difference never reached its fault.
     ran: dict[str, int] = field(default_factory=dict)
     decided: dict[str, int] = field(default_factory=dict)
+    # Per level: the items on which the mutant's call ran past its time limit (no kill).
+    timed_out: dict[str, list[str]] = field(default_factory=dict)
+    # Whether a reach pass chose its items, and if it could not, why it ran on every item.
+    guided: bool = False
+    unproven: str | None = None
 
     @property
     def killed(self) -> bool:
         return any(k is not None for k in self.kills.values())
+
+    @property
+    def only_timed_out(self) -> bool:
+        """Not killed, but some call ran past its time limit: not a survivor the suites missed either."""
+        return not self.killed and any(self.timed_out.values())
+
+    def cell(self, level: str) -> str:
+        """``killed``, ``timed out`` (no kill at ``level``, a call past its limit) or ``survived``."""
+        if self.kills.get(level):
+            return "killed"
+        return "timed out" if self.timed_out.get(level) else "survived"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -71,11 +94,18 @@ class MutantRow:
             "kills": {lv: (k.__dict__ if k else None) for lv, k in self.kills.items()},
             "ran": dict(self.ran),
             "decided": dict(self.decided),
+            "timed_out": {lv: list(ids) for lv, ids in self.timed_out.items()},
+            "reach": {"guided": self.guided, "unproven": self.unproven},
         }
 
 
 # A level's items as a search walks them: (position in the level, from 1; kind; item).
 LevelItems = Sequence[tuple[int, str, Any]]
+
+
+# A search's outcome: the kill and the result that made it (None, None: no kill),
+# and the ids of the items on which the mutant's call ran past its time limit.
+Outcome = tuple[Kill | None, CaseResult | None, list[str]]
 
 
 def first_kill(
@@ -85,15 +115,20 @@ def first_kill(
     kernels: Any,
     device: str = "cpu",
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
-) -> tuple[Kill | None, CaseResult | None]:
+) -> Outcome:
     """The first of ``items`` on which ``mutant`` is not at parity; its
-    ``items_tried`` is that item's position in the level. ``device`` and
-    ``timeout_s`` are those the reach pass ran the base with."""
+    ``items_tried`` is that item's position in the level. An item on which the
+    mutant's call timed out is no kill (nothing was compared): it is listed and
+    the search goes on. ``device`` and ``timeout_s`` are those the reach pass
+    ran the base with."""
+    timed_out: list[str] = []
     for tried, kind, item in items:
         result = run_item(oracle, mutant, kind, item, kernels, device, timeout_s)
-        if result.status in (DIVERGENT, PORT_ERROR):
-            return Kill(result.id, result.status, result.detail(), tried), result
-    return None, None
+        if result.status == PORT_ERROR and is_timeout(result.error):
+            timed_out.append(result.id)
+        elif result.status in (DIVERGENT, PORT_ERROR):
+            return Kill(result.id, result.status, result.detail(), tried), result, timed_out
+    return None, None, timed_out
 
 
 # Shrinks a kill and writes the shrunk case: (oracle, mutant, case, file,
@@ -132,14 +167,16 @@ class KillSearch:
     shrink: ShrinkKills | None
 
 
-def search_kill(sides: WorkerSides, search: KillSearch) -> Iterator[tuple[Kill | None, CaseResult | None]]:
+def search_kill(sides: WorkerSides, search: KillSearch) -> Iterator[Outcome]:
     """In a worker: :func:`first_kill`, then the kill shrunk as :func:`shrink_kill` does."""
     mutant = sides.port(search.mutant_spec)
-    kill, result = first_kill(sides.oracle, mutant, search.items, sides.kernels, sides.device, sides.timeout_s)
+    kill, result, timed_out = first_kill(
+        sides.oracle, mutant, search.items, sides.kernels, sides.device, sides.timeout_s
+    )
     if kill is not None and result is not None and search.shrink is not None:
         case = _case_of(search.items, result)
         shrink_kill(sides.oracle, mutant, search.level, kill, result, case, search.shrink, sides.kernels)
-    yield kill, result
+    yield kill, result, timed_out
 
 
 def _case_of(items: LevelItems, result: CaseResult) -> Any:
@@ -163,7 +200,11 @@ class FaultProbe(Protocol):
         ...
 
     def sites(self, mutant: Any) -> frozenset[str] | None:
-        """The mutant's fault sites; None: unknown (it runs on every item)."""
+        """The mutant's fault sites; None: unproven (it runs on every item)."""
+        ...
+
+    def examine(self, mutant: Any) -> tuple[frozenset[str] | None, str | None]:
+        """(the mutant's fault sites, None), or (None, why they cannot be proven)."""
         ...
 
     def recording(self, sites: Iterable[str]) -> AbstractContextManager[set[str]]:
@@ -228,11 +269,17 @@ def recover_reach_chunk(chunk: ReachChunk, finished: int, exitcode: int | None) 
 
 
 def reach_pass(
-    oracle: Port, probe: ProbeFactory, sites: frozenset[str], items: LevelItems, kernels: Any, pool: WorkerPool | None
+    oracle: Port,
+    probe: ProbeFactory,
+    sites: frozenset[str],
+    items: LevelItems,
+    kernels: Any,
+    pool: WorkerPool | None,
+    timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> list[Reach]:
-    """:class:`Reach` of every item, in order."""
+    """:class:`Reach` of every item, in order (in a pool, under the workers' own time limit)."""
     if pool is None:
-        return list(reach_items(_probe(probe), sites, items, oracle, kernels))
+        return list(reach_items(_probe(probe), sites, items, oracle, kernels, timeout_s=timeout_s))
     from harness.pool import Task, cost_chunks
 
     tasks = [
@@ -266,37 +313,40 @@ def kill_matrix(
     shrink: ShrinkKills | None = None,
     pool: WorkerPool | None = None,
     probe: ProbeFactory | None = None,
+    timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> list[MutantRow]:
     """Every mutant's first kill at every level. A kill is shrunk as ``shrink``
     says when given (:func:`shrink_kill`), then passed to ``on_kill``.
     With ``pool`` the searches run in its workers, which load each mutant by
     name (``mutant:NAME``: the mutants of :mod:`ports.mutants`). With ``probe``
     a mutant runs only on the items that can reach its fault (the module's
-    docstring); without, on every item."""
+    docstring); without, on every item. Each port call may take ``timeout_s``
+    seconds (in a pool, the workers' own limit)."""
     by_level = {
         lv: [(tried, kind, item) for tried, (kind, item) in enumerate(plan_items(suite, (lv,)), start=1)]
         for lv in levels
     }
     searched = {(position, level): by_level[level] for position in range(len(mutants)) for level in levels}
+    proofs = [_probe(probe).examine(mutant) for mutant in mutants] if probe is not None else []
     if probe is not None:
-        sites_of = [_probe(probe).sites(mutant) for mutant in mutants]
+        sites_of = [sites for sites, _ in proofs]
         known = [sites for sites in sites_of if sites is not None]
         if known:
             every_site = frozenset().union(*known)
             for level in levels:
-                reach = reach_pass(oracle, probe, every_site, by_level[level], kernels, pool)
+                reach = reach_pass(oracle, probe, every_site, by_level[level], kernels, pool, timeout_s)
                 for position, sites in enumerate(sites_of):
                     searched[position, level] = reaching_items(by_level[level], reach, sites)
     searches = [(position, mutant, level) for position, mutant in enumerate(mutants) for level in levels]
     if pool is None:
-        outcomes = []
+        outcomes: list[Outcome] = []
         for position, mutant, level in searches:
             items = searched[position, level]
-            kill, result = first_kill(oracle, mutant, items, kernels)
+            kill, result, timed_out = first_kill(oracle, mutant, items, kernels, timeout_s=timeout_s)
             if kill is not None and result is not None and shrink is not None:
                 case = _case_of(items, result)
                 shrink_kill(oracle, mutant, level, kill, result, case, shrink, kernels)
-            outcomes.append((kill, result))
+            outcomes.append((kill, result, timed_out))
     else:
         from harness.pool import Task
 
@@ -310,10 +360,14 @@ def kill_matrix(
         ]
         outcomes = list(pool.run(tasks))
     rows = [MutantRow(mutant.name, mutant.description, mutant.source) for mutant in mutants]
-    for (position, mutant, level), (kill, result) in zip(searches, outcomes, strict=True):
+    if probe is not None:
+        for row, (_, why) in zip(rows, proofs, strict=True):
+            row.guided, row.unproven = True, why
+    for (position, mutant, level), (kill, result, timed_out) in zip(searches, outcomes, strict=True):
         if kill is not None and result is not None and on_kill is not None:
             on_kill(mutant, level, kill, result)
         rows[position].kills[level] = kill
+        rows[position].timed_out[level] = list(timed_out)
         decided = kill.items_tried if kill is not None else len(by_level[level])
         rows[position].decided[level] = decided
         rows[position].ran[level] = sum(1 for tried, _, _ in searched[position, level] if tried <= decided)
@@ -330,19 +384,40 @@ def estimated_matrix_seconds(suite: Suite, levels: tuple[str, ...], mutants: int
 
 def render_matrix(rows: list[MutantRow], levels: tuple[str, ...], suite: str) -> str:
     killed = sum(r.killed for r in rows)
+    hung = [r for r in rows if r.only_timed_out]
     lines = [
-        f"## Kill matrix: suite `{suite}`, {killed}/{len(rows)} mutants killed",
+        f"## Kill matrix: suite `{suite}`, {killed}/{len(rows)} mutants killed"
+        + (f", {len(hung)} timed out without a kill" if hung else ""),
         "",
         "| mutant | source | " + " | ".join(levels) + " | first kill |",
         "|---|---|" + "---|" * len(levels) + "---|",
     ]
     for r in rows:
-        cells = ["killed" if r.kills.get(lv) else "survived" for lv in levels]
+        cells = [r.cell(lv) for lv in levels]
         first = next((k for k in r.kills.values() if k), None)
         where = f"`{first.item}`" + (f" (shrunk: `{first.shrunk}`)" if first and first.shrunk else "") if first else "-"
         lines.append(f"| {r.name}: {r.description} | {r.source} | " + " | ".join(cells) + f" | {where} |")
-    survivors = [r.name for r in rows if not r.killed]
-    lines += ["", f"Survivors: {', '.join(survivors)}" if survivors else "Every mutant was killed."]
+    survivors = [r.name for r in rows if not r.killed and not r.only_timed_out]
+    if survivors:
+        lines += ["", f"Survivors: {', '.join(survivors)}"]
+    if hung:
+        names = ", ".join(r.name for r in hung)
+        lines += ["", f"Timed out, not killed (a call past its time limit is no kill): {names}"]
+    if not survivors and not hung:
+        lines += ["", "Every mutant was killed."]
+    timeouts = [
+        f"`{r.name}` at {lv}: "
+        + ", ".join(f"`{item}`" for item in ids[:3])
+        + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        for r in rows
+        for lv, ids in r.timed_out.items()
+        if ids
+    ]
+    if timeouts:
+        lines += ["", "Calls past the time limit (no kill; the search went on): " + "; ".join(timeouts) + "."]
+    unproven = [f"`{r.name}` ({r.unproven})" for r in rows if r.guided and r.unproven]
+    if unproven:
+        lines += ["", "Reach unproven, run on every item: " + "; ".join(unproven) + "."]
     ran, decided = sum(sum(r.ran.values()) for r in rows), sum(sum(r.decided.values()) for r in rows)
     if ran < decided:
         lines += [
