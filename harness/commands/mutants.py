@@ -18,7 +18,8 @@ from harness.commands.common import (
     wants_oracle_cache,
     worker_spec,
 )
-from harness.commands.options import jobs_options, non_negative_int, oracle_options
+from harness.commands.options import jobs_options, non_negative_int, oracle_options, positive_seconds
+from harness.port import DEFAULT_PORT_TIMEOUT_S
 from harness.runner import LEVELS, selected_levels
 from harness.suites import load_suite
 
@@ -31,6 +32,13 @@ def register(sub: Any) -> None:
     p_mutants.add_argument("--only", help="comma-separated mutant names")
     p_mutants.add_argument("--out", metavar="DIR", help="output folder (default reports/out/mutants-<suite>)")
     p_mutants.add_argument("--no-shrink", action="store_true", help="do not shrink the killing cases")
+    p_mutants.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=DEFAULT_PORT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"seconds one mutant call may take; a call past it is no kill (default {DEFAULT_PORT_TIMEOUT_S:g})",
+    )
     p_mutants.add_argument(
         "--exhaustive",
         action="store_true",
@@ -74,7 +82,9 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         shrink = None if args.no_shrink else ShrinkKills(out_dir / "shrunk", guarded_shrink)
         mutants = [MUTANTS[n]() for n in names]
         probe = None if args.exhaustive else fault_probe
-        rows = kill_matrix(oracle, mutants, suite, levels, kernels, shrink=shrink, pool=pool, probe=probe)
+        rows = kill_matrix(
+            oracle, mutants, suite, levels, kernels, shrink=shrink, pool=pool, probe=probe, timeout_s=args.timeout
+        )
     except PoolError as exc:
         raise pool_failure(exc) from None
     finally:
