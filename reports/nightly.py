@@ -50,7 +50,7 @@ from harness.nightly import (
     tally,
 )
 from harness.nightly_history import DEFAULT_EXPLORE_BUDGET_S, numeric_defaults
-from harness.reproduce import reproduce_command
+from harness.reproduce import printed_id, reproduce_command
 from harness.runner import LEVELS, PARITY
 from reports.coverage import headline, table_rows
 from reports.coverage import render_markdown as coverage_markdown
@@ -320,8 +320,14 @@ def failing_items(port: PortNight, limit: int = 10, night: Night | None = None) 
         str(reason) if label == "expected" else f"{reason}: {detail}" if reason else str(detail)
         for label, reason, detail in zip(failing["baseline"], failing["reason"], failing["detail"], strict=True)
     ]
+    # An id carries what defines its item: the night's suite and generated size.
+    ids = (
+        [printed_id(str(i), night.suite, night.sizes.get("size")) for i in failing["id"]]
+        if night is not None
+        else list(failing["id"])
+    )
     shown = pd.DataFrame(
-        {"id": failing["id"], "status": failing["status"], "baseline": failing["baseline"], "why": reasons}
+        {"id": ids, "status": list(failing["status"]), "baseline": list(failing["baseline"]), "why": reasons}
     )
     if night is not None:
         shown["reproduce"] = [
