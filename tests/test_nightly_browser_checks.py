@@ -18,7 +18,7 @@ import pytest
 
 from harness.cli import main
 from ports.mutants import MUTANTS
-from tests.test_report_browser import CHROMIUM_FLAGS, chromium_path
+from tests.test_report_browser import opened
 
 SMALL = ["--size", "0", "--numeric-size", "4", "--level", "prefill", "--explore-budget-s", "0"]
 # Per kill-matrix row: the mutant, and its prefill cell's text, class and background.
@@ -32,24 +32,14 @@ MATRIX_JS = """t => [...t.tBodies[0].rows].map(r => {
 
 
 def look_at_matrix(page_path: Path, screenshot: Path) -> dict[str, Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        problems: list[str] = []
-        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
-        page.on("pageerror", lambda e: problems.append(str(e)))
-        page.goto(page_path.as_uri())
+    with opened(page_path) as (page, problems):
         page.locator("#kill-matrix").screenshot(path=str(screenshot))
-        seen = {
+        return {
             "rows": page.eval_on_selector("#kill-matrix", MATRIX_JS),
             "note": page.inner_text("#kill-matrix + p.note"),
             "fail": page.eval_on_selector("#verdict", "v => getComputedStyle(v).backgroundColor"),
             "problems": problems,
         }
-        browser.close()
-    return seen
 
 
 def test_kill_matrix_says_na_where_a_level_cannot_catch_the_mutant(

@@ -13,10 +13,12 @@ the header states the sizes and that these small nights are reduced.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +85,10 @@ def failing(table: pd.DataFrame) -> pd.DataFrame:
     return table[~table["status"].isin([PARITY, NOT_RUN])]
 
 
-def look(report: Path, screenshot: Path) -> dict[str, Any]:
+@contextlib.contextmanager
+def opened(report: Path) -> Iterator[tuple[Any, list[str]]]:
+    """``report`` open in headless Chromium, and the console errors, warnings,
+    page errors and failed requests it has had (filled in as they come)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -94,6 +99,14 @@ def look(report: Path, screenshot: Path) -> dict[str, Any]:
         page.on("pageerror", lambda e: problems.append(str(e)))
         page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
         page.goto(report.as_uri())
+        try:
+            yield page, problems
+        finally:
+            browser.close()
+
+
+def look(report: Path, screenshot: Path) -> dict[str, Any]:
+    with opened(report) as (page, problems):
         page.screenshot(path=str(screenshot), full_page=True)
         key = page.eval_on_selector_all("#port-colours td.swatch", KEY_JS)
         seen = {
@@ -107,7 +120,6 @@ def look(report: Path, screenshot: Path) -> dict[str, Any]:
             "copyable": page.eval_on_selector_all("td.reproduce", "cs => cs.map(c => getComputedStyle(c).userSelect)"),
             "problems": problems,
         }
-        browser.close()
     return seen
 
 
