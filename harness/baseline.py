@@ -13,7 +13,7 @@ the size it may reach, and why::
         {"family": "skew", "level": "prefill", "status": "divergent",
          "max_ulp": 12, "max_mismatch_fraction": 0.0031, "reason": "..."},
         {"case": "smoke-upstream-worst-case", "level": "layout", "status": "port-error",
-         "error": "ValueError: ...", "reason": "..."}
+         "error": "ValueError: ...", "items": 1, "reason": "..."}
       ]
     }
 
@@ -34,14 +34,15 @@ Fields of an entry:
   ``mismatches / elements``);
 - for ``divergent`` at layout, optionally ``field``: the first divergent field
   the item must report (``num_chunks``, ``request_start``, ``workspace_size``);
+- for ``port-error`` and ``oracle-error``, ``items`` is required: the number
+  of items of the entry's family or case that fail so, exactly (a port or an
+  oracle that came to fail more batches, or fewer, fails the gate: an error is
+  an item not compared; :mod:`harness.baseline_counts`);
 - for ``port-error``, optionally ``error``: a substring the error text must hold;
-  for ``oracle-error``, ``error`` and ``items`` are required: ``error`` is
-  the class of refusal exactly as the release states it (``vllm==0.27.1``
-  refuses whole classes of batches the new planner plans; each class is named,
-  never "any oracle error": only a refusal matches, never the oracle's process
-  failing), and ``items`` the number of items of the entry's family or case the
-  release refuses so, exactly (an oracle that came to refuse more batches, or
-  fewer, fails the gate: a refusal is an item not compared).
+  for ``oracle-error``, ``error`` is required: the class of refusal exactly as
+  the release states it (``vllm==0.27.1`` refuses whole classes of batches the
+  new planner plans; each class is named, never "any oracle error": only a
+  refusal matches, never the oracle's process failing).
 
 The file's ``oracle`` (default: the pinned release) is the release the
 baseline was measured against: a gate refuses a baseline of another oracle
@@ -69,7 +70,8 @@ merge`` and the pytest plugin, so they can never disagree):
 
 An entry that matches no failing item (caps aside: an item beyond its caps is
 reported as new, not the entry as gone) is *stale* and fails the gate too, so a
-baseline cannot rot: a fixed divergence leaves the baseline with its fix.
+baseline cannot rot: a fixed divergence leaves the baseline with its fix. An
+error entry's items beyond its count are new; fewer make it miscounted.
 
 :func:`load_baseline` is a pure parser of the file. :func:`check_baseline_targets`
 checks its entries against the suite and the port before anything runs: an
@@ -84,7 +86,6 @@ import dataclasses
 import json
 import math
 import re
-from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +132,7 @@ class BaselineEntry:
     exactly for divergent merge/prefill entries; ``field`` only on divergent
     layout entries; ``error`` only on port-error and oracle-error entries, and
     required on the latter, which only a baseline of another release than the
-    pin holds. ``oracle`` is the file's (the release it was measured against)."""
+    pin holds; ``items`` exactly on those two. ``oracle`` is the file's."""
 
     port: str
     level: str
@@ -169,7 +170,7 @@ class BaselineEntry:
         out: dict[str, Any] = {"port": self.port}
         out.update({"case": self.case} if self.case else {"family": self.family})
         out.update({"level": self.level, "status": self.status})
-        for key in ("max_ulp", "max_mismatch_fraction", "field", "error"):
+        for key in ("max_ulp", "max_mismatch_fraction", "field", "error", "items"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         out["reason"] = self.reason
@@ -242,12 +243,12 @@ def _parse_entry(source: str, i: int, item: Any, file_port: Any, oracle: str) ->
             raise CaseError(source, f"{where}.status", f"oracle-error is never expected of the pinned oracle {oracle}")
         if "error" not in item:
             raise CaseError(source, f"{where}.error", "is required on an oracle-error entry (the class of refusal)")
-        count = item.get("items")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            got = json.dumps(count)
-            raise CaseError(source, f"{where}.items", f"must count the items refused (an integer >= 1), got {got}")
-    elif "items" in item:
-        raise CaseError(source, f"{where}.items", "applies only to oracle-error entries")
+    count, counted = item.get("items"), status in (PORT_ERROR, ORACLE_ERROR)
+    if counted and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        what, got = "refused" if status == ORACLE_ERROR else "failing", json.dumps(count)
+        raise CaseError(source, f"{where}.items", f"must count the items {what} so (an integer >= 1), got {got}")
+    if not counted and "items" in item:
+        raise CaseError(source, f"{where}.items", "applies only to port-error and oracle-error entries")
     first_field = (
         _nonempty_str(source, f"{where}.field", item["field"], "must be a field name") if "field" in item else None
     )
@@ -576,10 +577,14 @@ def apply_baseline(
     check_stale: bool = True,
 ) -> BaselineVerdict:
     """Judge every row with :func:`judge_item`. ``ports`` are the names of the
-    port under test (:func:`port_names`). ``check_stale`` is off for a single
+    port under test (:func:`port_names`). ``check_stale`` (stale entries, and the
+    counts of error entries: :mod:`harness.baseline_counts`) is off for a single
     shard, which sees only part of what an entry covers (the merge step checks it)."""
+    from harness.baseline_counts import hold_counts, miscounted
+
     table = table.copy()
-    verdicts = [judge_item(entries, ports, row) for row in table.to_dict("records")]
+    judged = [judge_item(entries, ports, row) for row in table.to_dict("records")]
+    verdicts = hold_counts(judged) if check_stale else judged
     table["baseline"] = [v.label for v in verdicts]
     table["reason"] = [v.note for v in verdicts]
     table["baseline_entry"] = [v.entry.label if v.entry is not None else "" for v in verdicts]
@@ -587,13 +592,7 @@ def apply_baseline(
     stale = []
     if check_stale:
         stale = [e for e in entries if e.port in ports and e.level in levels and e not in live]
-        # A refusal entry counts its items exactly: more or fewer is not what was measured.
-        refused = Counter(v.entry for v in verdicts if v.entry is not None and v.entry.items is not None)
-        stale += [
-            dataclasses.replace(e, reason=f"it counts {e.items} items refused, this run {refused[e]}: {e.reason}")
-            for e in entries
-            if e.items is not None and e in live and e.port in ports and e.level in levels and refused[e] != e.items
-        ]
+        stale += miscounted(entries, judged, ports, levels)
     return BaselineVerdict(table, stale, check_stale)
 
 
@@ -634,8 +633,8 @@ def measure_entries(table: pd.DataFrame, port: str, oracle: str | None = None) -
             )
         if isinstance(first_field, str):
             entry["field"] = first_field
-        # A baseline field of an oracle-error entry (its exact count); on the others
-        # only for the person writing the reason.
+        # A baseline field of an error entry (its exact count); on the others only
+        # for the person writing the reason.
         entry["items"] = len(group)
         entry["reason"] = ""
         out.append(entry)

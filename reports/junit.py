@@ -52,7 +52,7 @@ def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
             counts["failures"] += 1
     for entry in outcome.verdict.stale:
         case = ET.SubElement(suite, "testcase", classname=f"parity.{meta['suite']}.baseline", name=entry.label)
-        message = "stale baseline entry: no failing item matches it any more"
+        message = "stale or miscounted baseline entry: fewer failing items match it than it expects (re-measure)"
         ET.SubElement(case, "failure", message=message, type="stale").text = entry.reason
         counts["failures"] += 1
     tests = len(table) + len(outcome.verdict.stale)

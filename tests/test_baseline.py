@@ -101,7 +101,14 @@ def test_unknown_file_field_is_refused(tmp_path: Path) -> None:
 def test_entry_round_trips(tmp_path: Path) -> None:
     entries: list[dict[str, Any]] = [
         {"port": "equal_share", "family": "skew", "level": "layout", "status": "divergent", "field": "starts"},
-        {"port": "equal_share", "case": "c", "level": "layout", "status": "port-error", "error": "ValueError"},
+        {
+            "port": "equal_share",
+            "case": "c",
+            "level": "layout",
+            "status": "port-error",
+            "error": "ValueError",
+            "items": 1,
+        },
         {"port": "equal_share", **PREFILL},
     ]
     loaded = load_baseline(write(tmp_path, entries, port=None))
@@ -244,7 +251,7 @@ def test_status_must_match(tmp_path: Path) -> None:
 
 def test_two_statuses_need_two_entries(tmp_path: Path) -> None:
     entries = entries_of(tmp_path, PREFILL, {"family": "skew", "level": "prefill", "status": "port-error",
-                                             "error": "ValueError: mcc"})  # fmt: skip
+                                             "error": "ValueError: mcc", "items": 1})  # fmt: skip
     assert judge_item(entries, PORTS, row("port-error", detail="ValueError: mcc is 0")).label == EXPECTED
     other = judge_item(entries, PORTS, row("port-error", detail="IndexError: out of range"))
     assert other.label == NEW and "the error does not contain 'ValueError: mcc'" in other.note
@@ -252,7 +259,7 @@ def test_two_statuses_need_two_entries(tmp_path: Path) -> None:
 
 
 def test_an_oracle_error_or_not_run_is_never_expected(tmp_path: Path) -> None:
-    entries = entries_of(tmp_path, {"family": "skew", "level": "prefill", "status": "port-error"})
+    entries = entries_of(tmp_path, {"family": "skew", "level": "prefill", "status": "port-error", "items": 1})
     oracle = judge_item(entries, PORTS, row("oracle-error", detail="RuntimeError"))
     assert oracle.label == NEW and "never expected" in oracle.note
     assert judge_item(entries, PORTS, row("not-run")).label == ""
@@ -284,7 +291,7 @@ def test_stale_means_no_item_matches_any_more(tmp_path: Path) -> None:
     entries = entries_of(
         tmp_path,
         PREFILL,
-        {"family": "skew", "level": "prefill", "status": "port-error"},
+        {"family": "skew", "level": "prefill", "status": "port-error", "items": 1},
         {"family": "skew", "level": "layout", "status": "divergent", "field": "starts"},
         {"port": "per_request", "family": "skew", "level": "layout", "status": "divergent"},
     )
@@ -317,7 +324,8 @@ def test_measured_entries_expect_exactly_what_was_measured(tmp_path: Path) -> No
     ])  # fmt: skip
     measured = measure_entries(table, "equal_share")
     for e in measured:
-        assert e.pop("items") >= 1 and e["reason"] == ""
+        # A port-error entry keeps its count (a baseline field); the others drop it.
+        assert (e["items"] if e["status"] == "port-error" else e.pop("items")) >= 1 and e["reason"] == ""
         e["reason"] = "measured"
     assert [(e["level"], e["status"], e.get("field")) for e in measured] == [
         ("layout", "divergent", "num_chunks"),

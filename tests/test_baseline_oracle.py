@@ -57,7 +57,7 @@ def test_an_oracle_error_is_never_expected_of_the_pin(tmp_path: Path) -> None:
         load_baseline(write(tmp_path, [{k: v for k, v in refusal_entry().items() if k != "error"}], oracle=LEGACY))
     with pytest.raises(CaseError, match=r"entries\[0\].items'?: must count the items refused"):
         load_baseline(write(tmp_path, [{k: v for k, v in refusal_entry().items() if k != "items"}], oracle=LEGACY))
-    with pytest.raises(CaseError, match=r"entries\[0\].items'?: applies only to oracle-error entries"):
+    with pytest.raises(CaseError, match=r"entries\[0\].items'?: applies only to port-error and oracle-error entries"):
         entry = {"family": "skew", "level": "layout", "status": DIVERGENT, "items": 3, "reason": "r"}
         load_baseline(write(tmp_path, [entry], oracle=LEGACY))
 
@@ -80,7 +80,8 @@ def test_only_the_named_class_of_refusal_is_expected(tmp_path: Path) -> None:
 
 def test_a_refusal_entry_counts_its_items_exactly(tmp_path: Path) -> None:
     """An oracle that came to refuse more batches (or fewer) than were measured
-    fails the gate: each refusal is an item not compared."""
+    fails the gate: each refusal is an item not compared. The refusals beyond
+    the count are new (the entry lives on); fewer make the entry miscounted."""
     from harness.baseline import apply_baseline
 
     entries = load_baseline(write(tmp_path, [refusal_entry(items=2)], oracle=LEGACY))
@@ -91,10 +92,14 @@ def test_a_refusal_entry_counts_its_items_exactly(tmp_path: Path) -> None:
         return pd.DataFrame([{**r, "max_ulp": None, "mismatches": None, "elements": None} for r in rows])
 
     assert apply_baseline(table(2), {"equal_share"}, entries, ("layout",)).passed
-    for refused in (1, 3):
-        verdict = apply_baseline(table(refused), {"equal_share"}, entries, ("layout",))
-        assert not verdict.passed and verdict.verdict == "fail"
-        assert [e.reason for e in verdict.stale] == [f"it counts 2 items refused, this run {refused}: why"]
+    fewer = apply_baseline(table(1), {"equal_share"}, entries, ("layout",))
+    assert fewer.verdict == "fail" and fewer.new.empty
+    assert [e.reason for e in fewer.stale] == ["it counts 2 items refused, this run 1: why"]
+    more = apply_baseline(table(3), {"equal_share"}, entries, ("layout",))
+    assert more.verdict == "fail" and not more.stale
+    assert list(more.new["name"]) == ["c2"]
+    label = "equal_share family skew [layout] oracle-error"
+    assert list(more.new["reason"]) == [f"beyond baseline: 3 items refused where the entry counts 2 ({label})"]
 
 
 def test_a_baseline_judges_only_runs_of_its_oracle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -172,7 +172,8 @@ def smoke_prefill(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def measured(gate_dir: Path) -> list[dict[str, Any]]:
     entries = measure_entries(pd.read_parquet(gate_dir / "results.parquet"), "equal_share")
     for e in entries:
-        e.pop("items")
+        if e["status"] != "port-error":  # an error entry counts its items exactly
+            e.pop("items")
         e["reason"] = "measured by the test"
     return entries
 
@@ -220,6 +221,7 @@ def test_a_status_mismatch_is_new(capsys: pytest.CaptureFixture[str], tmp_path: 
     divergent = next(e for e in entries if e["status"] == "divergent")
     del divergent["max_ulp"], divergent["max_mismatch_fraction"]
     divergent["status"] = "port-error"
+    divergent["items"] = 1
     assert rejudge(capsys, smoke_prefill, entries, tmp_path / "m") == 1
     summary = (tmp_path / "m" / "summary.md").read_text()
     assert "beyond baseline: status divergent, the baseline expects port-error" in summary

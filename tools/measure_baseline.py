@@ -4,8 +4,10 @@ Usage: ``python tools/measure_baseline.py reports/out/gate-equal_share/results.p
 after ``parity gate --suite ci --port equal_share`` (without a baseline, or with
 one: the table's statuses are what is measured). Caps are exactly the measured
 maxima per (level, family, status[, first divergent field]) group
-(:func:`harness.baseline.measure_entries`); every reason is written from the
-group's measurements. Re-run it whenever the ci suite or the oracle's numerics
+(:func:`harness.baseline.measure_entries`); a port-error group is split by kind
+of error (:data:`PORT_ERRORS`), each entry with its exact item count (``items``:
+:mod:`harness.baseline_counts`); every reason is written from the group's
+measurements. Re-run it whenever the ci suite or the oracle's numerics
 change; re-measuring the same run gives the same bytes.
 """
 
@@ -128,9 +130,6 @@ def main(argv: list[str]) -> int:
     out = argv[1]
     entries: list[dict[str, Any]] = measure_entries(table, "equal_share")
     failing = table[table["status"].isin(["divergent", "port-error"])]
-
-    entries = measure_entries(table, "equal_share")
-    failing = table[table["status"].isin(["divergent", "port-error"])]
     extra: list[dict[str, Any]] = []
 
     for e in entries:
@@ -140,12 +139,15 @@ def main(argv: list[str]) -> int:
         if "field" in e:
             g = g[[divergent_field(str(d)) == e["field"] for d in g["detail"]]]
         n = len(g)
-        assert n == e["items"], (e, n)
-        e.pop("items")
+        # A port-error entry counts its items exactly (per kind of error, below); the others do not.
+        measured = e.pop("items")
+        assert measured == n, (e, n)
         if e["status"] == "port-error":
             kinds = {kind: [str(d) for d in g["detail"] if kind in str(d)] for kind in PORT_ERRORS}
             unknown = set(map(str, g["detail"])) - {t for texts in kinds.values() for t in texts}
             assert not unknown, f"port errors of no known kind: {sorted(unknown)}"
+            # Each error of one kind only: the kinds' counts add up to the group's.
+            assert sum(map(len, kinds.values())) == n, (e, {kind: len(texts) for kind, texts in kinds.items()})
             split = []
             for kind, texts in kinds.items():
                 if texts:
@@ -154,7 +156,7 @@ def main(argv: list[str]) -> int:
                         if kind == EQUAL_SHARE_REFUSAL
                         else PORT_ERRORS[kind].format(n=len(texts), example=min(texts))
                     )
-                    split.append({**e, "error": kind, "reason": reason})
+                    split.append({**e, "error": kind, "items": len(texts), "reason": reason})
             e.update(split[0])
             extra += split[1:]
         elif e["level"] == "sparse-layout":
@@ -201,9 +203,9 @@ def main(argv: list[str]) -> int:
                 f"{frac:.1%} of an item's elements differ; {small / total:.0%} of the differing elements are "
                 f"within 8 ULP{tail}"
             )
-        # key order: port-less (file port), target, level, status, caps/field/error, reason
+        # key order: port-less (file port), target, level, status, caps/field/error, count, reason
         e.pop("port")
-        order = ["family", "level", "status", "max_ulp", "max_mismatch_fraction", "field", "error", "reason"]
+        order = ["family", "level", "status", "max_ulp", "max_mismatch_fraction", "field", "error", "items", "reason"]
         e_sorted = {k: e[k] for k in order if k in e}
         e.clear()
         e.update(e_sorted)

@@ -1,0 +1,73 @@
+"""Counted baseline entries: an error entry expects exactly as many items as it counts.
+
+An ``oracle-error`` or ``port-error`` entry (:mod:`harness.baseline`) carries
+``items``: the number of items of its family or case that fail so, exactly as
+measured (``tools/measure_baseline.py``, ``tools/measure_legacy_sparse.py``
+write it). An error is an item not compared, so a count that moves is never
+absorbed by a message that still matches:
+
+- more items than the entry counts: the items it expects beyond its count (in
+  the table's order, the suite's) are *new*, each saying so (``beyond
+  baseline: 25 port errors where the entry counts 20 (...)``), and fail the gate;
+  the entry is not stale (as an item beyond its caps is new, its entry alive);
+- fewer: the entry is *miscounted*, reported with the stale entries (``it counts
+  20 port errors, this run 18: <reason>``), and fails the gate too.
+
+Only a judgement of a whole run counts (:func:`harness.baseline.apply_baseline`
+with ``check_stale``: an unsharded gate, ``parity merge``): a shard sees part of
+an entry's items, the night is not the suite a baseline is measured on, and the
+pytest plugin judges one item at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Collection
+
+from harness.baseline import NEW, BaselineEntry, ItemVerdict
+from harness.runner import ORACLE_ERROR, PORT_ERROR
+
+# The statuses whose entries count their items (``items`` is required on them), and
+# what an entry's count is a count of.
+COUNTED = {ORACLE_ERROR: "items refused", PORT_ERROR: "port errors"}
+
+
+def _expected_by(verdicts: list[ItemVerdict]) -> Counter[BaselineEntry]:
+    return Counter(v.entry for v in verdicts if v.entry is not None and v.entry.items is not None)
+
+
+def hold_counts(verdicts: list[ItemVerdict]) -> list[ItemVerdict]:
+    """``verdicts`` (one per item, in the table's order) with the items each
+    counted entry expects beyond its count made new."""
+    totals = _expected_by(verdicts)
+    seen: Counter[BaselineEntry] = Counter()
+    out = []
+    for v in verdicts:
+        entry = v.entry
+        if entry is not None and entry.items is not None:
+            seen[entry] += 1
+            if seen[entry] > entry.items:
+                what = COUNTED.get(entry.status, "items")
+                note = f"beyond baseline: {totals[entry]} {what} where the entry counts {entry.items} ({entry.label})"
+                v = dataclasses.replace(v, label=NEW, entry=None, note=note)
+        out.append(v)
+    return out
+
+
+def miscounted(
+    entries: list[BaselineEntry], verdicts: list[ItemVerdict], ports: Collection[str], levels: Collection[str]
+) -> list[BaselineEntry]:
+    """The counted entries (of the port under test, at the run's ``levels``) that
+    some item matched but fewer items than they count were expected by, each
+    with its reason saying so (entries no item matched are stale, not these).
+    ``verdicts`` are :func:`hold_counts`'s input, before items beyond a count are new."""
+    live = {e for v in verdicts for e in v.matched}
+    expected = _expected_by(verdicts)
+    return [
+        dataclasses.replace(
+            e, reason=f"it counts {e.items} {COUNTED.get(e.status, 'items')}, this run {expected[e]}: {e.reason}"
+        )
+        for e in entries
+        if e.items is not None and e in live and e.port in ports and e.level in levels and expected[e] < e.items
+    ]
