@@ -10,8 +10,8 @@ What :func:`resolve_item` accepts (``parity diff``'s CASE):
   ``workspace/`` prefix (the plugin's ``smoke/len2048-seqs1-blk16-dcp4x64[workspace]``);
 - a results table's bare id ``NAME[KIND]`` (``skew-0031[prefill]``,
   ``workspace/len2048-seqs1-blk16-dcp4x64[workspace]``) or a bare name
-  (``smoke-upstream-worst-case``, ``merge-random-0000``), or the stem of a case
-  file under ``cases/`` (``upstream-worst-case``);
+  (``smoke-upstream-worst-case``), or the stem of a case
+  file under ``cases/`` (``upstream-worst-case``) when no two places define it differently;
 - a path to an item file (:func:`harness.cases.load_item_file`): a case file, a
   shrunk case, or a layout, prefill, merge or workspace find of ``parity explore``.
 
@@ -34,6 +34,7 @@ import importlib.util
 import os
 import re
 import shlex
+import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ ITEM_KINDS = (
 )
 # The suite name of a run over ``--cases`` files (harness.commands.common.select_suite).
 CASES_SUITE = "cases"
+# The PATH a fresh shell has (what every printed line must run with).
+FRESH_SHELL_PATH = ("/usr/bin", "/bin")
 # Where a bare name is looked up when neither the id nor --suite names a suite: every
 # suite, so a name two suites give different items is refused, never resolved to one.
 DEFAULT_SUITES = ("smoke", "ci", "nightly", "gpu")
@@ -367,8 +370,30 @@ def program_words(port_spec: str | None = None) -> list[str]:
     search_path = [p for i, p in enumerate(search_path) if p not in search_path[:i]]
     if search_path:
         env_words.append("PYTHONPATH=" + os.pathsep.join(search_path))
+    program_dir = cmd_program_dir(port_spec)
+    if program_dir is not None:
+        env_words.append(f"PATH={program_dir}{os.pathsep}{os.pathsep.join(FRESH_SHELL_PATH)}")
     launcher = ["env", *env_words] if env_words else []
     return [*launcher, str(shown), "-m", "harness"]
+
+
+def cmd_program_dir(port_spec: str | None) -> str | None:
+    """The folder a ``cmd:`` port's program was found in on this run's PATH, when
+    a fresh shell's PATH (:data:`FRESH_SHELL_PATH`) would not find it there (a
+    virtual environment's ``python``, ``~/.cargo/bin/...``); None otherwise."""
+    if not port_spec or not port_spec.startswith("cmd:"):
+        return None
+    try:
+        words = shlex.split(port_spec.removeprefix("cmd:"))
+    except ValueError:
+        return None
+    program = next((w for w in words if "=" not in w or w.startswith(("/", "."))), None)
+    if program is None or "/" in program:
+        return None
+    found = shutil.which(program)
+    if found is None or shutil.which(program, path=os.pathsep.join(FRESH_SHELL_PATH)) == found:
+        return None
+    return str(Path(found).parent)
 
 
 def port_import_root(port_spec: str | None) -> str | None:
@@ -461,7 +486,7 @@ def reproduce_command(
         elif case_paths:
             argv += [bare, "--cases", *case_paths]
         else:
-            # The run's case files are not known: diff looks the name up in smoke, then ci.
+            # The run's case files are not known: diff looks the name up in every suite.
             argv.append(bare)
     else:
         argv.append(bare)

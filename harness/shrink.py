@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.cases import CaseError, case_from_json
 from harness.model import Case
-from harness.port import Port
+from harness.port import DEFAULT_PORT_TIMEOUT_S, Port
 from harness.runner import PARITY, CaseResult, compare_case, compare_prefill
 
 
@@ -146,10 +146,23 @@ def shrink(
     return ShrinkOutcome(shrunk, result, evaluations, steps, cut_short)
 
 
-def checker(oracle: Port, port: Port, level: str, kernels: Any = None) -> Callable[[Case], CaseResult]:
+def checker(
+    oracle: Port,
+    port: Port,
+    level: str,
+    kernels: Any = None,
+    timeout_s: Callable[[], float] | float = DEFAULT_PORT_TIMEOUT_S,
+) -> Callable[[Case], CaseResult]:
+    """One evaluation: the candidate compared at ``level``, each port call limited
+    to ``timeout_s`` seconds (a callable: asked afresh for each evaluation, so a
+    time box can give a call no more than the time it has left)."""
+
+    def limit() -> float:
+        return timeout_s() if callable(timeout_s) else timeout_s
+
     if level == "prefill":
-        return lambda c: compare_prefill(oracle, port, c, kernels)
-    return lambda c: compare_case(oracle, port, c)
+        return lambda c: compare_prefill(oracle, port, c, kernels, timeout_s=limit())
+    return lambda c: compare_case(oracle, port, c, limit())
 
 
 def describe_case(case: Case) -> str:

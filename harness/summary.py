@@ -208,6 +208,10 @@ def _numeric(frame: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def _compared(frame: pd.DataFrame, kind: str) -> bool:
+    return bool(((frame["kind"] == kind) & frame["status"].isin((PARITY, DIVERGENT))).any())
+
+
 def table_verdict(frame: pd.DataFrame) -> str:
     """``pass`` only when there are items and every one is at parity; ``fail``
     when one diverges or errs; otherwise (some item ``not-run``) ``incomplete``.
@@ -248,5 +252,6 @@ def summarise_table(
             lv: _numeric(frame[frame["level"] == lv]) for lv in ("merge", "prefill", "sparse-prefill") if lv in levels
         },
         "sides": {side: _side(frame, side) for side in ("oracle", "port")},
-        **({"l3_compares": l3_compares} if l3_compares and (frame["kind"] == "prefill").any() else {}),
+        # Said only where a prefill item's tensors were compared (nothing compared claims nothing).
+        **({"l3_compares": l3_compares} if l3_compares and _compared(frame, "prefill") else {}),
     }

@@ -75,6 +75,7 @@ from reports.nightly_plots import (
     ulp_histogram_figure,
     unplannable_counts,
 )
+from reports.run_summary import numeric_text
 
 # The data model lives in the harness; these names are re-exported for the callers that know them from here.
 __all__ = [
@@ -335,6 +336,17 @@ def failing_items(port: PortNight, limit: int = 10, night: Night | None = None) 
             for name, kind in zip(failing["name"], failing["kind"], strict=True)
         ]
     return shown
+
+
+def not_shown(port: PortNight, shown: int) -> str:
+    """What the page says of the failing items past the first ones it lists."""
+    failing = int((~port.table["status"].isin([PARITY, "not-run"])).sum())
+    if failing <= shown:
+        return ""
+    return (
+        f"and {failing - shown} more failing items, not listed here: every row (id, status, detail) is in "
+        f"results-{port.port}.parquet beside this page, and `diff ID` as above reproduces any of them"
+    )
 
 
 # -- HTML --------------------------------------------------------------------------------------
@@ -613,6 +625,9 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         if not failing.empty:
             parts.append("<h3>First failing items (new first), each with the command that reproduces it</h3>")
             parts.append(html_table(failing, f"failing-{p.port}", "failing", failing_cell_class))
+            more = not_shown(p, len(failing))
+            if more:
+                parts.append(f'<p class="note">{html.escape(more)}</p>')
     if night.kill_matrix:
         killed = sum(m["killed"] for m in night.kill_matrix["mutants"])
         parts.append(f"<h2>Mutant kill matrix: {killed}/{len(night.kill_matrix['mutants'])} killed</h2>")
@@ -679,10 +694,12 @@ def render_markdown(night: Night, history: pd.DataFrame | None = None) -> str:
     for p in night.ports:
         lines += [f"## {p.port}", "", family_level_table(p).to_markdown(index=False), ""]
         for level, n in p.summary["numeric"].items():
-            lines.append(f"- {level}: bit-exact {n['bit_exact']}/{n['items']}, max {n['max_ulp']} ULP")
+            lines.append(f"- {level}: {numeric_text(n)}")
         failing = failing_items(p, night=night)
         lines += ["", "First failing items (new first):", ""] if not failing.empty else []
         lines += [f"- `{r.id}` {r.status} ({r.baseline}): `{r.reproduce}`" for r in failing.itertuples(index=False)]
+        more = not_shown(p, len(failing))
+        lines += [f"- {more}"] if more else []
         lines.append("")
     if night.kill_matrix:
         killed = sum(m["killed"] for m in night.kill_matrix["mutants"])

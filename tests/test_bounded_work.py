@@ -4,6 +4,7 @@ more workers than the machine holds."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -58,6 +59,47 @@ def test_a_port_that_hangs_on_small_cases_cannot_hold_the_gate(tmp_path: Path) -
     summary = (out / "summary.md").read_text()
     assert "shrunk: " in summary and "cut short: its time box ran out" in summary, summary[-1500:]
     assert (out / "shrunk" / f"{TARGET}.json").is_file()
+
+
+HANGING_PORT = f'''
+import time
+
+from ports.mutants import MUTANTS
+from ports.per_request import PerRequestPort
+
+
+class HangsWhenSmaller(PerRequestPort):
+    name = "hangs-when-smaller"
+
+    def plan_layout(self, case):
+        if case.name == "{TARGET}":
+            if sum(case.context_lens) < HANG_BELOW:
+                time.sleep(3600)
+            return MUTANTS["dcp-padded-by-shift"]().plan_layout(case)
+        return super().plan_layout(case)
+'''
+
+
+def test_an_in_process_port_that_hangs_on_small_cases_cannot_hold_the_gate(tmp_path: Path) -> None:
+    """The same for a Python port: each evaluation's call is limited to the time left."""
+    (original,) = [c for c in load_suite("smoke").cases if c.name == TARGET]
+    (tmp_path / "hanging_port.py").write_text(f"HANG_BELOW = {sum(original.context_lens)}\n" + HANGING_PORT)
+    out = tmp_path / "gate"
+    argv = ["gate", "--suite", "smoke", "--level", "layout", "--port", "hanging_port:HangsWhenSmaller"]
+    started = time.monotonic()
+    gate = subprocess.run(
+        [sys.executable, "-m", "harness", *argv, "--out", str(out), "--shrink-time", f"{TIME_BOX_S:g}"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=TIME_BOX_S + GRACE_S + 120,
+        check=False,
+    )
+    assert gate.returncode == 1, gate.stderr[-2000:]
+    assert time.monotonic() - started <= TIME_BOX_S + GRACE_S + 60, gate.stderr[-2000:]
+    summary = (out / "summary.md").read_text()
+    assert "cut short: its time box ran out" in summary, summary[-1500:]
 
 
 def test_no_shrinking_with_a_zero_time_box(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

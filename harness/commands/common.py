@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from harness.cases import load_cases
 from harness.kernels import SharedKernels
 from harness.model import Case
-from harness.port import Port, load_port
+from harness.port import DEFAULT_PORT_TIMEOUT_S, Port, load_port
 from harness.runner import (
     INTERRUPTED_WHY,
     LOST_WHY,
@@ -664,11 +664,12 @@ def guarded_shrink(
     kernels: Any = None,
     deadline: float | None = None,
     progress: Progress | None = None,
+    timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> str:
     """Shrinking for the gate and the kill matrix: a failure there is reported in
     the shrunk column, never raised, so the outputs and the exit code stand."""
     try:
-        return shrink_to_file(oracle, port, case, level, kernels, out, deadline, progress)
+        return shrink_to_file(oracle, port, case, level, kernels, out, deadline, progress, timeout_s)
     except BaseException as exc:
         reraise_interrupt(exc)
         return f"not shrunk ({type(exc).__name__}: {' '.join(str(exc).split())})"
@@ -683,18 +684,23 @@ def shrink_to_file(
     out: Path,
     deadline: float | None = None,
     progress: Progress | None = None,
+    timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> str:
     """Shrink a kill and write it; the kill matrix and gate summary show the result.
-    Before a ``deadline``, a port that enforces its own timeout (an external
-    process) is given no more than the time left for each call, so one hanging
-    call cannot outlast the time box."""
+    Each port call is limited to ``timeout_s``, and before a ``deadline`` to no
+    more than the time left (at least 1 s): an in-process port by the harness's
+    own limit, a port that enforces its own timeout (an external process) by
+    its per-request limit. One hanging call cannot outlast the time box."""
     from harness.cases import write_case_file
     from harness.shrink import checker, describe_case, shrink
 
+    def limit() -> float:
+        return timeout_s if deadline is None else max(1.0, min(timeout_s, deadline - time.monotonic()))
+
     budget = 60 if level == "prefill" else 600
-    check = checker(oracle, port, level, kernels)
+    check = checker(oracle, port, level, kernels, limit)
     if deadline is not None and getattr(port, "enforces_timeout", False):
-        check = _within(deadline, port, check)
+        check = _within(limit, port, check)
     outcome = shrink(case, check, budget=budget, deadline=deadline, progress=progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     note = f"; cut short: {outcome.cut_short}, the smallest found so far" if outcome.cut_short else ""
@@ -703,12 +709,12 @@ def shrink_to_file(
     return f"{describe_case(outcome.case)} ({out}){cut}"
 
 
-def _within(deadline: float, port: Any, check: Callable[[Case], Any]) -> Callable[[Case], Any]:
-    """``check`` with the port's per-call timeout cut to what is left before ``deadline`` (at least 1 s)."""
+def _within(limit: Callable[[], float], port: Any, check: Callable[[Case], Any]) -> Callable[[Case], Any]:
+    """``check`` with an external port's own per-request timeout cut to ``limit()``."""
 
     def bounded(case: Case) -> Any:
         given = port.timeout_s
-        port.timeout_s = max(1.0, min(given, deadline - time.monotonic()))
+        port.timeout_s = min(given, limit())
         try:
             return check(case)
         finally:

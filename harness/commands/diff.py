@@ -62,7 +62,11 @@ def register(sub: Any) -> None:
         "or a case, shrunk-case or explore find file",
     )
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--suite", help="suite to look a name up in (default: the id's, else smoke, then ci)")
+    where.add_argument(
+        "--suite",
+        help="suite to look a name up in (default: the id's, else every suite; a name two suites define "
+        "differently is refused)",
+    )
     where.add_argument("--cases", nargs="+", metavar="FILE_OR_DIR", help="look the name up in these case files")
     p.add_argument(
         "--size", type=non_negative_int, help="the suite's generated layout case count, as the run that printed it had"

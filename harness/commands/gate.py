@@ -149,7 +149,9 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
         for number, row in enumerate(targets, 1):
             progress = _shrink_progress(f"{row.name} ({number} of {len(targets)}) for {port.name}", deadline)
             case, path = cases[row.name], out_dir / "shrunk" / f"{row.name}.json"
-            shrunk[row.id] = guarded_shrink(done.oracle, port, case, path, deadline=deadline, progress=progress)
+            shrunk[row.id] = guarded_shrink(
+                done.oracle, port, case, path, deadline=deadline, progress=progress, timeout_s=args.timeout
+            )
             print(f"  shrunk {row.id}: {shrunk[row.id]}", file=sys.stderr)
     except KeyboardInterrupt:
         # Every item was compared: the verdict stands; only the shrinking was cut short.
