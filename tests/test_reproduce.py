@@ -5,6 +5,7 @@ as printed and reproduces it, for every item kind and every ``--port`` spelling
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -243,3 +244,16 @@ def test_every_printed_id_resolves_to_its_item(tmp_path: Path) -> None:
     shown = printed_id("pair-2[layout]", CASES_SUITE, case_paths=[str(tmp_path)])
     assert shown == f"{tmp_path / 'pair.json'}:pair-2[layout]"
     assert resolve_item(shown).item.name == "pair-2"
+
+
+def test_a_cmd_port_found_on_the_runs_path_carries_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh shell's PATH is /usr/bin:/bin: a port program found elsewhere on the
+    run's PATH (a virtual environment, ~/.cargo/bin) is put on the printed line's PATH."""
+    program = tmp_path / "their-port-binary"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.chdir(ROOT)
+    words = program_words("cmd:their-port-binary --flag")
+    assert words[:2] == ["env", f"PATH={tmp_path}:/usr/bin:/bin"], words
+    assert "PATH=" not in " ".join(program_words("cmd:/bin/cat"))
