@@ -79,9 +79,31 @@ class SameTargetThenFaulty(Mutant):
         return [(planner_module, "_largest_split", REAL_SPLIT)] if len(calls) == 1 else unaligned_split()
 
 
+class WarmPastTheProof(Mutant):
+    """A warm path that stays clean for more calls than the proof makes (its
+    count behind a call the static check does not follow): only the rule that a
+    mutant without any fault site is unproven catches it."""
+
+    name = "warm-past-the-proof"
+    description = "unaligned-split from its tenth call on (a count behind a call)"
+    source = "test"
+
+    def swaps(self) -> list[tuple[Any, str, Any]]:
+        return [] if next(_hidden_ticks()) < 9 else unaligned_split()
+
+
+def _hidden_ticks() -> Any:
+    return sys.modules[__name__].HIDDEN_TICKS
+
+
+HIDDEN_TICKS = itertools.count()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_hidden_count() -> None:
+    global HIDDEN_TICKS
     HIDDEN_CALLS.clear()
+    HIDDEN_TICKS = itertools.count()
 
 
 def _plant(monkeypatch: pytest.MonkeyPatch, mutant: type[Mutant]) -> None:
@@ -90,7 +112,7 @@ def _plant(monkeypatch: pytest.MonkeyPatch, mutant: type[Mutant]) -> None:
     monkeypatch.setitem(mutants_package.MUTANTS, mutant.name, mutant)
 
 
-@pytest.mark.parametrize("mutant", [WarmPathInPort, WarmPathHidden])
+@pytest.mark.parametrize("mutant", [WarmPathInPort, WarmPathHidden, WarmPastTheProof])
 def test_mutants_command_kills_a_warm_path_mutant(
     mutant: type[Mutant], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

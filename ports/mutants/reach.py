@@ -339,6 +339,11 @@ class ReachProbe:
             if reason:
                 return None, f"keeps state: {reason}"
             sites.add(site)
+        if not sites:
+            # A mutant whose fault lives nowhere the recorders see (its swaps() replace
+            # nothing, no method is overridden) would run on no item: its fault is then
+            # in code the pass cannot follow (a swaps() body, a call it makes), so unproven.
+            return None, "no fault site: swaps() replaces nothing and no method is overridden"
         return frozenset(sites), None
 
     @contextlib.contextmanager
