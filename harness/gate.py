@@ -28,7 +28,7 @@ from harness.baseline import (
 )
 from harness.cases import CaseError
 from harness.results_file import RUN_IDENTITY, items_digest
-from harness.summary import summarise_table
+from harness.summary import check_prefill_layouts, summarise_table
 
 if TYPE_CHECKING:
     from harness.suites import Suite
@@ -61,6 +61,8 @@ def judge(table: pd.DataFrame, meta: dict[str, Any], entries: list[BaselineEntry
     levels = tuple(meta["levels"])
     if check_stale:
         check_table_baseline(entries, table, meta)
+    # An external port's prefill layouts against its L1 answers, also across merged shards.
+    table = check_prefill_layouts(table)
     verdict = apply_baseline(table, meta_port_names(meta), entries, levels, check_stale)
     summary = summarise_table(verdict.table, meta["suite"], meta["port"], levels, meta.get("l3_compares"))
     return GateOutcome(meta, summary, verdict)

@@ -61,7 +61,7 @@ from harness.nightly_history import append_history as append_history
 from harness.nightly_history import history_rows as history_rows
 from harness.nightly_history import read_history as read_history
 from harness.pool import WorkerPool, stream_items
-from harness.port import BUILTIN_PORTS, Port
+from harness.port import BUILTIN_PORTS, Port, l3_compares
 from harness.provenance import collect, port_repository
 from harness.results_file import items_digest
 from harness.runner import (
@@ -75,7 +75,7 @@ from harness.runner import (
     unfinished_items,
 )
 from harness.suites import CASES_DIR, Suite
-from harness.summary import COLUMNS, result_row, summarise_table
+from harness.summary import COLUMNS, check_prefill_layouts, result_row, summarise_table
 
 NIGHT_META = "night.json"
 LOCK_FILE = ".nightly.lock"
@@ -622,8 +622,9 @@ def _run_locked(
             finished = {str(row["id"]) for row in rows}
             rows += [result_row(r) for r in unfinished_items(plan.suite, plan.levels, plan.shard, finished, why)]
             baseline = baselines.get(port.name)
-            table = judge_port(pd.DataFrame(rows, columns=list(COLUMNS)), port.name, baseline, plan.levels)
-            summary = summarise_table(table, plan.suite.name, port.name, plan.levels)
+            table = check_prefill_layouts(pd.DataFrame(rows, columns=list(COLUMNS)))
+            table = judge_port(table, port.name, baseline, plan.levels)
+            summary = summarise_table(table, plan.suite.name, port.name, plan.levels, l3_compares(port))
             seconds = time.perf_counter() - started
             night.ports.append(PortNight(port.name, table, summary, seconds, baseline.source if baseline else None))
             if night.interrupted:
@@ -782,7 +783,7 @@ def merge_nightly_shards(
                     "(a shard missing, given twice, or of another run)",
                 )
             baseline = night.baselines.get(port)
-            table = judge_port(table, port, baseline, levels)
+            table = judge_port(check_prefill_layouts(table), port, baseline, levels)
             summary = summarise_table(table, night.suite, port, levels)
             night.ports.append(PortNight(port, table, summary, baseline=baseline.source if baseline else None))
         if night.complete:

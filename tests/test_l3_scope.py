@@ -52,3 +52,37 @@ def test_each_kind_of_port_says_what_its_l3_compared(capsys: pytest.CaptureFixtu
     assert main(["gate", "--cases", CASE_FILE, "--port", fake("none"), "--out", str(gate_out)]) == 0
     assert f"prefill compared {ExternalPort.l3_compares}." in (gate_out / "summary.md").read_text()
     assert ExternalPort.l3_compares in (gate_out / "junit.xml").read_text()
+
+
+def test_sharded_gates_merged_still_catch_a_prefill_on_another_layout(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Shards interleave items, so a case's L1 and L3 items land in different
+    shards, each of which sees only one of the port's answers: the check runs
+    again on the merged table. (The shard of the L3 item is made to record
+    another layout digest, as a port that plans differently on that path would.)"""
+    import pandas as pd
+
+    for shard in ("1/2", "2/2"):
+        out = tmp_path / shard.replace("/", "-")
+        assert main(["gate", "--cases", CASE_FILE, "--port", fake("none"), "--shard", shard, "--out", str(out)]) == 0
+    capsys.readouterr()
+    shards = [pd.read_parquet(tmp_path / d / "results.parquet") for d in ("1-2", "2-2")]
+    prefill_shard = next(i for i, t in enumerate(shards) if (t["kind"] == "prefill").any())
+    layout_digest = next(t for t in shards if (t["kind"] == "layout").any())["port_layout_digest"].iloc[0]
+    table = shards[prefill_shard]
+    assert table.loc[table["kind"] == "prefill", "port_layout_digest"].iloc[0] == layout_digest
+    table.loc[table["kind"] == "prefill", "port_layout_digest"] = "another-layout"
+    table.to_parquet(tmp_path / ("1-2", "2-2")[prefill_shard] / "results.parquet", index=False)
+    code = main(["merge", str(tmp_path / "1-2"), str(tmp_path / "2-2"), "--out", str(tmp_path / "merged")])
+    summary = (tmp_path / "merged" / "summary.md").read_text()
+    assert code == 1 and "another layout than the one the port returned for this case at L1" in summary, summary
+
+
+def test_the_nightly_page_says_what_l3_compared(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    small = ["--size", "0", "--numeric-size", "1", "--level", "prefill", "--skip-mutants", "--explore-budget-s", "0"]
+    main(["nightly", "--ports", fake("none"), *small, "--out", str(tmp_path), "--date", "2026-12-02"])
+    capsys.readouterr()
+    night = tmp_path / "2026-12-02"
+    assert f"prefill compared {ExternalPort.l3_compares}" in (night / "report.md").read_text()
+    assert "prefill compared the port&#x27;s layout and its fold and merge only" in (night / "index.html").read_text()
