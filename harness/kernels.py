@@ -445,13 +445,21 @@ def module_definitions(module: types.ModuleType) -> dict[str, object]:
         if name.startswith("__") or name in _SNAPSHOTS or isinstance(value, types.ModuleType):
             continue
         if callable(value):
-            found[name] = value
+            # A function by identity and by what it runs: its code, defaults and
+            # closure can be swapped in place (``f.__code__ = ...``) on the same object.
+            found[name] = (value, *_function_parts(value))
             continue
         try:
             found[name] = pickle.dumps(value)
         except Exception:  # a value pickle cannot write is compared by its text
             found[name] = repr(value)
     return found
+
+
+def _function_parts(value: object) -> tuple[object, ...]:
+    if isinstance(value, types.FunctionType):
+        return (value.__code__, value.__defaults__, value.__kwdefaults__, value.__closure__)
+    return ()
 
 
 def record_definitions(module: types.ModuleType) -> None:
@@ -465,7 +473,7 @@ def record_definitions(module: types.ModuleType) -> None:
 def _classes() -> dict[str, object]:
     found: dict[str, object] = {}
     for cls in (CpuKernels, CudaKernels):
-        found |= {f"{cls.__qualname__}.{name}": value for name, value in vars(cls).items()}
+        found |= {f"{cls.__qualname__}.{name}": (value, *_function_parts(value)) for name, value in vars(cls).items()}
     return found
 
 

@@ -304,8 +304,9 @@ def port_digest(spec: str, port: object | None = None) -> str | None:
     root = source.parent
     while (root.parent / "__init__.py").is_file() and (root / "__init__.py").is_file():
         root = root.parent
+    # Every file of the package (its C++, CUDA, Cython or built extensions too), caches aside.
     files = (
-        sorted(p for p in root.rglob("*") if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts)
+        sorted(p for p in root.rglob("*") if "__pycache__" not in p.parts and p.suffix != ".pyc")
         if (root / "__init__.py").is_file()
         else [source]
     )

@@ -640,3 +640,20 @@ def test_a_kernel_constant_changed_in_place_is_seen(monkeypatch: pytest.MonkeyPa
     untouched_before = kernels_module.module_definitions(kernels_module)
     kernels_module.FLASH_DTYPES.append(torch.float32)  # type: ignore[attr-defined]
     assert kernels_module.module_definitions(kernels_module) != untouched_before
+
+
+def test_a_kernel_function_whose_code_is_swapped_in_place_is_seen() -> None:
+    """The same function object running other code (``f.__code__ = ...``)."""
+    import harness.context_chunks as chunks
+
+    def other(*args: object, **kwargs: object) -> None:
+        return None
+
+    original = chunks.gather_chunk.__code__
+    assert kernels_untouched(CpuKernels())
+    chunks.gather_chunk.__code__ = other.__code__
+    try:
+        assert not kernels_untouched(CpuKernels())
+    finally:
+        chunks.gather_chunk.__code__ = original
+    assert kernels_untouched(CpuKernels())

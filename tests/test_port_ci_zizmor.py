@@ -129,3 +129,9 @@ def test_a_weakened_workflow_is_caught(weaken: Callable[[str], str], audit: str,
     )
     # Each weakening is the only thing wrong: nothing else is reported.
     assert {f["ident"] for f in found} == {audit}, "\n".join(map(describe, found))
+
+
+def test_no_finding_is_silenced_inline() -> None:
+    """zizmor honours ``# zizmor: ignore[...]`` comments even without a config:
+    a finding silenced in the workflow would pass the audit unseen."""
+    assert "zizmor:" not in WORKFLOW.read_text(encoding="utf-8")
