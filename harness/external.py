@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from harness.model import Case, Layout, WorkspaceConfig, layout_from_json
-from harness.port import DEFAULT_PORT_TIMEOUT_S
+from harness.port import DEFAULT_PORT_TIMEOUT_S, HarnessFault
 from harness.sparse_model import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase, sparse_layout_from_json
 
 if TYPE_CHECKING:
@@ -399,9 +399,11 @@ class ExternalPort:
         self.prefill_layout = layout
         try:
             partials = planned_chunk_partials(layout, case, inputs, kernels)
+            suffix_output, suffix_lse = new_token_partial(inputs, kernels)
         except ValueError as exc:
             raise ExternalPortError(f"port's layout cannot be run: {exc}") from None
-        suffix_output, suffix_lse = new_token_partial(inputs, kernels)
+        except Exception as exc:  # the harness's kernels on a runnable layout: its own fault
+            raise HarnessFault(f"{type(exc).__name__}: {exc}") from exc
         tensors = {"suffix_output": suffix_output, "suffix_lse": suffix_lse}
         for i, (output, lse) in enumerate(partials):
             tensors[f"chunk_output.{i}"], tensors[f"chunk_lse.{i}"] = output, lse

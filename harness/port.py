@@ -207,6 +207,12 @@ def l3_compares(port: object) -> str:
     return str(getattr(port, "l3_compares", WHOLE_LOOP_COMPARED))
 
 
+class HarnessFault(Exception):
+    """The harness's own work inside a port call failed (an external port's chunk
+    partials, computed here on the port's layout, ran out of memory): the item
+    is not run, never blamed on the port."""
+
+
 class PortLoadError(Exception):
     """A port name that cannot be resolved; the message is one line."""
 

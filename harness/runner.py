@@ -16,6 +16,7 @@ from harness.compare import Divergence, first_layout_divergence
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
 from harness.port import (
     DEFAULT_PORT_TIMEOUT_S,
+    HarnessFault,
     Port,
     PortValueError,
     check_int,
@@ -403,6 +404,9 @@ def compare_prefill(
             port_out = port.prefill(case, port_inputs, kernels)  # type: ignore[attr-defined]
         if not isinstance(port_out, dict):
             raise TypeError(f"prefill returned {type(port_out).__name__}, not a dict of tensors")
+    except HarnessFault as exc:
+        result.status, result.error = NOT_RUN, f"the harness could not build the inputs: {_one_line(exc)}"
+        return result
     except BaseException as exc:
         reraise_interrupt(exc)
         result.status, result.error = PORT_ERROR, _one_line(exc)

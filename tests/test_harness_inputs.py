@@ -5,7 +5,10 @@ A port call past its time limit says so, and is recognised as a timeout."""
 
 from __future__ import annotations
 
+import shlex
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,3 +86,27 @@ def test_a_port_past_its_time_limit_is_a_timeout(oracle: Port) -> None:
     result = compare_merge(oracle, SlowMerge(), case, timeout_s=0.5)
     assert result.status == PORT_ERROR and is_timeout(result.error), result.error
     assert not is_timeout("ValueError: equal share of a 96-row workspace")
+
+
+def test_a_fault_in_the_harness_s_work_inside_an_external_prefill_is_the_harness_s(
+    oracle: Port, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An external port is sent partials the harness computes on its layout: a
+    MemoryError there is not the port's error."""
+    import harness.context_chunks
+    from harness.port import load_port
+
+    program = shlex.join([sys.executable, str(Path(__file__).parent / "fake_external_port.py")])
+    port = load_port(f"cmd:{program} --prefill --fault none")
+    try:
+        case = next(c for c in load_suite("smoke").cases if c.numeric is not None and c.context_lens[0] > 0)
+
+        def no_memory(*args: Any, **kwargs: Any) -> Any:
+            raise MemoryError("no room for the partials")
+
+        monkeypatch.setattr(harness.context_chunks, "planned_chunk_partials", no_memory)
+        result = compare_prefill(oracle, port, case, CpuKernels())
+    finally:
+        port.close()  # type: ignore[attr-defined]
+    assert result.status == NOT_RUN, result.error
+    assert result.error == "the harness could not build the inputs: HarnessFault: MemoryError: no room for the partials"
