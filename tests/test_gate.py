@@ -142,6 +142,18 @@ def test_merge_refuses_shards_of_two_versions_of_a_port(
     assert "field 'port_digest'" in capsys.readouterr().err
 
 
+def test_merge_refuses_shards_run_over_another_dcp_backend(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A shard whose DCP ranks ran over gloo is not one run with a one-process shard
+    (its gate.json says so; the ranks themselves are tested in test_dcp_ranks)."""
+    for shard in ("1/2", "2/2"):
+        gate(capsys, "--suite", "smoke", "--level", "merge", "--shard", shard, "--out", str(tmp_path / shard[0]))
+    meta_path = tmp_path / "2" / "gate.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "dcp_backend": "gloo"}))
+    assert main(["merge", str(tmp_path / "1"), str(tmp_path / "2"), "--out", str(tmp_path / "m")]) == 2
+    assert "field 'dcp_backend'" in capsys.readouterr().err
+
+
 def test_merge_refuses_shards_of_other_case_files_or_time_limits(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
