@@ -58,6 +58,9 @@ STARTUP_S = 300.0
 ORACLE_KV_GATHER = "upstream MLADCPManager.kv_gather (init_kv_gather over the process group)"
 
 ORACLE, PORT = "oracle", "port"
+# How a rank's error starts when the harness's own work failed (building a side's
+# inputs, writing a side's tensors), not a side's: the item is then not run.
+HARNESS_FAULT = "the harness could not build the inputs: "
 
 
 @dataclass(frozen=True)
@@ -450,10 +453,17 @@ def _run_job(
         return
     try:
         try:
+            # The harness's own work, outside either side's handler: a fault here is the harness's.
             kernels = kernels_for_case(kernels_for(device), case)
             collective = TorchDistributedRanks(world, rank, backend)
+            oracle_inputs = case_prefill_inputs(case, device, collective)
+            port_inputs = case_prefill_inputs(case, device, collective)
+        except BaseException as exc:
+            conn.send((ORACLE, f"{HARNESS_FAULT}{_one_line(exc)}"))
+            return
+        try:
             gathers_before = UpstreamKvGather.calls
-            oracle_out = oracle.prefill(case, case_prefill_inputs(case, device, collective), kernels)
+            oracle_out = oracle.prefill(case, oracle_inputs, kernels)
             if any(case.context_lens) and UpstreamKvGather.calls == gathers_before:
                 raise AssertionError("the oracle's DCP loop never called upstream's MLADCPManager.kv_gather")
             _save(oracle_out, folder, ORACLE, rank)
@@ -467,11 +477,14 @@ def _run_job(
                 from harness.port import load_port
 
                 port = ports[job["port_spec"]] = load_port(job["port_spec"], job["timeout_s"])
-            inputs = case_prefill_inputs(case, device, collective)
-            port_out = port.prefill(case, inputs, kernels)
-            _save(_checked_port_out(port_out, oracle_out), folder, PORT, rank)
+            checked = _checked_port_out(port.prefill(case, port_inputs, kernels), oracle_out)
         except BaseException as exc:
             conn.send((PORT, _one_line(exc)))
+            return
+        try:
+            _save(checked, folder, PORT, rank)
+        except BaseException as exc:
+            conn.send((PORT, f"{HARNESS_FAULT}(writing the port's tensors) {_one_line(exc)}"))
             return
         conn.send((PORT, None))
     finally:

@@ -378,9 +378,13 @@ def compare_prefill(
     kernels = kernels_for_case(kernels, case)
     result = CaseResult(case.name, case.family, "prefill", PARITY, row_budget=case.row_budget)
     if real_ranks is not None and case.dcp_world_size > 1:
-        from harness.dcp_ranks import prefill_on_ranks
+        from harness.dcp_ranks import HARNESS_FAULT, prefill_on_ranks
 
         ranked = prefill_on_ranks(case, real_ranks, device, timeout_s)
+        fault = next((e for e in (ranked.oracle_error, ranked.port_error) if e and e.startswith(HARNESS_FAULT)), None)
+        if fault is not None:
+            result.status, result.error = NOT_RUN, printable(fault)
+            return result
         if ranked.oracle_error is not None or ranked.oracle is None:
             result.status, result.error = ORACLE_ERROR, printable(ranked.oracle_error or "no oracle tensors")
             return result
