@@ -62,7 +62,7 @@ from harness.nightly_history import history_rows as history_rows
 from harness.nightly_history import read_history as read_history
 from harness.pool import WorkerPool, stream_items
 from harness.port import BUILTIN_PORTS, Port, l3_compares
-from harness.provenance import collect, port_repository
+from harness.provenance import collect, port_digest, port_repository, source_digest
 from harness.results_file import items_digest
 from harness.runner import (
     INTERRUPTED_WHY,
@@ -492,6 +492,9 @@ def _write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path, diges
         "baselines": {port: b.to_json() for port, b in sorted(night.baselines.items())},
         "sizes": night.sizes,
         "port_specs": night.port_specs,
+        # Each port's code and the harness's by content: shards of two commits are not one night.
+        "port_digests": {port: port_digest(spec) for port, spec in sorted(night.port_specs.items())},
+        "harness_sources": source_digest(),
         "kill_matrix": night.kill_matrix,
     }
     (out_dir / NIGHT_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -694,8 +697,9 @@ def _kill_matrix(oracle: Port, plan: NightlyPlan) -> dict[str, Any]:
 
 def shard_identity(meta: dict[str, Any]) -> dict[str, Any]:
     """What every shard of one night must share besides the suite: the pin, the
-    drift override, the device (a night is one oracle on one device) and the
-    baselines its ports are judged against."""
+    drift override, the device (a night is one oracle on one device), the
+    baselines its ports are judged against, and the code of its ports and of
+    the harness by content."""
     provenance = meta.get("provenance", {})
     oracle = provenance.get("oracle", {})
     return {
@@ -703,6 +707,8 @@ def shard_identity(meta: dict[str, Any]) -> dict[str, Any]:
         "oracle_drift_overridden": oracle.get("oracle_drift_overridden"),
         "device": provenance.get("environment", {}).get("device"),
         "baselines": meta.get("baselines", {}),
+        "port_digests": meta.get("port_digests"),
+        "harness_sources": meta.get("harness_sources"),
     }
 
 

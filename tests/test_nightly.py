@@ -131,6 +131,14 @@ def test_shards_merge_into_one_report(capsys: pytest.CaptureFixture[str], tmp_pa
     merged = (tmp_path / "merged" / "2026-11-28" / "report.md").read_text()
     # Provenance names the shard folders; everything above it must match.
     assert merged.split("## Provenance")[0] == whole.split("## Provenance")[0]
+    # A shard of another commit of a port (its code by content) is not the same night.
+    meta_path = tmp_path / "s2" / "2026-11-28" / "night.json"
+    meta = json.loads(meta_path.read_text())
+    assert set(meta["port_digests"]) == {"per_request", "equal_share"} and meta["harness_sources"]
+    meta_path.write_text(json.dumps({**meta, "port_digests": {**meta["port_digests"], "per_request": "other"}}))
+    again = ["nightly", "--from-shards", *shards, "--out", str(tmp_path / "again"), "--date", "2026-11-28"]
+    assert main(again) == 2
+    assert "port_digests" in capsys.readouterr().err
 
 
 def test_interrupted_run_leaves_incomplete_report(tmp_path: Path) -> None:
