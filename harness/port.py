@@ -195,16 +195,21 @@ BUILTIN_PORTS: dict[str, str] = {
 # Seconds one port call may take unless the caller says otherwise (the CLI's --timeout).
 DEFAULT_PORT_TIMEOUT_S = 300.0
 
-# What the L3 (prefill) level compares of a port that runs in this process, and the
-# attribute through which a port says otherwise (an external port: harness/external.py).
-WHOLE_LOOP_COMPARED = (
-    "the port's whole context loop: its layout, gather and attention on the shared kernels, fold and merge"
-)
+# What the L3 levels (prefill, sparse-prefill) compare of a port that runs in this
+# process, and the attribute through which a port says otherwise (an external port:
+# harness/external.py).
+WHOLE_LOOP_COMPARED = {
+    "prefill": "the port's whole context loop: its layout, gather and attention on the shared kernels, fold and merge",
+    "sparse-prefill": (
+        "the port's whole sparse loop: its route, layout and selections, attention on the shared masked kernel, "
+        "fold and merge"
+    ),
+}
 
 
-def l3_compares(port: object) -> str:
-    """What a ``prefill`` item of ``port`` compares, as the outputs say it."""
-    return str(getattr(port, "l3_compares", WHOLE_LOOP_COMPARED))
+def l3_compares(port: object) -> dict[str, str]:
+    """What the L3 items of ``port`` compare, per level, as the outputs say it."""
+    return {**WHOLE_LOOP_COMPARED, **dict(getattr(port, "l3_compares", {}))}
 
 
 class HarnessFault(Exception):

@@ -252,7 +252,7 @@ class RunResult:
     seconds: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict)
     # What its prefill items compared of the port (harness.port.l3_compares).
-    l3_compares: str | None = None
+    l3_compares: dict[str, str] | None = None
 
 
 def _tensor_verdict(

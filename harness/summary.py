@@ -212,6 +212,12 @@ def _compared(frame: pd.DataFrame, kind: str) -> bool:
     return bool(((frame["kind"] == kind) & frame["status"].isin((PARITY, DIVERGENT))).any())
 
 
+def _l3_compared(frame: pd.DataFrame, l3_compares: dict[str, str]) -> dict[str, Any]:
+    """``{"l3_compares": {level: what}}`` for the L3 levels whose tensors were compared."""
+    compared = {level: what for level, what in l3_compares.items() if _compared(frame, level)}
+    return {"l3_compares": compared} if compared else {}
+
+
 def table_verdict(frame: pd.DataFrame) -> str:
     """``pass`` only when there are items and every one is at parity; ``fail``
     when one diverges or errs; otherwise (some item ``not-run``) ``incomplete``.
@@ -223,7 +229,11 @@ def table_verdict(frame: pd.DataFrame) -> str:
 
 
 def summarise_table(
-    frame: pd.DataFrame, suite: str, port: str, levels: tuple[str, ...], l3_compares: str | None = None
+    frame: pd.DataFrame,
+    suite: str,
+    port: str,
+    levels: tuple[str, ...],
+    l3_compares: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Everything the summaries print, from the table alone (order-independent);
     ``l3_compares`` says what the port's prefill items compared
@@ -253,5 +263,5 @@ def summarise_table(
         },
         "sides": {side: _side(frame, side) for side in ("oracle", "port")},
         # Said only where a prefill item's tensors were compared (nothing compared claims nothing).
-        **({"l3_compares": l3_compares} if l3_compares and _compared(frame, "prefill") else {}),
+        **_l3_compared(frame, l3_compares or {}),
     }

@@ -73,8 +73,8 @@ def render_gate_summary(outcome: GateOutcome) -> str:
     for level, n in summary["numeric"].items():
         if n["items"]:
             lines += ["", f"{level}: {numeric_text(n)}"]
-    if "l3_compares" in summary:
-        lines += ["", f"prefill compared {summary['l3_compares']}."]
+    for level, what in summary.get("l3_compares", {}).items():
+        lines += ["", f"{level} compared {what}."]
     new = verdict.new
     if not new.empty:
         groups = message_groups(new)

@@ -29,9 +29,10 @@ def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     suite = ET.SubElement(suites, "testsuite", name=f"parity.{meta['suite']}.{meta['port']}")
     if "l3_compares" in outcome.summary:
-        # What the prefill testcases compared of this port (an external port: its fold only).
+        # What the L3 testcases compared of this port (an external port: its fold only).
         properties = ET.SubElement(suite, "properties")
-        ET.SubElement(properties, "property", name="prefill_compared", value=outcome.summary["l3_compares"])
+        for level, what in outcome.summary["l3_compares"].items():
+            ET.SubElement(properties, "property", name=f"{level}_compared", value=what)
     for row in table.itertuples(index=False):
         name = printed_id(row.id, meta.get("suite"), meta.get("size"), meta.get("cases"))
         case = ET.SubElement(suite, "testcase", classname=f"parity.{meta['suite']}.{row.level}", name=name)

@@ -618,8 +618,8 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         baseline = f" (baseline <code>{html.escape(p.baseline)}</code>)" if p.baseline else " (no baseline)"
         parts.append(f"<h2>Port {html.escape(p.port)}{baseline}</h2>")
         parts.append(family_html(p))
-        if "l3_compares" in p.summary:
-            parts.append(f'<p class="note">prefill compared {html.escape(p.summary["l3_compares"])}.</p>')
+        for level, what in p.summary.get("l3_compares", {}).items():
+            parts.append(f'<p class="note">{html.escape(level)} compared {html.escape(what)}.</p>')
         histogram = ulp_histogram_figure(p, colours)
         if histogram is not None:
             parts.append(_plot(histogram, f"{p.port} ULP histogram"))
@@ -697,8 +697,7 @@ def render_markdown(night: Night, history: pd.DataFrame | None = None) -> str:
         lines += [f"## {p.port}", "", family_level_table(p).to_markdown(index=False), ""]
         for level, n in p.summary["numeric"].items():
             lines.append(f"- {level}: {numeric_text(n)}")
-        if "l3_compares" in p.summary:
-            lines.append(f"- prefill compared {p.summary['l3_compares']}")
+        lines += [f"- {level} compared {what}" for level, what in p.summary.get("l3_compares", {}).items()]
         failing = failing_items(p, night=night)
         lines += ["", "First failing items (new first):", ""] if not failing.empty else []
         lines += [f"- `{r.id}` {r.status} ({r.baseline}): `{r.reproduce}`" for r in failing.itertuples(index=False)]

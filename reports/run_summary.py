@@ -70,8 +70,8 @@ def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str,
     for level, n in summary["numeric"].items():
         if n["items"]:
             lines.append(f"  {level:<13} {numeric_text(n)}")
-    if "l3_compares" in summary:
-        lines.append(f"  prefill compared {summary['l3_compares']}")
+    for level, what in summary.get("l3_compares", {}).items():
+        lines.append(f"  {level} compared {what}")
     lines += ["", f"{'level/family':<30}{'items':>7}{'parity':>8}{'divergent':>11}{'errors':>8}"]
     for family, c in summary["families"].items():
         total = sum(c.values())
