@@ -243,6 +243,44 @@ def pytest_configure(config: pytest.Config) -> None:
     # controller never collects, so only this hook reports one line and exit 4.
     if _check_parity_mode(config):
         config._parity_plan = _make_plan(config)  # type: ignore[attr-defined]
+        if not hasattr(config, "workerinput"):  # the process that sees every item's report
+            config.pluginmanager.register(_SessionChecks(config._parity_plan), "parity-session-checks")  # type: ignore[attr-defined]
+
+
+class _SessionChecks:
+    """What only the whole session can say, in the process that sees every
+    item's report (the controller under pytest-xdist): an error entry that
+    expected more items than it counts fails the session, as the gate's count
+    does (fewer is the gate's to say: a session may select a part of the
+    suite); and what each L3 level compared of the port."""
+
+    def __init__(self, plan: _Plan) -> None:
+        self.plan = plan
+        self.expected: dict[str, int] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for key, value in report.user_properties:
+            if key == "baseline_entry" and report.when == "call":
+                self.expected[str(value)] = self.expected.get(str(value), 0) + 1
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        counted = {e.where: e for e in self.plan.entries if e.items is not None}
+        beyond = [(counted[w], n) for w, n in self.expected.items() if w in counted and n > (counted[w].items or 0)]
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        for entry, n in beyond:
+            line = f"parity: beyond baseline: {n} items where {entry.where} counts {entry.items} ({entry.label})"
+            if reporter is not None:
+                reporter.write_line(line, red=True)
+        if beyond:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from harness.port import l3_compares
+
+        kinds = {kind for _, kind, _ in self.plan.items}
+        for level, what in l3_compares(self.plan.port).items():
+            if level in kinds:
+                terminalreporter.write_line(f"parity: {level} compared {what}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -311,6 +349,9 @@ class ParityItem(pytest.Item):
         verdict = judge_item(plan.entries, port_names(state.port.name, plan.port_spec), result_row(result))
         self.user_properties.append(("baseline", verdict.note))
         if verdict.label == EXPECTED:
+            if verdict.entry is not None and verdict.entry.items is not None:
+                # A counted entry expects no more items than it counts (_EntryCounts checks).
+                self.user_properties.append(("baseline_entry", verdict.entry.where))
             pytest.xfail(f"baseline: {verdict.note}")
         raise ParityFailure(result, verdict.note)
 

@@ -268,3 +268,23 @@ def test_the_help_states_the_accepted_size_and_every_option_needs_a_suite() -> N
     assert size_help.startswith("generated layout cases, >= 0"), size_help[:200]
     # An option added later is refused without a suite too, or this fails.
     assert set(re.findall(r"--parity-[a-z-]+", help_text)) == {SUITE_OPTION, *OPTIONS_NEEDING_A_SUITE}
+
+
+@pytest.mark.parametrize(("counted", "code"), [(3, 0), (2, 1)])
+def test_an_error_entry_expects_no_more_items_than_it_counts(tmp_path: Path, counted: int, code: int) -> None:
+    """The smoke suite's three many-requests batches equal_share refuses: an entry
+    counting three xfails them; one counting two fails the session, saying so."""
+    entry = {"family": "many-requests", "level": "layout", "status": "port-error", "items": counted,
+             "error": "is below one block"}  # fmt: skip
+    proc = run_pytest("--parity-suite", "smoke", "--parity-port", "equal_share", "--parity-level", "layout",
+                      "--parity-baseline", str(write_baseline(tmp_path, entry)), "-k", "smoke-many")  # fmt: skip
+    assert proc.returncode == code, proc.stdout[-2000:]
+    assert "3 xfailed" in proc.stdout, proc.stdout[-2000:]
+    beyond = "parity: beyond baseline: 3 items where entries[0] counts 2 (equal_share family many-requests"
+    assert (beyond in proc.stdout) == (code == 1), proc.stdout[-2000:]
+
+
+def test_the_session_says_what_l3_compared() -> None:
+    proc = run_pytest("--parity-suite", "smoke", "--parity-level", "prefill", "-k", "single-chunk")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "parity: prefill compared the port's whole context loop" in proc.stdout
