@@ -577,14 +577,16 @@ def apply_baseline(
     check_stale: bool = True,
 ) -> BaselineVerdict:
     """Judge every row with :func:`judge_item`. ``ports`` are the names of the
-    port under test (:func:`port_names`). ``check_stale`` (stale entries, and the
-    counts of error entries: :mod:`harness.baseline_counts`) is off for a single
-    shard, which sees only part of what an entry covers (the merge step checks it)."""
+    port under test (:func:`port_names`). An error entry never expects more
+    items than it counts, in any table (more in a part are more in the whole).
+    ``check_stale`` (stale entries, and error entries that fewer items match than
+    they count: :mod:`harness.baseline_counts`) is off for a single shard or a
+    night, which see only part of what an entry covers (the merge step checks it)."""
     from harness.baseline_counts import hold_counts, miscounted
 
     table = table.copy()
     judged = [judge_item(entries, ports, row) for row in table.to_dict("records")]
-    verdicts = hold_counts(judged) if check_stale else judged
+    verdicts = hold_counts(judged)
     table["baseline"] = [v.label for v in verdicts]
     table["reason"] = [v.note for v in verdicts]
     table["baseline_entry"] = [v.entry.label if v.entry is not None else "" for v in verdicts]

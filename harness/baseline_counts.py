@@ -13,10 +13,11 @@ absorbed by a message that still matches:
 - fewer: the entry is *miscounted*, reported with the stale entries (``it counts
   20 port errors, this run 18: <reason>``), and fails the gate too.
 
-Only a judgement of a whole run counts (:func:`harness.baseline.apply_baseline`
-with ``check_stale``: an unsharded gate, ``parity merge``): a shard sees part of
-an entry's items, the night is not the suite a baseline is measured on, and the
-pytest plugin judges one item at a time.
+Items beyond a count are new in every judged table (a shard's, a night's: more
+in a part are more in the whole; the pytest plugin checks it at the end of the
+session). Fewer is said only by a judgement of a whole run
+(:func:`harness.baseline.apply_baseline` with ``check_stale``: an unsharded
+gate, ``parity merge``): a shard or a night sees part of an entry's items.
 """
 
 from __future__ import annotations

@@ -187,9 +187,9 @@ def row(name: str, status: str, detail: str = f"{REFUSAL}16-row workspace ...") 
 
 
 def test_counts_are_a_whole_run_check(tmp_path: Path) -> None:
-    """Items beyond the count are new in table order; a shard (``check_stale``
-    off) sees part of an entry's items and counts nothing; parity rows and other
-    statuses do not count."""
+    """Items beyond the count are new in table order, in any table (a shard's
+    too: more in a part are more in the whole); only a whole run (``check_stale``)
+    says an entry matched fewer; parity rows and other statuses do not count."""
     entry = {"port": "equal_share", "family": "skew", "level": "layout", "status": PORT_ERROR,
              "error": REFUSAL, "items": 2, "reason": "r"}  # fmt: skip
     entries = load_baseline(write(tmp_path / "b.json", [entry]))
@@ -199,7 +199,9 @@ def test_counts_are_a_whole_run_check(tmp_path: Path) -> None:
     assert list(whole.table["baseline"]) == [EXPECTED, "", EXPECTED, NEW] and not whole.stale
     assert whole.verdict == "fail"
     shard = apply_baseline(pd.DataFrame(rows), ports, entries, ("layout",), check_stale=False)
-    assert list(shard.table["baseline"]) == [EXPECTED, "", EXPECTED, EXPECTED] and shard.passed
+    assert list(shard.table["baseline"]) == [EXPECTED, "", EXPECTED, NEW] and not shard.passed
+    part = apply_baseline(pd.DataFrame(rows[:2]), ports, entries, ("layout",), check_stale=False)
+    assert part.passed and not part.stale
     exact = apply_baseline(pd.DataFrame(rows[:3]), ports, entries, ("layout",))
     assert exact.passed
     fewer = apply_baseline(pd.DataFrame(rows[:2]), ports, entries, ("layout",))
