@@ -252,16 +252,22 @@ class _SessionChecks:
     item's report (the controller under pytest-xdist): an error entry that
     expected more items than it counts fails the session, as the gate's count
     does (fewer is the gate's to say: a session may select a part of the
-    suite); and what each L3 level compared of the port."""
+    suite); an external port whose prefill ran on another layout than its L1
+    answer for the case fails it (harness.summary.check_prefill_layouts); and
+    it says what each L3 level compared of the port."""
 
     def __init__(self, plan: _Plan) -> None:
         self.plan = plan
         self.expected: dict[str, int] = {}
+        self.layouts: dict[tuple[str, str], str] = {}  # (kind, case) -> the port's layout digest
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for key, value in report.user_properties:
             if key == "baseline_entry" and report.when == "call":
                 self.expected[str(value)] = self.expected.get(str(value), 0) + 1
+            if key == "port_layout" and report.when == "call":
+                kind, name, digest = str(value).split(":", 2)
+                self.layouts[kind, name] = digest
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         counted = {e.where: e for e in self.plan.entries if e.items is not None}
@@ -271,7 +277,18 @@ class _SessionChecks:
             line = f"parity: beyond baseline: {n} items where {entry.where} counts {entry.items} ({entry.label})"
             if reporter is not None:
                 reporter.write_line(line, red=True)
-        if beyond:
+        from harness.summary import REPLANNED
+
+        replanned = [
+            name
+            for (kind, name), digest in sorted(self.layouts.items())
+            if kind == "prefill" and self.layouts.get(("layout", name), digest) != digest
+        ]
+        for name in replanned:
+            line = f"parity: {self.plan.suite.name}/{name}[prefill]: {REPLANNED}"
+            if reporter is not None:
+                reporter.write_line(line, red=True)
+        if beyond or replanned:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -340,6 +357,9 @@ class ParityItem(pytest.Item):
         )
         result.index = self.index
         self.user_properties.append(("status", result.status))
+        if result.port_layout is not None and result.kind in ("layout", "prefill"):
+            # The session checks an external port's prefill layout against its L1 answer.
+            self.user_properties.append(("port_layout", f"{result.kind}:{result.name}:{result.port_layout.digest()}"))
         if result.ok:
             return
         if not plan.entries:

@@ -288,3 +288,12 @@ def test_the_session_says_what_l3_compared() -> None:
     proc = run_pytest("--parity-suite", "smoke", "--parity-level", "prefill", "-k", "single-chunk")
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "parity: prefill compared the port's whole context loop" in proc.stdout
+
+
+def test_an_external_port_that_plans_again_for_its_prefill_fails_the_session() -> None:
+    fake = ROOT / "tests" / "fake_external_port.py"
+    port = f"cmd:{sys.executable} {fake} --prefill --fault replan-for-prefill --on smoke-numeric-single-chunk"
+    proc = run_pytest("--parity-suite", "smoke", "--parity-port", port, "-k", "smoke-numeric-single-chunk",
+                      "-p", "no:xdist")  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "smoke/smoke-numeric-single-chunk[prefill]: its prefill request ran on another layout" in proc.stdout
