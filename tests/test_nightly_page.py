@@ -587,10 +587,11 @@ def test_every_failing_item_has_its_reproduce_command() -> None:
     assert len(failing["body"]) == 3  # the three divergent items of legacy_rows
     program = " ".join(program_words("ports.equal_share:PORT"))
     for row in failing["body"]:
-        name = row[0][1].removesuffix("[layout]")
+        assert row[0][1].startswith("nightly:size=20/")  # the id carries the night's suite and size
+        name = row[0][1].removeprefix("nightly:size=20/").removesuffix("[layout]")
         assert row[-1] == (
             "reproduce",
             f"{program} diff {name} --suite nightly --size 20 --port ports.equal_share:PORT --level layout "
             "--oracle vllm==0.27.1 --allow-oracle-drift",
         )
-    assert f"- `case-0000[layout]` divergent (new): `{program} diff case-0000" in render_markdown(night)
+    assert f"- `nightly:size=20/case-0000[layout]` divergent (new): `{program} diff case-0000" in render_markdown(night)
