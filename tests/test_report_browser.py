@@ -171,7 +171,9 @@ def check_reproduce(seen: dict[str, Any], table: pd.DataFrame, port: str) -> lis
     names = dict(zip(table["id"], table["name"], strict=True))
     commands = []
     for row in shown["rows"]:
-        item, command = row[0]["text"], row[-1]["text"]
+        shown_id, command = row[0]["text"], row[-1]["text"]
+        assert shown_id.startswith("nightly:size=20/"), shown_id  # an id carries the night's suite and size
+        item = shown_id.removeprefix("nightly:size=20/")
         argv = shlex.split(command)
         assert row[-1]["cls"] == "reproduce" and argv[argv.index("-m") + 1 :][:2] == ["harness", "diff"], command
         expected = [names[item], "--suite", "nightly", "--size", "20", "--port", port, "--level", levels[item]]

@@ -54,10 +54,18 @@ CMD_PORT = f"cmd:{shlex.join([sys.executable, str(FAKE_PORT), '--fault', 'error'
 PORTS = (USER_PORT, MUTANT_PORT, CMD_PORT)
 
 
-def parse(line: str) -> tuple[list[str], Any]:
+def parity_argv(line: str) -> list[str]:
+    """The CLI arguments of a printed line: what follows its ``-m harness`` (an
+    ``env`` prefix may carry PYTHONPATH or PATH before the interpreter)."""
     argv = shlex.split(line)
-    assert argv[: len(program_words()) + 1] == [*program_words(), "diff"], line
-    rest = argv[len(program_words()) :]
+    start = argv.index("harness") + 1
+    assert argv[start - 2 : start] == ["-m", "harness"] and argv[start - 3].endswith("python"), line
+    return argv[start:]
+
+
+def parse(line: str) -> tuple[list[str], Any]:
+    rest = parity_argv(line)
+    assert rest[0] == "diff", line
     return rest, build_parser().parse_args(rest)
 
 
@@ -172,9 +180,7 @@ def failing_rows(out: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
 
 def run_as_printed(line: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     """The line's parity arguments run in this process (tests/test_reproduce_shell.py pastes lines into a shell)."""
-    argv = shlex.split(line)
-    assert argv[: len(program_words())] == program_words(), line
-    code = main(argv[len(program_words()) :])
+    code = main(parity_argv(line))
     return code, capsys.readouterr().out
 
 
