@@ -1,7 +1,7 @@
 """Issue 16's GPU row: DCP at L3 with real ranks, one GPU each, over NCCL.
 
 Two processes (world size 2), each on its own GPU with its own rank's cache
-(harness.numeric.case_prefill_inputs with a TorchDistributedRanks collective):
+(harness.kernels.numeric.case_prefill_inputs with a TorchDistributedRanks collective):
 the all-gather of every chunk is a real ``all_gather_into_tensor`` over NCCL,
 the shared kernels are the CUDA ones (harness.kernels.CudaKernels), the
 oracle is upstream's DCP loop (oracle.numeric) with upstream's own
@@ -9,7 +9,7 @@ oracle is upstream's DCP loop (oracle.numeric) with upstream's own
 and must be more than 0), and the port per_request's own DCP step over
 ``all_gather_into_tensor``. Every rank writes its tensors; the parent checks that both ranks of
 each side gave the same bits and compares rank 0's oracle and port tensors bit
-for bit (harness.bits.compare_bits). Each rank also times both context loops
+for bit (harness.compare.bits.compare_bits). Each rank also times both context loops
 (CUDA events, median over repeats, the same calls on both ranks, since every
 all-gather is collective).
 
@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.gpu_report import cuda_ms
+from benchmarks.cuda_timing import cuda_ms
 
 DCP_CASES = Path(__file__).resolve().parent.parent / "cases" / "gpu" / "dcp.json"
 WORLD_SIZE = 2
@@ -47,10 +47,10 @@ def _rank_main(rank: int, cases_path: str, scratch: str, warmup: int, repeats: i
         prepare_environment()
     import torch.distributed as dist
 
-    from harness.cases import load_case_file
-    from harness.dcp import TorchDistributedRanks
+    from harness.cases.files import load_case_file
     from harness.kernels import CpuKernels, CudaKernels
-    from harness.numeric import case_prefill_inputs
+    from harness.kernels.numeric import case_prefill_inputs
+    from harness.model.dcp import TorchDistributedRanks
     from oracle import numeric as oracle_numeric
     from ports.per_request import PORT
     from ports.per_request import prefill as port_prefill
@@ -103,8 +103,8 @@ def dcp_section(
 ) -> dict[str, Any]:
     """Every case of ``cases_path`` on two real ranks: per case, the rank check,
     the bitwise verdict per tensor and both loops' times (GPU only)."""
-    from harness.bits import compare_bits, identical_bits
-    from harness.cases import load_case_file
+    from harness.cases.files import load_case_file
+    from harness.compare.bits import compare_bits, identical_bits
 
     if on_gpu and torch.cuda.device_count() < WORLD_SIZE:
         return {"skipped": f"{torch.cuda.device_count()} GPU(s) visible; the DCP row needs {WORLD_SIZE}"}

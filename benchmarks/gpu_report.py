@@ -35,7 +35,6 @@ import argparse
 import datetime
 import json
 import platform
-import statistics
 import sys
 import time
 import traceback
@@ -46,6 +45,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.cuda_timing import cuda_ms, interleaved_cuda_ms
 from harness.kernels import SharedKernels
 from harness.model import Case
 from oracle.environment import import_vllm_module, use_device
@@ -64,32 +64,6 @@ MERGE_SHAPES = (
 )
 # Launches a kernel timing holds back to back (cuda_ms).
 KERNEL_LAUNCHES = 10
-
-
-def cuda_ms(fn: Callable[[], Any], warmup: int, repeats: int, launches: int = 1) -> dict[str, float]:
-    """Median, min and max milliseconds a call of ``fn`` takes over ``repeats``
-    CUDA-event timings, each of ``launches`` calls back to back.
-
-    A kernel's device time wants ``launches`` > 1: the host then enqueues the
-    next launch while the device runs the last, so the timing holds the kernel
-    and not the host's launch latency (tens of microseconds for a Triton launch,
-    a tenth of a merge of 400 MB). A loop whose host work is part of its cost
-    (the context loops) is timed one call at a time.
-    """
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        stop = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        start.record()
-        for _ in range(launches):
-            fn()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop) / launches)
-    return {"median": statistics.median(times), "min": min(times), "max": max(times)}
 
 
 def environment() -> dict[str, Any]:
@@ -113,12 +87,12 @@ def environment() -> dict[str, Any]:
 
 def parity_section(kernels: SharedKernels) -> dict[str, Any]:
     """Every L2/L3 item of the gpu suite and the benchmark batches, per port."""
-    from harness.cases import load_cases
+    from harness.cases.files import load_cases
+    from harness.cases.suites import Suite, load_suite
     from harness.commands.common import open_oracle
-    from harness.port import load_port
-    from harness.runner import run_items
-    from harness.suites import Suite, load_suite
-    from harness.summary import results_table, summarise_table
+    from harness.sides.loading import load_port
+    from harness.sides.runner import run_items
+    from harness.verdicts.summary import results_table, summarise_table
 
     oracle, provenance = open_oracle(allow_drift=False)
     gpu = load_suite("gpu")
@@ -152,24 +126,6 @@ def parity_section(kernels: SharedKernels) -> dict[str, Any]:
     return {"rows": rows, "first_failures": failures, "oracle": provenance}
 
 
-def interleaved_cuda_ms(fns: dict[str, Callable[[], Any]], warmup: int, repeats: int) -> dict[str, dict[str, float]]:
-    """:func:`cuda_ms` of each of ``fns`` (one call a timing), their timings taken
-    in turn, the order rotating each round: a drift of the device's clocks or of
-    the host over the run weighs on every loop alike, not on whichever ran last."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    names = list(fns)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for round_ in range(repeats):
-        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            times[name].append(cuda_ms(fns[name], 0, 1)["median"])
-    return {
-        name: {"median": statistics.median(taken), "min": min(taken), "max": max(taken)}
-        for name, taken in times.items()
-    }
-
-
 def copy_bandwidth(warmup: int, repeats: int) -> float:
     """GB/s of a 1 GiB device-to-device clone (read plus write)."""
     block = torch.empty(2**30, dtype=torch.uint8, device="cuda")
@@ -179,7 +135,7 @@ def copy_bandwidth(warmup: int, repeats: int) -> float:
 
 def merge_row(shape: tuple[int, int, int, torch.dtype], warmup: int, repeats: int) -> dict[str, Any]:
     """Upstream's Triton merge and the port's on one shape of random partials."""
-    from harness.bits import identical_bits
+    from harness.compare.bits import identical_bits
     from ports.per_request.merge_kernel import merge_partials
 
     oracle_merge = import_vllm_module("vllm.v1.attention.ops.triton_merge_attn_states").merge_attn_states
@@ -213,7 +169,7 @@ def merge_section(warmup: int, repeats: int) -> dict[str, Any]:
 
 def prefill_row(case: Case, kernels: SharedKernels, warmup: int, repeats: int) -> dict[str, Any]:
     """The context loop of one batch: legacy grid, per-request port, upstream."""
-    from harness.numeric import materialise_prefill
+    from harness.kernels.numeric import materialise_prefill
     from oracle.numeric import context_loop
     from ports.equal_share import PORT as LEGACY
     from ports.equal_share.prefill import context_partial as legacy_loop
@@ -254,7 +210,7 @@ def prefill_row(case: Case, kernels: SharedKernels, warmup: int, repeats: int) -
 
 
 def prefill_section(kernels: SharedKernels, warmup: int, repeats: int) -> dict[str, Any]:
-    from harness.cases import load_cases
+    from harness.cases.files import load_cases
 
     cases = load_cases([BENCH_CASES])
     rows = []

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from harness.model import PRESETS, NumericSpec
-from harness.sparse_model import SparseCase
+from harness.model.sparse import SparseCase
 
 # DeepSeek-V3.2: the head shapes _is_masked_mha_available asks for (128 heads,
 # kv_lora_rank 512, nope 128, rope 64, v 128) and its indexer's top-k.
@@ -91,8 +91,8 @@ def sparse_batches(spec: NumericSpec = DEEPSEEK_V32, scale: int = 1) -> list[Spa
 
 
 def parity_rows(oracle: Any, kernels: Any, device: str, batches: list[SparseCase]) -> list[dict[str, Any]]:
-    from harness.port import load_port
-    from harness.runner import run_item
+    from harness.sides.loading import load_port
+    from harness.sides.runner import run_item
 
     port = load_port("per_request")
     rows = []
@@ -128,9 +128,9 @@ def parity_rows(oracle: Any, kernels: Any, device: str, batches: list[SparseCase
 def timing_rows(
     oracle: Any, kernels: Any, batches: list[SparseCase], warmup: int, repeats: int
 ) -> list[dict[str, Any]]:
-    from benchmarks.gpu_report import interleaved_cuda_ms
-    from harness.context_chunks import device_chunks
-    from harness.sparse_prefill import materialise_sparse_prefill
+    from benchmarks.cuda_timing import interleaved_cuda_ms
+    from harness.kernels.context_chunks import device_chunks
+    from harness.kernels.sparse_prefill import materialise_sparse_prefill
     from oracle.sparse_prefill import masked_forward
     from ports.per_request.sparse import plan_sparse
     from ports.per_request.sparse_prefill import masked_prefill

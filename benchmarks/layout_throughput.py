@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+from harness.cases.suites import load_suite
 from harness.model import Case
-from harness.port import load_port
-from harness.runner import compare_case
-from harness.suites import load_suite
+from harness.sides.loading import load_port
+from harness.sides.runner import compare_case
 from oracle.side import OracleSide
 
 

@@ -13,11 +13,11 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from harness.cases.suites import load_suite
 from harness.kernels import CpuKernels
-from harness.numeric import materialise_merge, materialise_prefill
-from harness.port import load_port
-from harness.runner import compare_merge, compare_prefill
-from harness.suites import load_suite
+from harness.kernels.numeric import materialise_merge, materialise_prefill
+from harness.sides.loading import load_port
+from harness.sides.runner import compare_merge, compare_prefill
 from oracle.side import OracleSide
 
 

@@ -2,7 +2,7 @@
 
 Runs ``parity run --suite smoke --jobs 2`` in this process and samples, every
 50 ms, the peak resident memory (``VmHWM``) of each worker process it starts;
-prints the largest, beside harness.pool.WORKER_MEMORY_BYTES. Printed, never
+prints the largest, beside harness.sides.pool.WORKER_MEMORY_BYTES. Printed, never
 asserted: run it with nothing else on the machine.
 
     .tox/oracle/bin/python -m benchmarks.worker_memory
@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 from harness.cli import main as parity
-from harness.pool import WORKER_MEMORY_BYTES
+from harness.sides.pool import WORKER_MEMORY_BYTES
 
 
 def _children(pid: int) -> list[int]:
@@ -62,7 +62,7 @@ def main() -> None:
     print(f"\nparity run --suite {args.suite} --jobs 2: exit {code}")
     for number, peak in enumerate(workers, 1):
         print(f"worker {number}: peak resident {peak / 2**20:.0f} MiB")
-    print(f"harness.pool.WORKER_MEMORY_BYTES: {WORKER_MEMORY_BYTES / 2**20:.0f} MiB")
+    print(f"harness.sides.pool.WORKER_MEMORY_BYTES: {WORKER_MEMORY_BYTES / 2**20:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ def version_line() -> str:
     distribution may be another checkout's, or none), its commit, and the pin."""
     import tomllib
 
-    from harness.provenance import repository_state
-    from harness.reproduce import harness_root
+    from harness.verdicts.provenance import repository_state
+    from harness.verdicts.reproduce import harness_root
     from oracle.pin import load_pin
 
     with (harness_root() / "pyproject.toml").open("rb") as project:
@@ -117,9 +117,9 @@ def _main(argv: list[str] | None) -> int:
     import signal
     import threading
 
-    from harness.cases import CaseError
+    from harness.cases.fields import CaseError
     from harness.commands.common import UsageError
-    from harness.port import PortLoadError
+    from harness.protocol.port import PortLoadError
 
     # Triton's interpreter evaluates -inf - -inf in numpy before the kernel selects
     # the -inf it wants; the warning is noise in every numeric run.

@@ -23,14 +23,14 @@ Rules (the same as ``parity gate``'s, by construction):
   input, or an entry naming a case, family or port the run cannot have, is a
   usage error, and so is a baseline none of whose entries names the port under
   test), and each failing item is judged *after* it ran, by
-  :func:`harness.baseline.judge_item`, the gate's own rule, matching entries by
+  :func:`harness.verdicts.baseline.judge_item`, the gate's own rule, matching entries by
   the loaded port's ``name`` (or the ``--parity-port`` spelling): an expected
   item is ``xfail`` with the entry's reason; one beyond its entry fails and
   says why. An oracle error is never ``xfail``. Stale entries are the gate's job.
 
 Under pytest-xdist (``-n N``) each xdist worker is one process that compares
 the items it is given in-process: the plugin never starts a worker pool of its
-own (``--jobs`` is the CLI's, :mod:`harness.pool`), and torch runs on one thread
+own (``--jobs`` is the CLI's, :mod:`harness.sides.pool`), and torch runs on one thread
 in every process that compares (:func:`harness.commands.common.select_device`),
 so ``-n N`` keeps N cores busy without oversubscribing them and gives the same
 verdicts and figures as one process.
@@ -49,13 +49,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from harness.port import DEFAULT_PORT_TIMEOUT_S
-from harness.runner import LEVELS, CaseResult, Shard, plan_items, run_item
+from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
+from harness.sides.items import LEVELS, CaseResult
+from harness.sides.runner import Shard, plan_items, run_item
 
 if TYPE_CHECKING:
-    from harness.baseline import BaselineEntry
-    from harness.port import Port
-    from harness.suites import Suite
+    from harness.cases.suites import Suite
+    from harness.protocol.port import Port
+    from harness.verdicts.baseline import BaselineEntry
 
 _T = TypeVar("_T")
 
@@ -183,13 +184,14 @@ def _make_plan(config: pytest.Config) -> _Plan:
     """Every check that can refuse the run, as one usage line (pytest exits 4).
     Cheap option values first, then the suite, the selection, the port, and the
     baseline against both."""
-    from harness.baseline import load_baseline
-    from harness.cases import CaseError
+    from harness.cases.fields import CaseError
+    from harness.cases.suites import load_suite
     from harness.commands.common import UsageError, describe_selection, refuse_empty
     from harness.commands.options import non_negative_int, positive_seconds
-    from harness.port import PortLoadError, load_port
-    from harness.runner import selected_levels
-    from harness.suites import load_suite
+    from harness.protocol.port import PortLoadError
+    from harness.sides.items import selected_levels
+    from harness.sides.loading import load_port
+    from harness.verdicts.baseline import load_baseline
 
     try:
         level = _option_value(config, "--parity-level", _one_of((*LEVELS, "all")))
@@ -220,7 +222,7 @@ def _make_plan(config: pytest.Config) -> _Plan:
         try:
             entries = tuple(load_baseline(Path(baseline_path))) if baseline_path else ()
             if entries:
-                from harness.gate import check_gate_baseline
+                from harness.verdicts.gate import check_gate_baseline
 
                 check_gate_baseline(list(entries), suite, port.name, port_spec)
         except CaseError as exc:
@@ -253,7 +255,7 @@ class _SessionChecks:
     expected more items than it counts fails the session, as the gate's count
     does (fewer is the gate's to say: a session may select a part of the
     suite); an external port whose prefill ran on another layout than its L1
-    answer for the case fails it (harness.summary.check_prefill_layouts); and
+    answer for the case fails it (harness.verdicts.summary.check_prefill_layouts); and
     it says what each L3 level compared of the port."""
 
     def __init__(self, plan: _Plan) -> None:
@@ -277,7 +279,7 @@ class _SessionChecks:
             line = f"parity: beyond baseline: {n} items where {entry.where} counts {entry.items} ({entry.label})"
             if reporter is not None:
                 reporter.write_line(line, red=True)
-        from harness.summary import REPLANNED
+        from harness.verdicts.summary import REPLANNED
 
         replanned = [
             name
@@ -292,7 +294,7 @@ class _SessionChecks:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from harness.port import l3_compares
+        from harness.protocol.port import l3_compares
 
         kinds = {kind for _, kind, _ in self.plan.items}
         for level, what in l3_compares(self.plan.port).items():
@@ -346,8 +348,8 @@ class ParityItem(pytest.Item):
         return state
 
     def runtest(self) -> None:
-        from harness.baseline import EXPECTED, judge_item, port_names
-        from harness.summary import result_row
+        from harness.verdicts.baseline import EXPECTED, judge_item, port_names
+        from harness.verdicts.summary import result_row
 
         state = self._state()
         plan: _Plan = self.config._parity_plan  # type: ignore[attr-defined]
@@ -377,7 +379,7 @@ class ParityItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ParityFailure):
-            from harness.reproduce import reproduce_command
+            from harness.verdicts.reproduce import reproduce_command
 
             r, note = excinfo.value.result, excinfo.value.baseline_note
             plan: _Plan = self.config._parity_plan  # type: ignore[attr-defined]

@@ -61,7 +61,8 @@ from unittest import mock
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig
 from oracle.environment import import_vllm_module
-from oracle.numeric import _Observed, _SharedAttentionBackend, _SharedGatherOps, _SharedProjection
+from oracle.legacy_gather import LegacyGatherOps
+from oracle.numeric import _Observed, _SharedAttentionBackend, _SharedProjection
 from oracle.pin import MLA
 from oracle.side import SparseSideMixin
 
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
     import torch
 
     from harness.kernels import SharedKernels
-    from harness.numeric import MergeInputs, PrefillInputs
+    from harness.kernels.numeric import MergeInputs, PrefillInputs
 
 LEGACY_VERSION = "0.27.1"
 
@@ -389,7 +390,7 @@ class LegacyOracleSide(SparseSideMixin):
     def workspace_size(self, config: WorkspaceConfig) -> int:
         """0.27.1's own sizing; its builder's DCP assertion on the result is
         checked where a case is planned, not here (the sizing function has none)."""
-        from oracle.side import workspace_vllm_config
+        from oracle.vllm_config import workspace_vllm_config
 
         sizing = self._mla.MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size
         return int(sizing(workspace_vllm_config(config)))
@@ -444,41 +445,6 @@ class _LegacySharedBackend(_SharedAttentionBackend):
             self._max_query_len,
             int(chunked.max_seq_lens[chunk_idx]),
         )
-
-
-class _LegacyGatherOps(_SharedGatherOps):
-    """The shared gather; 0.27.1 hands the row count as a 0-d tensor without
-    DCP, and its DCP loop's gather the whole workspace."""
-
-    def gather_and_maybe_dequant_cache(
-        self,
-        src_cache: torch.Tensor,
-        dst: torch.Tensor,
-        block_table: torch.Tensor,
-        cu_seq_lens: torch.Tensor,
-        token_to_seq: torch.Tensor,
-        num_tokens: Any,
-        kv_cache_dtype: str,
-        scale: torch.Tensor,
-        seq_starts: torch.Tensor | None = None,
-    ) -> None:
-        super().gather_and_maybe_dequant_cache(
-            src_cache, dst, block_table, cu_seq_lens, token_to_seq, int(num_tokens), kv_cache_dtype, scale, seq_starts
-        )
-
-    def cp_gather_cache(
-        self,
-        src_cache: torch.Tensor,
-        dst: torch.Tensor,
-        block_table: torch.Tensor,
-        cu_seq_lens: torch.Tensor,
-        batch_size: int,
-        seq_starts: torch.Tensor | None = None,
-    ) -> None:
-        """0.27.1's DCP loop hands its whole workspace as ``dst``; the gather
-        writes the chunk's local rows, ``cu_seq_lens[batch_size]``, from its start."""
-        rows = int(cu_seq_lens[batch_size])
-        super().cp_gather_cache(src_cache, dst[:rows], block_table, cu_seq_lens, batch_size, seq_starts)
 
 
 class _NumericDcpGroup:
@@ -641,7 +607,7 @@ def _legacy_rank_prefill(
 
     group = _NumericDcpGroup(inputs, kernels, rank, chunked) if world > 1 and chunked is not None else None
     with contextlib.ExitStack() as patches:
-        patches.enter_context(mock.patch.object(mla, "ops", _LegacyGatherOps(kernels)))
+        patches.enter_context(mock.patch.object(mla, "ops", LegacyGatherOps(kernels)))
         patches.enter_context(mock.patch.object(mla, "merge_attn_states", merge_with_lse))
         if group is not None:
             patches.enter_context(mock.patch.object(mla, "get_dcp_group", lambda: group))
@@ -682,7 +648,7 @@ def trace_legacy() -> dict[str, list[str]]:
     """Every 0.27.1 symbol this side enters at every level (the trace cases of
     :mod:`oracle.trace` plus :func:`refusal_cases`), with the levels that enter it."""
     from harness.kernels import CpuKernels
-    from harness.numeric import case_prefill_inputs, materialise_merge, materialise_prefill
+    from harness.kernels.numeric import case_prefill_inputs, materialise_merge, materialise_prefill
     from oracle.trace import layout_cases, merge_case, prefill_cases, tracing, workspace_configs
 
     side = LegacyOracleSide()

@@ -38,8 +38,8 @@ from unittest import mock
 import torch
 
 from harness.kernels import SharedKernels
+from harness.kernels.numeric import MergeInputs, PrefillInputs
 from harness.model import Case
-from harness.numeric import MergeInputs, PrefillInputs
 from oracle.environment import import_vllm_module
 from oracle.pin import MLA
 
@@ -51,7 +51,7 @@ Partial = tuple[torch.Tensor, torch.Tensor]
 def merge_states(inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]:
     """Upstream ``merge_attn_states`` (its Triton kernel) with the merged LSE.
 
-    The inputs go in as :func:`harness.numeric.materialise_merge` laid them out,
+    The inputs go in as :func:`harness.kernels.numeric.materialise_merge` laid them out,
     strided and transposed views included: upstream's kernel reads LSEs by their
     strides and partials by their head stride. The outputs are fresh contiguous
     tensors, as ``forward_mha``'s final merge writes into the layer output.
@@ -490,7 +490,7 @@ def check_ranks_agree(
 ) -> None:
     """Raise ``AssertionError`` naming the tensor where two ranks' prefill results
     differ in any bit (shape, dtype or bit pattern)."""
-    from harness.bits import identical_bits
+    from harness.compare.bits import identical_bits
 
     if reference.keys() != other.keys():
         raise AssertionError(

@@ -128,25 +128,3 @@ def check_fingerprints(path: Path | None = None) -> list[SymbolStatus]:
         status = "missing" if found is None else ("ok" if found == pinned else "mismatch")
         statuses.append(SymbolStatus(symbol, pinned, found, status))
     return statuses
-
-
-def record_fingerprints() -> dict[str, str]:
-    """Rewrite the pin's fingerprints from the installed vLLM: every symbol a
-    traced oracle run enters, plus :data:`ALSO_PINNED` (maintainers only).
-
-    Refuses unless the installed release is the pinned one: a new release is
-    pinned by first writing its version and commit id into ``pin.json``.
-    """
-    from oracle.trace import traced_symbols
-
-    release = check_release()
-    if release.status != "ok":
-        raise OracleUnavailable(
-            f"installed vllm {release.found} is not the pinned release {release.expected}; "
-            "update the pin's release fields first"
-        )
-    symbols = sorted({*traced_symbols(), *ALSO_PINNED})
-    pin = load_pin()
-    pin["fingerprints"] = {symbol: fingerprint(resolve(symbol)) for symbol in symbols}
-    PIN_FILE.write_text(json.dumps(pin, indent=2) + "\n", encoding="utf-8")
-    return dict(pin["fingerprints"])

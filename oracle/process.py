@@ -5,7 +5,7 @@ called in-process, as always; any other runs ``python -m oracle.serve`` inside
 its tox environment ``.tox/vllm-X`` (tox.ini, ``requirements/vllm-X.txt``),
 built on first use with ``tox -e vllm-X --notest`` and reused after. The
 process speaks the external-port protocol, so :class:`OracleProcess` is an
-:class:`harness.external.ExternalPort` whose errors are the oracle's: an item
+:class:`harness.protocol.external.ExternalPort` whose errors are the oracle's: an item
 the release refuses (or cannot run) is ``oracle-error`` with its reason.
 
 Each release has its own pin (``oracle/pins/vllm-X.json``: the fingerprints of
@@ -25,14 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.external import ExternalPort, ExternalPortError, merge_request
 from harness.model import Case, Layout, WorkspaceConfig
-from harness.sparse_model import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
+from harness.model.sparse import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
+from harness.protocol.errors import ExternalPortError
+from harness.protocol.external import ExternalPort, merge_request
 
 if TYPE_CHECKING:
     from harness.kernels import SharedKernels
-    from harness.numeric import MergeInputs, PrefillInputs
-    from harness.sparse_prefill import SparsePrefillInputs
+    from harness.kernels.numeric import MergeInputs, PrefillInputs
+    from harness.kernels.sparse_prefill import SparsePrefillInputs
 
 ROOT = Path(__file__).resolve().parent.parent
 RELEASE_SPEC = re.compile(r"vllm==(\d+\.\d+\.\d+)")
@@ -118,7 +119,7 @@ class OracleProcessError(RuntimeError):
 class OracleRefusal(RuntimeError):
     """The release refuses the item: a batch it cannot plan or run, in its own
     words (one line, ``vllm==X: <its reason>``). The only oracle error a
-    baseline may expect (harness/baseline.py)."""
+    baseline may expect (harness/verdicts/baseline.py)."""
 
 
 class OracleProcess(ExternalPort):

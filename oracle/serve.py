@@ -116,7 +116,7 @@ def _viewed(stored: dict[str, Any], views: dict[str, Any]) -> dict[str, Any]:
 
 def rank_caches(case: Any, inputs: Any, rank: int) -> Any:
     """Every DCP rank's cache of ``case``, rebuilt here by the harness's own
-    deterministic code (:func:`harness.numeric.materialise_rank_caches`, the
+    deterministic code (:func:`harness.kernels.numeric.materialise_rank_caches`, the
     case's seed), with every rank held by this process.
 
     Only rank ``rank``'s cache crosses the process boundary (as ``kv_cache``,
@@ -126,9 +126,9 @@ def rank_caches(case: Any, inputs: Any, rank: int) -> Any:
     """
     import torch
 
-    from harness.bits import identical_bits
-    from harness.dcp import OneProcessRanks
-    from harness.numeric import DcpInputs, materialise_rank_caches
+    from harness.compare.bits import identical_bits
+    from harness.kernels.numeric import DcpInputs, materialise_rank_caches
+    from harness.model.dcp import OneProcessRanks
 
     world, interleave = case.dcp_world_size, case.cp_kv_cache_interleave_size
     if not 0 <= rank < world:
@@ -160,21 +160,21 @@ class Server:
         if op == "hello":
             return hello()
         if op == "layout":
-            from harness.cases import case_from_json
+            from harness.cases.files import case_from_json
 
             layout = self.side.plan_layout(case_from_json(request["case"], "request"))
             return {"layout": layout.to_json()}
         if op == "workspace_size":
-            from harness.cases import workspace_config_from_json
+            from harness.cases.files import workspace_config_from_json
 
             config = workspace_config_from_json(request["config"], "request")
             return {"workspace_size": int(self.side.workspace_size(config))}
         if op == "sparse_layout":
-            from harness.sparse_inputs import sparse_case_from_json
+            from harness.cases.sparse_inputs import sparse_case_from_json
 
             return {"sparse_layout": self.side.plan_sparse(sparse_case_from_json(request["case"], "request")).to_json()}
         if op == "sparse_workspace_size":
-            from harness.sparse_inputs import sparse_workspace_config_from_json
+            from harness.cases.sparse_inputs import sparse_workspace_config_from_json
 
             sparse_config = sparse_workspace_config_from_json(request["config"], "request")
             return {"workspace_size": int(self.side.sparse_workspace_size(sparse_config))}
@@ -187,7 +187,7 @@ class Server:
     def _topk_op(self, op: str, request: dict[str, Any]) -> dict[str, Any]:
         from safetensors.torch import load_file, save_file
 
-        from harness.sparse_inputs import topk_mask_case_from_json
+        from harness.cases.sparse_inputs import topk_mask_case_from_json
 
         case = topk_mask_case_from_json(request["case"], "request")
         stored = load_file(request["inputs"])
@@ -204,7 +204,7 @@ class Server:
 
         tensors = _viewed(load_file(request["inputs"]), request["views"])
         if op == "merge":
-            from harness.numeric import MergeInputs
+            from harness.kernels.numeric import MergeInputs
 
             output, lse = self.side.merge_states(
                 MergeInputs(
@@ -217,9 +217,10 @@ class Server:
             )
             outputs = {"output": output, "lse": lse}
         else:
-            from harness.cases import case_from_json, numeric_from_json
+            from harness.cases.fields import numeric_from_json
+            from harness.cases.files import case_from_json
             from harness.kernels import CpuKernels
-            from harness.numeric import PrefillInputs
+            from harness.kernels.numeric import PrefillInputs
 
             scalars = request["scalars"]
             kernels = CpuKernels(scalars["keyless_rows"])
@@ -237,8 +238,8 @@ class Server:
                 poison_block=int(scalars["poison_block"]),
             )
             if op == "oracle_sparse_prefill":
-                from harness.sparse_inputs import sparse_case_from_json
-                from harness.sparse_prefill import SparsePrefillInputs
+                from harness.cases.sparse_inputs import sparse_case_from_json
+                from harness.kernels.sparse_prefill import SparsePrefillInputs
 
                 sparse_case = sparse_case_from_json(request["case"], "request")
                 outputs = self.side.sparse_prefill(sparse_case, SparsePrefillInputs(inputs, tensors["topk"]), kernels)

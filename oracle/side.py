@@ -3,20 +3,20 @@ sizing, called (never copied) and translated into the harness's data model."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig
-from harness.sparse_model import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
+from harness.model.sparse import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
 
 if TYPE_CHECKING:
     import torch
 
     from harness.kernels import SharedKernels
-    from harness.numeric import MergeInputs, PrefillInputs
-    from harness.sparse_prefill import SparsePrefillInputs
+    from harness.kernels.numeric import MergeInputs, PrefillInputs
+    from harness.kernels.sparse_prefill import SparsePrefillInputs
 from oracle.environment import import_vllm_module
 from oracle.pin import MLA
+from oracle.vllm_config import workspace_vllm_config
 
 
 def _ints(tensor: Any) -> tuple[int, ...]:
@@ -27,20 +27,6 @@ def _optional_ints(values: Any) -> tuple[int, ...] | None:
     if values is None:
         return None
     return _ints(values) if hasattr(values, "tolist") else tuple(int(v) for v in values)
-
-
-def workspace_vllm_config(config: WorkspaceConfig) -> SimpleNamespace:
-    """The attributes of a VllmConfig that ``determine_chunked_prefill_workspace_size``
-    reads (0.27.1's and 0.28.0's alike); a stand-in avoids building a whole engine config."""
-    return SimpleNamespace(
-        model_config=SimpleNamespace(max_model_len=config.max_model_len),
-        scheduler_config=SimpleNamespace(max_num_seqs=config.max_num_seqs),
-        cache_config=SimpleNamespace(block_size=config.block_size),
-        parallel_config=SimpleNamespace(
-            decode_context_parallel_size=config.dcp_world_size,
-            cp_kv_cache_interleave_size=config.cp_kv_cache_interleave_size,
-        ),
-    )
 
 
 class SparseSideMixin:
@@ -81,7 +67,7 @@ class SparseSideMixin:
 class OracleSide(SparseSideMixin):
     """Upstream b38e111d3e through the installed vllm==0.28.0.
 
-    Implements the same interface as a port (:class:`harness.port.Port`).
+    Implements the same interface as a port (:class:`harness.protocol.port.Port`).
     """
 
     name = "oracle"

@@ -1,6 +1,6 @@
 """The sparse MLA path's oracle: the installed release's own sparse backend, called.
 
-Every value of a :class:`~harness.sparse_model.SparseLayout` and every L2 tensor
+Every value of a :class:`~harness.model.sparse.SparseLayout` and every L2 tensor
 comes from the release's own functions (module
 ``vllm.model_executor.layers.attention.sparse_mla_attention``, ``SPARSE``):
 
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 from harness.model import Case, Layout
-from harness.sparse_model import Shape, SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
+from harness.model.sparse import Shape, SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
 from oracle.environment import import_vllm_module
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class SparseOracle:
     # -- L1 ---------------------------------------------------------------------------------
 
     def workspace_size(self, config: SparseWorkspaceConfig) -> int:
-        from oracle.side import workspace_vllm_config
+        from oracle.vllm_config import workspace_vllm_config
 
         vllm_config = workspace_vllm_config(config)  # type: ignore[arg-type]
         vllm_config.model_config.hf_config = SimpleNamespace(index_topk=config.index_topk)

@@ -4,7 +4,7 @@ As :mod:`oracle.sparse_prefill`, on 0.27.1's own metadata: its equal-share
 chunked context (every chunk spans the whole batch), its
 ``SparseMLACommonImpl.forward_mha`` and ``_compute_context_mha`` (each chunk
 with rows attends with the whole query, folded with plain merges). Replaced,
-and only these: the gather (:class:`oracle.legacy._LegacyGatherOps`), the
+and only these: the gather (:class:`oracle.legacy_gather.LegacyGatherOps`), the
 projection and the attention (the shared kernels).
 """
 
@@ -16,20 +16,20 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from oracle.sparse_prefill import _Seen, run_forward_mha
+from oracle.sparse_forward import _Seen, run_forward_mha
 
 if TYPE_CHECKING:
     from harness.kernels import SharedKernels
+    from harness.kernels.sparse_prefill import SparsePrefillInputs
     from harness.model import Case
-    from harness.sparse_model import SparseCase
-    from harness.sparse_prefill import SparsePrefillInputs
+    from harness.model.sparse import SparseCase
     from oracle.sparse import SparseOracle
 
 
 def legacy_masked_prefill(
     oracle: SparseOracle, case: SparseCase, planned: Case, inputs: SparsePrefillInputs, kernels: SharedKernels
 ) -> dict[str, torch.Tensor]:
-    from oracle.legacy import _LegacyGatherOps
+    from oracle.legacy_gather import LegacyGatherOps
     from oracle.numeric import _SharedProjection
 
     side, dense = oracle.side, inputs.prefill
@@ -56,7 +56,7 @@ def legacy_masked_prefill(
     )
     impl._concat_k_nope_k_pe = types.MethodType(oracle.mla.MLACommonBaseImpl._concat_k_nope_k_pe, impl)
     return run_forward_mha(
-        oracle, case, inputs, kernels, impl, prefill, dense.kv_cache, _LegacyGatherOps(kernels), _Seen()
+        oracle, case, inputs, kernels, impl, prefill, dense.kv_cache, LegacyGatherOps(kernels), _Seen()
     )
 
 

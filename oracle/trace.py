@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.model import PRESETS, Case, MergeCase, WorkspaceConfig
 from oracle.environment import OracleUnavailable, import_vllm_module
+from oracle.pin import ALSO_PINNED, PIN_FILE, check_release, fingerprint, load_pin, resolve
 
 if TYPE_CHECKING:
     from oracle.side import OracleSide
@@ -182,7 +183,7 @@ def prefill_cases() -> tuple[Case, ...]:
 def run_levels(side: OracleSide, trace: Trace) -> None:
     """Drive ``side`` through every level, tagging what each level enters."""
     from harness.kernels import CpuKernels
-    from harness.numeric import materialise_merge, materialise_prefill
+    from harness.kernels.numeric import materialise_merge, materialise_prefill
 
     trace.level = "layout"
     for case in layout_cases():
@@ -249,3 +250,23 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
+
+
+def record_fingerprints() -> dict[str, str]:
+    """Rewrite the pin's fingerprints from the installed vLLM: every symbol a
+    traced oracle run enters, plus :data:`ALSO_PINNED` (maintainers only).
+
+    Refuses unless the installed release is the pinned one: a new release is
+    pinned by first writing its version and commit id into ``pin.json``.
+    """
+    release = check_release()
+    if release.status != "ok":
+        raise OracleUnavailable(
+            f"installed vllm {release.found} is not the pinned release {release.expected}; "
+            "update the pin's release fields first"
+        )
+    symbols = sorted({*traced_symbols(), *ALSO_PINNED})
+    pin = load_pin()
+    pin["fingerprints"] = {symbol: fingerprint(resolve(symbol)) for symbol in symbols}
+    PIN_FILE.write_text(json.dumps(pin, indent=2) + "\n", encoding="utf-8")
+    return dict(pin["fingerprints"])

@@ -1,11 +1,11 @@
 """The coverage table as ``parity coverage`` prints it and the nightly report
-and the README show it, from :class:`harness.coverage.JudgedCoverage`."""
+and the README show it, from :class:`harness.search.coverage.JudgedCoverage`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from harness.coverage import FEATURE_BY_ID, JudgedCoverage, Value, Verdict, beyond, verdict_word
+from harness.search.coverage import FEATURE_BY_ID, JudgedCoverage, Value, Verdict, beyond, verdict_word
 
 
 def format_measured(feature_id: str, value: Value) -> str:

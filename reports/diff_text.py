@@ -16,10 +16,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from harness.bits import ulp_of_larger_text, ulp_text
+from harness.compare.bits import ulp_of_larger_text, ulp_text
 from harness.model import Case, Chunk, Layout, MergeCase, WorkspaceConfig
-from harness.runner import PARITY, CaseResult
-from harness.sparse_model import SparseWorkspaceConfig
+from harness.model.sparse import SparseWorkspaceConfig
+from harness.sides.items import PARITY, CaseResult
 
 
 def _short(values: Sequence[object], limit: int = 4) -> str:
@@ -232,7 +232,7 @@ def first_mismatch_token(result: CaseResult) -> int | None:
 def _rank_lines(chunk: Chunk, k: int, world: int, interleave: int) -> list[str]:
     """One line per rank: the context rows (global positions) it contributes
     for chunk-local request ``k``, and the padding rows it drops."""
-    from harness.dcp import global_positions
+    from harness.model.dcp import global_positions
 
     assert chunk.local_starts is not None and chunk.padded_local_seq_lens is not None
     assert chunk.local_context_lens_allranks is not None

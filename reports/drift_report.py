@@ -1,5 +1,5 @@
 """The drift report ``parity drift`` writes: ``<out>/<date>.json`` (the record of
-:func:`harness.drift.drift_record`) and ``<out>/<date>.md`` rendered from it,
+:func:`harness.night.drift.drift_record`) and ``<out>/<date>.md`` rendered from it,
 and the nightly report's "Upstream since the pin" lines from the latest one.
 
 Everything here renders a record (a dict as the JSON holds it), so a report
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.drift import DRIFT_REPORTS, latest_drift_report
+from harness.night.drift import DRIFT_REPORTS, latest_drift_report
 
 __all__ = ["DRIFT_REPORTS", "latest_drift_report"]
 

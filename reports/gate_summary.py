@@ -14,13 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.reproduce import printed_id, reproduce_from_meta
-from harness.runner import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR
-from harness.summary import layout_causes, message_groups
+from harness.sides.items import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR
+from harness.verdicts.reproduce import printed_id, reproduce_from_meta
+from harness.verdicts.summary import layout_causes, message_groups
 from reports.run_summary import numeric_text
 
 if TYPE_CHECKING:
-    from harness.gate import GateOutcome
+    from harness.verdicts.gate import GateOutcome
 
 SHOWN = 10
 

@@ -1,6 +1,6 @@
 """The GPU report (``reports/gpu/<date>.md``) from the JSON benchmarks/gpu_report.py
 writes, and the pieces of it the nightly report's GPU section shows (the latest
-such JSON, loaded by harness.nightly.latest_gpu_report; reports/nightly.py renders it).
+such JSON, loaded by harness.night.nightly.latest_gpu_report; reports/nightly.py renders it).
 
 Every figure comes from the JSON; nothing here measures or judges anything.
 """
@@ -19,9 +19,9 @@ def __getattr__(name: str) -> Any:
     the report without importing reports/); re-exported lazily, so rendering a
     report here does not import the harness."""
     if name in ("GPU_REPORTS", "latest_gpu_report"):
-        import harness.nightly
+        import harness.night.nightly
 
-        return getattr(harness.nightly, name)
+        return getattr(harness.night.nightly, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.runner import RunResult
-from harness.summary import summarise_table
+from harness.sides.items import RunResult
+from harness.verdicts.summary import summarise_table
 
 
 def run_document(run: RunResult, table: pd.DataFrame) -> dict[str, Any]:

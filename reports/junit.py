@@ -13,13 +13,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.baseline import EXPECTED, NEW
-from harness.reproduce import printed_id, reproduce_from_meta
-from harness.runner import NOT_RUN, ORACLE_ERROR
-from harness.summary import layout_causes
+from harness.sides.items import NOT_RUN, ORACLE_ERROR
+from harness.verdicts.baseline import EXPECTED, NEW
+from harness.verdicts.reproduce import printed_id, reproduce_from_meta
+from harness.verdicts.summary import layout_causes
 
 if TYPE_CHECKING:
-    from harness.gate import GateOutcome
+    from harness.verdicts.gate import GateOutcome
 
 
 def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:

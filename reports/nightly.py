@@ -17,7 +17,7 @@ failing item carries the ``parity diff`` command that reproduces it; the kill
 matrix says n/a where no item of a level reaches a mutant's fault; each port has
 one colour in every plot (reports/nightly_plots.py, which draws them).
 
-The night's data (Night, PortNight, the history store) is harness/nightly.py's;
+The night's data (Night, PortNight, the history store) is harness/night/nightly.py's;
 this module only renders it (:func:`write_report` is the night's writer).
 """
 
@@ -33,7 +33,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.nightly import (
+from harness.night.history import DEFAULT_EXPLORE_BUDGET_S, numeric_defaults
+from harness.night.nightly import (
     EXPECTED_ONLY,
     FAIL,
     INCOMPLETE,
@@ -49,9 +50,8 @@ from harness.nightly import (
     read_history,
     tally,
 )
-from harness.nightly_history import DEFAULT_EXPLORE_BUDGET_S, numeric_defaults
-from harness.reproduce import printed_id, reproduce_command
-from harness.runner import LEVELS, PARITY
+from harness.sides.items import LEVELS, PARITY
+from harness.verdicts.reproduce import printed_id, reproduce_command
 from reports.coverage import headline, table_rows
 from reports.coverage import render_markdown as coverage_markdown
 from reports.drift_report import upstream_since_pin
@@ -253,7 +253,7 @@ def explore_table(result: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame([{c: run[c] for c in columns} for run in result["properties"]], columns=columns)
 
 
-# A level none of whose items calls a mutant's fault cannot catch it (harness/mutants.py's reach pass).
+# A level none of whose items calls a mutant's fault cannot catch it (harness/search/mutants.py's reach pass).
 NOT_REACHED = "n/a"
 NOWHERE = "n/a at every level run"
 KILL_CLASS = {"killed": "pass", "survived": "fail", "SURVIVED": "fail", NOT_REACHED: "na", NOWHERE: "na"}
@@ -747,7 +747,7 @@ def render_markdown(night: Night, history: pd.DataFrame | None = None) -> str:
 
 
 def write_report(night: Night, out_dir: Path, history: pd.DataFrame) -> Path:
-    """The night's writer (harness.nightly.WriteReport): ``report.md`` and
+    """The night's writer (harness.night.nightly.WriteReport): ``report.md`` and
     ``index.html`` in ``out_dir``; ``history`` is what the history plots show."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.md").write_text(render_markdown(night, history), encoding="utf-8")

@@ -7,7 +7,7 @@ artist drawn for a port carries the gid ``port:NAME``, so
 port got; the page records that on each plot (``data-port-colours``) beside its
 colour key, and tests/test_report_browser.py checks both against the pixels.
 
-The history keeps reduced nights (:func:`harness.nightly_history.reduced_reasons`)
+The history keeps reduced nights (:func:`harness.night.history.reduced_reasons`)
 apart from full nights: their points are their own dotted series with diamond
 markers, never a point on the full nights' line. The parity rate's axis is
 zoomed to the values shown, so a drop from 100% to 98% is seen.
@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.nightly import Night, PortNight
+from harness.night.nightly import Night, PortNight
 
 # The oracle's bars (it is no port): a grey no port is given.
 ORACLE_COLOUR = "#444444"

@@ -1,12 +1,12 @@
 """The summary ``parity run`` prints, and the one-line numeric verdict the gate
-summary shares, rendered from :func:`harness.summary.summarise_table`'s dict."""
+summary shares, rendered from :func:`harness.verdicts.summary.summarise_table`'s dict."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from harness.bits import histogram_text, max_distance_text, ulp_of_larger_text
-from harness.runner import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR
+from harness.compare.bits import histogram_text, max_distance_text, ulp_of_larger_text
+from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR
 
 
 def numeric_text(numeric: dict[str, Any]) -> str:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from harness.sparse_compare import route_reasons
-from harness.sparse_model import SparseCase, SparseWorkspaceConfig, TopkMaskCase
+from harness.compare.sparse import route_reasons
+from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 
 if TYPE_CHECKING:
-    from harness.runner import CaseResult
+    from harness.sides.items import CaseResult
 
 
 def _outcome(result: CaseResult) -> list[str]:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness.model import Case
-from harness.port import Port, load_port
+from harness.protocol.port import Port
+from harness.sides.loading import load_port
 
 
 @pytest.fixture(scope="session")

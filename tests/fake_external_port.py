@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("TRITON_INTERPRET", "1")  # the merge runs per_request's Triton kernel on CPU
 
-from harness.cases import case_from_json
+from harness.cases.files import case_from_json
 from harness.model import WorkspaceConfig, layout_from_json
 from ports.per_request import PORT
 
@@ -92,7 +92,7 @@ def corrupt(tensors: dict[str, torch.Tensor], fault: str) -> dict[str, torch.Ten
 def merge(request: dict[str, Any]) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    from harness.numeric import MergeInputs
+    from harness.kernels.numeric import MergeInputs
 
     tensors = load_file(request["inputs"])
     inputs = MergeInputs(

@@ -11,11 +11,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.baseline import (
+from harness.cases.fields import CaseError
+from harness.cases.suites import load_suite
+from harness.verdicts.baseline import (
     EXPECTED,
     NEW,
     SuiteTargets,
-    apply_baseline,
     check_baseline_targets,
     divergent_field,
     judge_item,
@@ -23,8 +24,7 @@ from harness.baseline import (
     measure_entries,
     port_names,
 )
-from harness.cases import CaseError
-from harness.suites import load_suite
+from harness.verdicts.judge import apply_baseline
 
 PORTS = port_names("equal_share", "equal_share")
 PREFILL: dict[str, Any] = {
@@ -194,7 +194,7 @@ def test_the_port_is_refused_before_any_of_its_targets(tmp_path: Path, smoke_tar
 def test_entries_match_the_port_by_its_name_and_by_its_port_spelling(
     tmp_path: Path, smoke_targets: SuiteTargets, spec: str
 ) -> None:
-    from harness.port import load_port
+    from harness.sides.loading import load_port
 
     name = load_port(spec).name
     assert name != spec  # the two spellings differ, so both must be accepted

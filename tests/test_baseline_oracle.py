@@ -11,10 +11,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.baseline import EXPECTED, NEW, check_baseline_oracle, judge_item, load_baseline, measure_entries
-from harness.cases import CaseError
+from harness.cases.fields import CaseError
 from harness.cli import main
-from harness.runner import DIVERGENT, ORACLE_ERROR
+from harness.sides.items import DIVERGENT, ORACLE_ERROR
+from harness.verdicts.baseline import EXPECTED, NEW, check_baseline_oracle, judge_item, load_baseline, measure_entries
 from oracle.pin import load_pin
 
 PINNED = load_pin()["release"]
@@ -82,7 +82,7 @@ def test_a_refusal_entry_counts_its_items_exactly(tmp_path: Path) -> None:
     """An oracle that came to refuse more batches (or fewer) than were measured
     fails the gate: each refusal is an item not compared. The refusals beyond
     the count are new (the entry lives on); fewer make the entry miscounted."""
-    from harness.baseline import apply_baseline
+    from harness.verdicts.judge import apply_baseline
 
     entries = load_baseline(write(tmp_path, [refusal_entry(items=2)], oracle=LEGACY))
 

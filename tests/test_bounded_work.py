@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import pool
+from harness.cases.suites import load_suite
 from harness.cli import main
-from harness.suites import load_suite
+from harness.sides import pool
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "smoke-dcp3-padded"

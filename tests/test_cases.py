@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from harness.cases import CaseError, case_from_json, load_case_file, load_cases, write_case_file
+from harness.cases.fields import CaseError
+from harness.cases.files import case_from_json, load_case_file, load_cases, write_case_file
 
 GOOD: dict[str, Any] = {
     "name": "ok",

@@ -17,7 +17,7 @@ import pytest
 from harness.cli import build_parser, main
 from harness.commands import common
 from harness.commands.options import PORT_FORMS
-from harness.runner import CaseResult
+from harness.sides.items import CaseResult
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -148,7 +148,7 @@ def test_version_names_the_harness_and_the_pin(capsys: pytest.CaptureFixture[str
 
 
 def test_list_names_what_the_harness_knows(capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.suites import load_suite, suite_names
+    from harness.cases.suites import load_suite, suite_names
     from ports.mutants import MUTANTS
 
     assert main(["list", "suites"]) == 0
@@ -245,7 +245,7 @@ def test_merge_judges_shards_with_the_baseline_they_ran_with(
 
 
 def test_a_gate_with_a_timeout_reproduces_with_it() -> None:
-    from harness.reproduce import reproduce_command
+    from harness.verdicts.reproduce import reproduce_command
 
     assert "--timeout 3" in reproduce_command("skew-0001", "layout", "ci", "per_request", timeout_s=3.0)
     assert "--timeout" not in reproduce_command("skew-0001", "layout", "ci", "per_request", timeout_s=300.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.compare import Divergence, describe, first_layout_divergence
+from harness.compare.dense import Divergence, describe, first_layout_divergence
 from harness.model import Layout
 from ports.per_request import PORT
 from tests.conftest import make_case

@@ -11,8 +11,14 @@ from typing import Any
 import pytest
 import torch
 
+from harness.cases.suites import Suite, load_suite, suite_names
 from harness.cli import main
-from harness.coverage import (
+from harness.kernels.numeric import materialise_merge
+from harness.model import PRESETS, Case, MergeCase, WorkspaceConfig
+from harness.model.sparse import SparseCase, SparseWorkspaceConfig
+from harness.night.nightly import Night
+from harness.protocol.port import Port
+from harness.search.coverage import (
     FEATURES,
     REFUSAL_FEATURES,
     TARGETS_FILE,
@@ -26,12 +32,6 @@ from harness.coverage import (
     oracle_chunks,
     value_view,
 )
-from harness.model import PRESETS, Case, MergeCase, WorkspaceConfig
-from harness.nightly import Night
-from harness.numeric import materialise_merge
-from harness.port import Port
-from harness.sparse_model import SparseCase, SparseWorkspaceConfig
-from harness.suites import Suite, load_suite, suite_names
 from reports.coverage import render_markdown, render_text
 from reports.nightly import render_html
 from reports.nightly import render_markdown as night_markdown
@@ -234,7 +234,7 @@ def _unmaterialisable(case: MergeCase) -> Any:
 
 
 def test_refused_inputs_cover_nothing_but_their_refusal_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("harness.numeric.materialise_merge", _unmaterialisable)
+    monkeypatch.setattr("harness.kernels.numeric.materialise_merge", _unmaterialisable)
     refused = measure(SYNTHETIC, RefusingOracle()).values
     nothing = measure(Suite("empty", (), ()), RefusingOracle()).values
     counts = {
@@ -251,7 +251,7 @@ def test_refused_inputs_cover_nothing_but_their_refusal_count(monkeypatch: pytes
 
 
 def test_a_refusal_fails_the_verdict_with_or_without_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("harness.numeric.materialise_merge", _unmaterialisable)
+    monkeypatch.setattr("harness.kernels.numeric.materialise_merge", _unmaterialisable)
     refused = measure(SYNTHETIC, RefusingOracle())
     for rows in ([], [_target(f, "at_most", 0) for f in REFUSAL_FEATURES]):
         judged = judge(refused, rows)

@@ -24,11 +24,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.cases import load_case_file
+from harness.cases.files import load_case_file
+from harness.cases.suites import load_suite
 from harness.kernels import CpuKernels
-from harness.port import Port, load_port
-from harness.runner import DIVERGENT, PARITY, compare_merge, compare_prefill
-from harness.suites import load_suite
+from harness.protocol.port import Port
+from harness.sides.items import DIVERGENT, PARITY
+from harness.sides.loading import load_port
+from harness.sides.runner import compare_merge, compare_prefill
 from ports.per_request.metadata import build_layout
 from tests.conftest import TEST_DEVICE, make_case
 

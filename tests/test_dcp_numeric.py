@@ -9,15 +9,16 @@ import dataclasses
 import pytest
 import torch
 
-from harness.bits import identical_bits
 from harness.cli import main
-from harness.context_chunks import planned_chunk_partials
-from harness.dcp import OneProcessRanks, global_positions, rank_context_len
+from harness.compare.bits import identical_bits
 from harness.kernels import CpuKernels
+from harness.kernels.context_chunks import planned_chunk_partials
+from harness.kernels.numeric import case_prefill_inputs, materialise_rank_caches
 from harness.model import PRESETS, Case, Layout
-from harness.numeric import case_prefill_inputs, materialise_rank_caches
-from harness.port import Port
-from harness.runner import PARITY, compare_case, compare_prefill
+from harness.model.dcp import OneProcessRanks, global_positions, rank_context_len
+from harness.protocol.port import Port
+from harness.sides.items import PARITY
+from harness.sides.runner import compare_case, compare_prefill
 from ports.mutants import MUTANTS
 
 
@@ -156,8 +157,8 @@ def test_diff_prints_the_per_rank_picture(capsys: pytest.CaptureFixture[str]) ->
 def test_the_picture_shows_a_port_layout_that_places_rows_otherwise(per_request: Port, equal_share: Port) -> None:
     """Where the port's layout cuts the request elsewhere (the legacy grid), its
     picture follows the oracle's; each names the rows of every rank."""
-    from harness.bits import compare_bits
-    from harness.runner import DIVERGENT, CaseResult
+    from harness.compare.bits import compare_bits
+    from harness.sides.items import DIVERGENT, CaseResult
     from reports.diff_text import format_rank_picture
 
     case = dcp_case((40, 70), 2, 1, 64)

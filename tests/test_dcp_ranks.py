@@ -16,16 +16,18 @@ from typing import Any
 import pytest
 import torch
 
-from harness.bits import identical_bits
-from harness.cases import write_case_file
-from harness.dcp import DCP_BACKENDS
-from harness.dcp_ranks import DCP_BACKEND_CHOICES, RealRanks, close_pools, prefill_on_ranks, prestart
-from harness.generate import generate_prefill
+from harness.cases.files import write_case_file
+from harness.cases.generate import generate_prefill
+from harness.compare.bits import identical_bits
 from harness.kernels import kernels_for, kernels_for_case
+from harness.kernels.numeric import PrefillInputs, case_prefill_inputs
 from harness.model import Case
-from harness.numeric import PrefillInputs, case_prefill_inputs
-from harness.port import Port, load_port
-from harness.runner import PARITY, PORT_ERROR, compare_prefill
+from harness.model.dcp import DCP_BACKENDS
+from harness.protocol.port import Port
+from harness.sides.dcp_ranks import DCP_BACKEND_CHOICES, RealRanks, close_pools, prefill_on_ranks, prestart
+from harness.sides.items import PARITY, PORT_ERROR
+from harness.sides.loading import load_port
+from harness.sides.runner import compare_prefill
 
 GLOO = RealRanks("gloo", "per_request")
 

@@ -16,16 +16,18 @@ from typing import Any
 import pytest
 import torch
 
-from harness.bits import compare_bits
-from harness.cases import CaseError
+from harness.cases.fields import CaseError
+from harness.cases.suites import load_suite
 from harness.cli import main
 from harness.commands.diff import diff_kinds
-from harness.explore import PROPERTIES, write_find
+from harness.compare.bits import compare_bits
 from harness.model import Case, MergeCase, WorkspaceConfig
-from harness.port import Port, load_port
-from harness.reproduce import resolve_item
-from harness.runner import LEVELS, PARITY, CaseResult, compare_case, compare_workspace, item_id, plan_items
-from harness.suites import load_suite
+from harness.protocol.port import Port
+from harness.search.explore import PROPERTIES, write_find
+from harness.sides.items import LEVELS, PARITY, CaseResult, item_id
+from harness.sides.loading import load_port
+from harness.sides.runner import compare_case, compare_workspace, plan_items
+from harness.verdicts.reproduce import resolve_item
 from reports.diff_text import format_diff, format_tensor_verdict, format_workspace_diff, merge_case_lines
 from tests.conftest import make_case
 
@@ -287,7 +289,7 @@ def test_diff_json_of_a_merge_item_holds_tensor_statistics(
     merge = load_suite("smoke").merge_cases[0]
     code = main(["diff", f"smoke/{merge.name}[merge]", "--port", "mutant:merge-in-bf16", "--json", str(out)])
     stdout = capsys.readouterr().out
-    from harness.runner import compare_merge
+    from harness.sides.runner import compare_merge
 
     expected = compare_merge(oracle, load_port("mutant:merge-in-bf16"), merge)
     assert code == (0 if expected.ok else 1)

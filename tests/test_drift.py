@@ -18,7 +18,10 @@ from typing import Any
 import pytest
 
 import harness.cli
-from harness.drift import (
+from harness.cases.suites import Suite, load_suite
+from harness.kernels import kernels_for
+from harness.model import Case, Layout, WorkspaceConfig
+from harness.night.drift import (
     BOTH_REFUSE,
     CHANGED,
     MISSING,
@@ -37,11 +40,8 @@ from harness.drift import (
     release_record,
     symbol_drift,
 )
-from harness.kernels import kernels_for
-from harness.model import Case, Layout, WorkspaceConfig
-from harness.port import Port
-from harness.runner import DIVERGENT, PARITY
-from harness.suites import Suite, load_suite
+from harness.protocol.port import Port
+from harness.sides.items import DIVERGENT, PARITY
 from oracle.pin import MLA, load_pin, pinned_symbols
 from reports.drift_report import latest_drift_report, render_markdown, upstream_since_pin, write_reports
 
@@ -146,14 +146,14 @@ def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SourceSnaps
 def _read_with_path(folder: Path, symbols: list[str]) -> SourceSnapshot:
     import subprocess
 
-    import harness.drift
+    import harness.night.drift
 
     done = subprocess.run(
         [sys.executable, "-m", "oracle.sources"],
         input=json.dumps(symbols),
         capture_output=True,
         text=True,
-        cwd=harness.drift.ROOT,
+        cwd=harness.night.drift.ROOT,
         check=True,
     )
     return SourceSnapshot.from_json(json.loads(done.stdout))
@@ -350,7 +350,7 @@ def test_report_round_trip_names_the_symbol_field_and_verdict(
 
 
 def test_read_sources_failure_is_one_line(tmp_path: Path) -> None:
-    from harness.drift import DriftError
+    from harness.night.drift import DriftError
 
     with pytest.raises(DriftError, match=r"oracle\.sources exited 2: .*not 'module:qual\.name'"):
         read_sources(sys.executable, ["no-colon"])
@@ -394,14 +394,14 @@ def test_out_that_is_a_file_is_one_line_exit_2(
 
 
 def _requirements(tmp_path: Path, versions: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness.drift
+    import harness.night.drift
     import oracle.process
 
     (tmp_path / "requirements").mkdir()
     for version in versions:
         (tmp_path / "requirements" / f"vllm-{version}.txt").write_text(f"vllm=={version}\n", encoding="utf-8")
     monkeypatch.setattr(oracle.process, "ROOT", tmp_path)
-    monkeypatch.setattr(harness.drift, "ROOT", tmp_path)
+    monkeypatch.setattr(harness.night.drift, "ROOT", tmp_path)
 
 
 def test_default_releases_are_those_newer_than_the_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -438,7 +438,7 @@ def test_environment_build_failure_is_one_line_exit_2(
 
 
 def test_error_classes_fold_numbers_and_the_release_name() -> None:
-    from harness.drift import error_class
+    from harness.night.drift import error_class
 
     first = error_class("OracleProcessError: vllm==0.33.0: ValueError: 12 rows over 3 requests")
     second = error_class("OracleProcessError: vllm==1.2.3: ValueError: 7 rows over 1 requests")

@@ -288,7 +288,7 @@ def test_external_json_is_not_coerced() -> None:
         layout_from_json({**chunkless, "empty_token_slices": [["7", "14"]]})
     assert layout_from_json({**chunkless, "empty_token_slices": [[7, 14]]}).empty_token_slices == ((7, 14),)
     from harness.model import chunk_from_json
-    from harness.port import load_port
+    from harness.sides.loading import load_port
     from tests.conftest import make_case
 
     chunk = load_port("per_request").plan_layout(make_case([40, 8])).chunks[0].to_json()
@@ -312,7 +312,7 @@ def test_merge_refuses_shards_whose_items_are_not_the_runs(tmp_path: Path, capsy
 def test_output_files_do_not_change_the_source_digest(tmp_path: Path) -> None:
     """Resume identity follows the sources, not git's dirty flag: a results file
     written into the tree does not make a resume refuse itself."""
-    from harness.provenance import source_digest
+    from harness.verdicts.provenance import source_digest
 
     root = tmp_path / "tree"
     shutil.copytree(ROOT / "harness", root / "harness", ignore=shutil.ignore_patterns("__pycache__"))
@@ -371,11 +371,12 @@ def test_nightly_shards_must_add_up(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_an_oracle_layout_typed_loosely_is_an_oracle_error() -> None:
     """An int where the oracle's bool belongs would compare equal to the port's
     bool only after coercion: the oracle's layout is typed like the port's."""
-    from harness.cases import load_case_file
-    from harness.oracle_cache import CachedOracle
-    from harness.port import PortValueError
-    from harness.runner import ORACLE_ERROR, compare_case, compare_workspace
-    from harness.suites import load_suite
+    from harness.cases.files import load_case_file
+    from harness.cases.suites import load_suite
+    from harness.protocol.port import PortValueError
+    from harness.sides.items import ORACLE_ERROR
+    from harness.sides.oracle_cache import CachedOracle
+    from harness.sides.runner import compare_case, compare_workspace
     from ports.per_request import PerRequestPort
     from tests.value_ports import IntContinuationPort, NumpyWorkspacePort
 
@@ -401,15 +402,15 @@ def test_an_item_the_run_loses_is_not_run(
 ) -> None:
     """A result stream that ends one item short (a harness fault) leaves that
     item not-run: the verdict is INCOMPLETE, never PASS."""
-    import harness.pool
-    from harness.pool import ItemStream
+    import harness.sides.pool
+    from harness.sides.pool import ItemStream
 
-    real = harness.pool.stream_items
+    real = harness.sides.pool.stream_items
 
     def one_short(*args: Any, **kwargs: Any) -> ItemStream:
         return ItemStream(iter(list(real(*args, **kwargs))[1:]), None)
 
-    monkeypatch.setattr(harness.pool, "stream_items", one_short)
+    monkeypatch.setattr(harness.sides.pool, "stream_items", one_short)
     report = tmp_path / "run.json"
     code = main(["run", "--suite", "smoke", "--level", "layout", "--port", "per_request", "--json", str(report)])
     capsys.readouterr()

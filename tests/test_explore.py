@@ -18,13 +18,15 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import find as hypothesis_find
 from hypothesis import seed as hypothesis_seed
 
-from harness.cases import case_from_json, load_case_file
-from harness.explore import CLEAN, FOUND, INCOMPLETE, explore, layout_cases
+from harness.cases.files import case_from_json, load_case_file
 from harness.kernels import CpuKernels
 from harness.model import Case
-from harness.port import Port, load_port
-from harness.reproduce import program_words
-from harness.runner import PARITY, compare_case
+from harness.protocol.port import Port
+from harness.search.explore import CLEAN, FOUND, INCOMPLETE, explore, layout_cases
+from harness.sides.items import PARITY
+from harness.sides.loading import load_port
+from harness.sides.runner import compare_case
+from harness.verdicts.reproduce import program_words
 from tests.explore_ports import RANKS_PER_NODE
 
 PLANTED = "tests.explore_ports:NODE_RANK_TABLE"
@@ -166,7 +168,7 @@ def test_a_second_run_replays_the_find_from_the_database(planted: tuple[int, str
 def test_the_fixed_suites_miss_the_planted_bug(oracle: Port) -> None:
     """The premise, computed: the planted port differs from per_request only on
     DCP worlds above 8, and no ci case there makes it diverge."""
-    from harness.suites import load_suite
+    from harness.cases.suites import load_suite
 
     port = load_port(PLANTED)
     suite = load_suite("ci")

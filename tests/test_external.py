@@ -135,7 +135,7 @@ def test_prefill_over_the_protocol_is_judged_as_in_process(tmp_path: Path, capsy
     every smoke prefill item is then at parity, as per_request's in-process
     prefill is; a fold that writes a continuation instead of merging it is not."""
     code, rows = rows_of(tmp_path, capsys, "--suite", "smoke", "--level", "prefill", "--port", f"cmd:{FAKE} --prefill")
-    from harness.suites import load_suite
+    from harness.cases.suites import load_suite
 
     assert code == 0 and set(rows) == {c.name for c in load_suite("smoke").cases if c.numeric is not None}
     assert {r["status"] for r in rows.values()} == {"parity"} and {r["level"] for r in rows.values()} == {"prefill"}
@@ -219,10 +219,10 @@ def test_a_port_that_stops_reading_times_out(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_a_layout_the_workspace_cannot_hold_is_the_ports_error() -> None:
-    from harness.cases import load_case_file
-    from harness.context_chunks import planned_chunk_partials
+    from harness.cases.files import load_case_file
     from harness.kernels import kernels_for
-    from harness.numeric import materialise_prefill
+    from harness.kernels.context_chunks import planned_chunk_partials
+    from harness.kernels.numeric import materialise_prefill
     from ports.per_request import PORT
 
     (case,) = load_case_file(Path(NUMERIC[0]))

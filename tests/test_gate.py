@@ -10,9 +10,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.baseline import SuiteTargets, measure_entries
+from harness.cases.suites import load_suite
 from harness.cli import main
-from harness.suites import load_suite
+from harness.verdicts.baseline import SuiteTargets, measure_entries
 from tests.conftest import make_case
 
 BASELINE = Path(__file__).resolve().parent.parent / "cases" / "baselines" / "equal_share.json"

@@ -8,12 +8,12 @@ import subprocess
 import sys
 from collections import Counter
 
-from harness.cases import case_from_json
-from harness.generate import FAMILIES, WORST_CASE_CONTEXT, generate
-from harness.suites import load_suite
+from harness.cases.files import case_from_json
+from harness.cases.generate import FAMILIES, WORST_CASE_CONTEXT, generate
+from harness.cases.suites import load_suite
 
 SNIPPET = (
-    "import hashlib, json; from harness.generate import generate; "
+    "import hashlib, json; from harness.cases.generate import generate; "
     "print(hashlib.sha256(json.dumps([c.to_json() for c in generate(123, 300)]).encode()).hexdigest())"
 )
 

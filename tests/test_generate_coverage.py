@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.cases import case_from_json
-from harness.generate import (
+from harness.cases.files import case_from_json
+from harness.cases.generate import (
     COVERAGE_FAMILIES,
     HYBRID_BLOCK_SIZES,
     NUMERIC_COVERAGE_FAMILIES,
@@ -30,9 +30,9 @@ from harness.generate import (
     generate_prefill,
     legacy_grid_has_keyless_rows,
 )
+from harness.cases.suites import SUITES_FILE, Suite, load_suite, workspace_grid
 from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES, Case, Layout, WorkspaceConfig
-from harness.port import Port
-from harness.suites import SUITES_FILE, Suite, load_suite, workspace_grid
+from harness.protocol.port import Port
 from ports.per_request.metadata import build_layout
 
 INT32_LIMIT = 1 << 31
@@ -213,7 +213,7 @@ def test_every_coverage_case_is_valid_input() -> None:
 
 
 SNIPPET = (
-    "import hashlib, json; from harness.generate import generate, generate_prefill, COVERAGE_FAMILIES, "
+    "import hashlib, json; from harness.cases.generate import generate, generate_prefill, COVERAGE_FAMILIES, "
     "NUMERIC_COVERAGE_FAMILIES; "
     "cases = list(generate(5, 40, list(COVERAGE_FAMILIES))) "
     "+ list(generate_prefill(5, 9, 'narrow', 1, NUMERIC_COVERAGE_FAMILIES)); "

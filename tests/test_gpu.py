@@ -23,8 +23,10 @@ from harness.kernels import (
     reference_attention,
 )
 from harness.model import KEYLESS_ROWS, PRESETS, Case
-from harness.port import Port, load_port
-from harness.runner import DIVERGENT, PARITY, compare_prefill
+from harness.protocol.port import Port
+from harness.sides.items import DIVERGENT, PARITY
+from harness.sides.loading import load_port
+from harness.sides.runner import compare_prefill
 from tests.conftest import TEST_DEVICE, make_case
 
 pytestmark = pytest.mark.skipif(

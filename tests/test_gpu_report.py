@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
+from harness.cases.suites import load_suite
 from harness.kernels import CpuKernels, CudaKernels, kernels_for, unpadded_lse
-from harness.suites import load_suite
 from reports.gpu import latest_gpu_report, render_markdown
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,14 +14,15 @@ from typing import Any
 import pytest
 import torch
 
-import harness.numeric
-import harness.sparse_prefill
+import harness.kernels.numeric
+import harness.kernels.sparse_prefill
+from harness.cases.suites import load_suite
 from harness.kernels import CpuKernels
-from harness.port import Port
-from harness.runner import NOT_RUN, PORT_ERROR, compare_merge, compare_prefill
-from harness.sparse_runner import compare_sparse_prefill
-from harness.suites import load_suite
-from harness.time_limits import is_timeout
+from harness.protocol.port import Port
+from harness.sides.items import NOT_RUN, PORT_ERROR
+from harness.sides.runner import compare_merge, compare_prefill
+from harness.sides.sparse_runner import compare_sparse_prefill
+from harness.sides.time_limits import is_timeout
 from ports.per_request import PerRequestPort
 
 
@@ -43,7 +44,9 @@ def test_a_fault_building_merge_inputs_is_the_harness_s(
 ) -> None:
     case = load_suite("smoke").merge_cases[0]
     monkeypatch.setattr(
-        harness.numeric, "materialise_merge", fails_on_call(harness.numeric.materialise_merge, failing_call)
+        harness.kernels.numeric,
+        "materialise_merge",
+        fails_on_call(harness.kernels.numeric.materialise_merge, failing_call),
     )
     result = compare_merge(oracle, per_request, case)
     assert result.status == NOT_RUN, result.error
@@ -55,8 +58,8 @@ def test_a_fault_building_prefill_inputs_is_the_harness_s(
     oracle: Port, per_request: Port, monkeypatch: pytest.MonkeyPatch, failing_call: int
 ) -> None:
     case = next(c for c in load_suite("smoke").cases if c.numeric is not None)
-    build = fails_on_call(harness.numeric.case_prefill_inputs, failing_call)
-    monkeypatch.setattr(harness.numeric, "case_prefill_inputs", build)
+    build = fails_on_call(harness.kernels.numeric.case_prefill_inputs, failing_call)
+    monkeypatch.setattr(harness.kernels.numeric, "case_prefill_inputs", build)
     result = compare_prefill(oracle, per_request, case, CpuKernels())
     assert result.status == NOT_RUN and result.error is not None and "could not build the inputs" in result.error
 
@@ -65,8 +68,8 @@ def test_a_fault_building_sparse_prefill_inputs_is_the_harness_s(
     oracle: Port, per_request: Port, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     case = next(c for c in load_suite("smoke").sparse_cases if c.numeric is not None)
-    build = fails_on_call(harness.sparse_prefill.materialise_sparse_prefill, 2)
-    monkeypatch.setattr(harness.sparse_prefill, "materialise_sparse_prefill", build)
+    build = fails_on_call(harness.kernels.sparse_prefill.materialise_sparse_prefill, 2)
+    monkeypatch.setattr(harness.kernels.sparse_prefill, "materialise_sparse_prefill", build)
     result = compare_sparse_prefill(oracle, per_request, case, CpuKernels(), "cpu", 300.0)
     if result.error and "routes it mqa" in result.error:
         pytest.fail("pick a smoke sparse L3 batch the oracle runs masked")
@@ -93,8 +96,8 @@ def test_a_fault_in_the_harness_s_work_inside_an_external_prefill_is_the_harness
 ) -> None:
     """An external port is sent partials the harness computes on its layout: a
     MemoryError there is not the port's error."""
-    import harness.context_chunks
-    from harness.port import load_port
+    import harness.kernels.context_chunks
+    from harness.sides.loading import load_port
 
     program = shlex.join([sys.executable, str(Path(__file__).parent / "fake_external_port.py")])
     port = load_port(f"cmd:{program} --prefill --fault none")
@@ -104,7 +107,7 @@ def test_a_fault_in_the_harness_s_work_inside_an_external_prefill_is_the_harness
         def no_memory(*args: Any, **kwargs: Any) -> Any:
             raise MemoryError("no room for the partials")
 
-        monkeypatch.setattr(harness.context_chunks, "planned_chunk_partials", no_memory)
+        monkeypatch.setattr(harness.kernels.context_chunks, "planned_chunk_partials", no_memory)
         result = compare_prefill(oracle, port, case, CpuKernels())
     finally:
         port.close()  # type: ignore[attr-defined]

@@ -25,8 +25,8 @@ import pytest
 from harness.cli import main
 from harness.kernels import SharedKernels
 from harness.model import Case, Layout
-from harness.pool import PoolStartError, Task, WorkerPool, WorkerSides, WorkerSpec
-from harness.port import Port
+from harness.protocol.port import Port
+from harness.sides.pool import PoolStartError, Task, WorkerPool, WorkerSides, WorkerSpec
 from tests.fault_ports import HangingPort, RaisingPort, SlowPort
 from tests.test_cli_interfaces import signal_state
 
@@ -263,7 +263,7 @@ def sides_naming_their_process(spec: WorkerSpec) -> tuple[Port, dict[str, Any], 
     """A worker's sides whose provenance differs from process to process (as two
     installs of vLLM would): per_request stands in for the oracle."""
     from harness.kernels import CpuKernels
-    from harness.port import load_port
+    from harness.sides.loading import load_port
 
     return load_port("per_request"), {"release": "vllm==0.28.0", "process": {"pid": os.getpid()}}, CpuKernels()
 

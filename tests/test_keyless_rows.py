@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.cases import CaseError, case_from_json, load_cases
-from harness.generate import generate, generate_prefill, legacy_grid_has_keyless_rows
+from harness.cases.fields import CaseError
+from harness.cases.files import case_from_json, load_cases
+from harness.cases.generate import generate, generate_prefill, legacy_grid_has_keyless_rows
+from harness.cases.suites import load_suite
 from harness.kernels import (
     KEYLESS_FINITE_LSE,
     KEYLESS_FINITE_OUTPUT,
@@ -28,12 +30,13 @@ from harness.kernels import (
     kernels_for_case,
     with_keyless_rows,
 )
+from harness.kernels.numeric import materialise_prefill
 from harness.model import KEYLESS_ROWS, PRESETS, Case
-from harness.mutants import kill_matrix
-from harness.numeric import materialise_prefill
-from harness.port import Port, load_port
-from harness.runner import DIVERGENT, PARITY, compare_prefill, plan_items
-from harness.suites import load_suite
+from harness.protocol.port import Port
+from harness.search.mutants import kill_matrix
+from harness.sides.items import DIVERGENT, PARITY
+from harness.sides.loading import load_port
+from harness.sides.runner import compare_prefill, plan_items
 from ports.equal_share import grid_layout
 from ports.equal_share.prefill import prefill as legacy_prefill
 from ports.mutants import MUTANTS

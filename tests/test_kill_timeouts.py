@@ -2,7 +2,7 @@
 
 Nothing was compared on an item whose port call timed out, so the kill matrix
 lists the item, goes on searching, and a level on which the mutant only timed
-out reads "timed out" (harness/mutants.py)."""
+out reads "timed out" (harness/search/mutants.py)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
+from harness.cases.suites import load_suite
 from harness.cli import main
 from harness.kernels import CpuKernels
-from harness.mutants import kill_matrix, render_matrix
-from harness.port import Port
-from harness.runner import DIVERGENT, plan_items
-from harness.runner import run_item as real_run_item
-from harness.suites import load_suite
+from harness.protocol.port import Port
+from harness.search.mutants import kill_matrix, render_matrix
+from harness.sides.items import DIVERGENT
+from harness.sides.runner import plan_items
+from harness.sides.runner import run_item as real_run_item
 from ports import mutants as mutants_package
 from ports.mutants import MUTANTS, Mutant
 
@@ -64,7 +65,7 @@ def _quick_limit_for_planted(monkeypatch: pytest.MonkeyPatch) -> None:
             args = [args[0] if args else "cpu", LIMIT_S, *args[2:]]
         return real_run_item(oracle, port, kind, item, kernels, *args)
 
-    monkeypatch.setattr("harness.mutants.run_item", run_item)
+    monkeypatch.setattr("harness.search.mutants.run_item", run_item)
 
 
 def test_a_mutant_that_only_hangs_is_not_killed(

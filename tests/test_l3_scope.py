@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.external import ExternalPort
-from harness.port import WHOLE_LOOP_COMPARED
+from harness.protocol.external import ExternalPort
+from harness.protocol.port import WHOLE_LOOP_COMPARED
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE_FILE = "cases/smoke/numeric-single-chunk.json"

@@ -6,11 +6,12 @@ from collections import Counter
 
 import pytest
 
-from harness.compare import first_layout_divergence
-from harness.generate import WORST_CASE_CONTEXT, WORST_CASE_QUERY
-from harness.port import Port
-from harness.runner import DIVERGENT, PARITY, compare_case
-from harness.suites import load_suite
+from harness.cases.generate import WORST_CASE_CONTEXT, WORST_CASE_QUERY
+from harness.cases.suites import load_suite
+from harness.compare.dense import first_layout_divergence
+from harness.protocol.port import Port
+from harness.sides.items import DIVERGENT, PARITY
+from harness.sides.runner import compare_case
 from tests.conftest import make_case
 
 

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 import torch
 
-from harness.compare import first_layout_divergence
+from harness.cases.suites import load_suite, workspace_grids
+from harness.compare.dense import first_layout_divergence
 from harness.kernels import kernels_for, kernels_for_case
+from harness.kernels.numeric import case_prefill_inputs, materialise_merge
 from harness.model import PRESETS, Case, Layout, layout_from_json
-from harness.numeric import case_prefill_inputs, materialise_merge
-from harness.suites import load_suite, workspace_grids
 from ports.equal_share import PORT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +78,7 @@ def layout_cases() -> tuple[Case, ...]:
 
 
 PLAN_SCRIPT = """
-from harness.suites import load_suite
+from harness.cases.suites import load_suite
 from oracle.legacy import LegacyOracleSide, LegacyRefusal
 side = LegacyOracleSide()
 cases = {c.name: c for c in (*load_suite("smoke").cases, *load_suite("ci", size=ARGUMENT, numeric_size=0).cases)}
@@ -136,7 +136,7 @@ def test_the_pinned_oracle_plans_otherwise(legacy_layouts: dict[str, Any]) -> No
 
 
 WORKSPACE_SCRIPT = """
-from harness.suites import workspace_grids
+from harness.cases.suites import workspace_grids
 from oracle.legacy import LegacyOracleSide
 side = LegacyOracleSide()
 RESULT = [side.workspace_size(config) for config in workspace_grids(["full", "wide"])]
@@ -185,9 +185,9 @@ def test_refusals_name_their_class() -> None:
 NUMERIC_SCRIPT = """
 import torch
 from harness.kernels import kernels_for, kernels_for_case
-from harness.merge_cases import generate_merge
+from harness.cases.merge import generate_merge
 from harness.model import Case, MergeCase, NumericSpec
-from harness.numeric import case_prefill_inputs, materialise_merge
+from harness.kernels.numeric import case_prefill_inputs, materialise_merge
 from oracle.legacy import LegacyOracleSide, LegacyRefusal
 side = LegacyOracleSide()
 out, refused = {}, {}
@@ -287,7 +287,7 @@ DCP_SCRIPT = """
 import torch
 from harness.kernels import kernels_for, kernels_for_case
 from harness.model import Case, NumericSpec
-from harness.numeric import case_prefill_inputs
+from harness.kernels.numeric import case_prefill_inputs
 from oracle.legacy import LegacyOracleSide, LegacyRefusal
 side = LegacyOracleSide()
 out, RESULT = {}, {}

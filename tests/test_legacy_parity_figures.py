@@ -19,9 +19,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.bits import histogram_text, ulp_of_larger_text, ulp_text
 from harness.cli import main as parity
-from harness.results_file import read_rows
+from harness.compare.bits import histogram_text, ulp_of_larger_text, ulp_text
+from harness.verdicts.results_file import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "cases" / "smoke"

@@ -16,18 +16,19 @@ from collections import Counter
 import pytest
 import torch
 
-from harness.merge_cases import MERGE_HEAD_SIZES
-from harness.model import MERGE_LSE_VIEWS, MERGE_VALUE_VIEWS, NUMERIC_DTYPES, MergeCase
-from harness.numeric import (
+from harness.cases.merge import MERGE_HEAD_SIZES
+from harness.cases.suites import load_suite
+from harness.kernels.numeric import (
     FP32_EXP_DENORMAL_GAP,
     FP32_EXP_ZERO_GAP,
     MergeInputs,
     materialise_merge,
     partly_visible_gap,
 )
-from harness.port import Port
-from harness.runner import PARITY, compare_merge
-from harness.suites import load_suite
+from harness.model import MERGE_LSE_VIEWS, MERGE_VALUE_VIEWS, NUMERIC_DTYPES, MergeCase
+from harness.protocol.port import Port
+from harness.sides.items import PARITY
+from harness.sides.runner import compare_merge
 from ports.per_request import PerRequestPort
 
 Materialised = list[tuple[MergeCase, MergeInputs]]

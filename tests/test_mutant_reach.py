@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from harness.cases.suites import load_suite
 from harness.cli import main
 from harness.kernels import CpuKernels
-from harness.mutants import Reach, kill_matrix, reaching_items, render_matrix
-from harness.port import Port
-from harness.runner import DIVERGENT, PARITY, PORT_ERROR
-from harness.suites import load_suite
+from harness.protocol.port import Port
+from harness.search.mutants import Reach, kill_matrix, reaching_items, render_matrix
+from harness.sides.items import DIVERGENT, PARITY, PORT_ERROR
 from ports.mutants import MUTANTS, Mutant, fault_probe
 from ports.per_request import planner as planner_module
 from tests.conftest import make_case

@@ -9,25 +9,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.bits import compare_bits
+from harness.cases.suites import load_suite
 from harness.cli import main
+from harness.compare.bits import compare_bits
 from harness.kernels import CpuKernels
+from harness.kernels.numeric import MergeInputs
 from harness.model import PRESETS, Case, WorkspaceConfig
-from harness.mutants import kill_matrix, render_matrix
-from harness.numeric import MergeInputs
-from harness.port import Port
-from harness.runner import (
-    DIVERGENT,
-    LEVELS,
-    PARITY,
-    PORT_ERROR,
-    compare_case,
-    compare_prefill,
-    compare_workspace,
-    selected_item_ids,
-)
-from harness.shrink import checker, shrink
-from harness.suites import load_suite
+from harness.protocol.port import Port
+from harness.search.mutants import kill_matrix, render_matrix
+from harness.search.shrink import checker, shrink
+from harness.sides.items import DIVERGENT, LEVELS, PARITY, PORT_ERROR
+from harness.sides.runner import compare_case, compare_prefill, compare_workspace, selected_item_ids
 from ports.mutants import MUTANTS
 from tests.conftest import make_case
 

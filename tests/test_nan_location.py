@@ -8,9 +8,10 @@ import re
 
 import torch
 
-from harness.numeric import MergeInputs
-from harness.runner import PORT_ERROR, compare_merge
-from harness.suites import load_suite
+from harness.cases.suites import load_suite
+from harness.kernels.numeric import MergeInputs
+from harness.sides.items import PORT_ERROR
+from harness.sides.runner import compare_merge
 from oracle.side import OracleSide
 from ports.per_request import PerRequestPort
 

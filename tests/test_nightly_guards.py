@@ -1,6 +1,6 @@
 """The night's guards: the date, baselines, the history store, the lock, the
-INCOMPLETE banner while later steps run, and harness/nightly.py's independence
-from reports/. Through harness.nightly directly (tests/test_nightly.py drives
+INCOMPLETE banner while later steps run, and harness/night/nightly.py's independence
+from reports/. Through harness.night.nightly directly (tests/test_nightly.py drives
 the command)."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-import harness.nightly as nightly
-from harness.baseline import load_baseline
-from harness.cases import CaseError
+import harness.night.nightly as nightly
+from harness.cases.fields import CaseError
+from harness.cases.suites import Suite, load_suite
 from harness.cli import main
-from harness.nightly import (
+from harness.night.nightly import (
     BASELINES_DIR,
     NightlyPlan,
     append_history,
@@ -30,8 +30,8 @@ from harness.nightly import (
     run_nightly,
     validate_night_date,
 )
-from harness.port import Port
-from harness.suites import Suite, load_suite
+from harness.protocol.port import Port
+from harness.verdicts.baseline import load_baseline
 from reports.nightly import history_figures, write_report
 from tests.test_nightly_page import clean_rows, night_of, port_night
 
@@ -123,7 +123,7 @@ def test_a_corrupt_history_line_is_reported_and_skipped(tmp_path: Path, capsys: 
 HOLD_LOCK = """
 import sys, time
 from pathlib import Path
-from harness.nightly import nightly_lock
+from harness.night.nightly import nightly_lock
 with nightly_lock(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(60)
@@ -223,7 +223,7 @@ def test_harness_nightly_does_not_import_reports() -> None:
     imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert imported and not [m for m in imported if m == "reports" or m.startswith("reports.")]
-    code = "import sys, harness.nightly; print(sorted(m for m in sys.modules if m.split('.')[0] == 'reports'))"
+    code = "import sys, harness.night.nightly; print(sorted(m for m in sys.modules if m.split('.')[0] == 'reports'))"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
@@ -277,14 +277,14 @@ def test_an_item_the_night_loses_is_not_run(
 ) -> None:
     """A result stream one item short (a harness fault) leaves that item not-run:
     the port's night is INCOMPLETE, never PASS."""
-    import harness.nightly
-    from harness.pool import ItemStream
-    from harness.pool import stream_items as real
+    import harness.night.nightly
+    from harness.sides.pool import ItemStream
+    from harness.sides.pool import stream_items as real
 
     def one_short(*args: Any, **kwargs: Any) -> ItemStream:
         return ItemStream(iter(list(real(*args, **kwargs))[1:]), None)
 
-    monkeypatch.setattr(harness.nightly, "stream_items", one_short)
+    monkeypatch.setattr(harness.night.nightly, "stream_items", one_short)
     night = run_nightly(plan_for(tmp_path), oracle, [per_request], {}, write_report=write_report)
     (port_night,) = night.ports
     assert port_night.summary["verdict"] == "incomplete", port_night.summary

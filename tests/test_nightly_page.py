@@ -14,8 +14,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.baseline import BaselineEntry, port_names
-from harness.nightly import (
+from harness.night.nightly import (
     EXIT_DIVERGENT,
     EXIT_INTERRUPTED,
     EXIT_PASS,
@@ -25,8 +24,9 @@ from harness.nightly import (
     judge_port,
     night_exit_code,
 )
-from harness.runner import DIVERGENT, PARITY, PORT_ERROR
-from harness.summary import COLUMNS, summarise_table
+from harness.sides.items import DIVERGENT, PARITY, PORT_ERROR
+from harness.verdicts.baseline import BaselineEntry, port_names
+from harness.verdicts.summary import COLUMNS, summarise_table
 from reports.nightly import (
     chunk_figure,
     chunk_ratios,
@@ -42,7 +42,7 @@ LEVELS = ("layout", "prefill")
 
 
 def item(index: int, family: str, level: str = "layout", status: str = PARITY, **values: Any) -> dict[str, Any]:
-    """One results-table row (every column of harness.summary.COLUMNS)."""
+    """One results-table row (every column of harness.verdicts.summary.COLUMNS)."""
     row: dict[str, Any] = {
         "index": index, "id": f"case-{index:04d}[{level}]", "name": f"case-{index:04d}", "family": family,
         "kind": level, "level": level, "status": status,
@@ -501,8 +501,8 @@ def test_reduced_nights_are_kept_apart_from_full_nights() -> None:
 
 
 def test_sizes_and_reduced_in_the_header() -> None:
-    from harness.nightly_history import night_sizes, reduced_reasons
-    from harness.runner import LEVELS as ALL
+    from harness.night.history import night_sizes, reduced_reasons
+    from harness.sides.items import LEVELS as ALL
 
     full = night_sizes("nightly", None, None, ALL, True, 60.0)
     assert reduced_reasons(full) == [] and reduced_reasons({}) == []
@@ -575,7 +575,7 @@ def test_kill_matrix_cells_are_na_where_no_item_reaches_the_fault() -> None:
 
 
 def test_every_failing_item_has_its_reproduce_command() -> None:
-    from harness.reproduce import program_words
+    from harness.verdicts.reproduce import program_words
 
     night = night_of(port_night("equal_share", legacy_rows()))
     night.suite = "nightly"

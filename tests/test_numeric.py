@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 import torch
 
-from harness.bits import compare_bits, ordered
+from harness.cases.suites import load_suite
+from harness.compare.bits import compare_bits, ordered
 from harness.kernels import CpuKernels, SharedKernels
+from harness.kernels.numeric import PrefillInputs, materialise_merge, materialise_prefill, new_token_partial
 from harness.model import MERGE_LSE_VIEWS, MERGE_VALUE_VIEWS, PRESETS, Case, MergeCase
-from harness.numeric import PrefillInputs, materialise_merge, materialise_prefill, new_token_partial
-from harness.port import Port
-from harness.runner import DIVERGENT, PARITY, compare_merge, compare_prefill
-from harness.suites import load_suite
+from harness.protocol.port import Port
+from harness.sides.items import DIVERGENT, PARITY
+from harness.sides.runner import compare_merge, compare_prefill
 from ports.per_request import PerRequestPort
 from ports.per_request.metadata import build_layout
 from ports.per_request.prefill import context_partial, final_merge

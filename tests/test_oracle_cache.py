@@ -13,14 +13,16 @@ from typing import Any
 import pytest
 import torch
 
-from harness.bits import identical_bits
-from harness.cases import load_cases
-from harness.dcp import TorchDistributedRanks
+from harness.cases.files import load_cases
+from harness.cases.merge import generate_merge
+from harness.cases.suites import Suite
+from harness.compare.bits import identical_bits
 from harness.kernels import CpuKernels, kernels_for, kernels_for_case, kernels_untouched
-from harness.merge_cases import generate_merge
+from harness.kernels.numeric import MergeInputs, case_prefill_inputs, materialise_merge
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
-from harness.numeric import MergeInputs, case_prefill_inputs, materialise_merge
-from harness.oracle_cache import (
+from harness.model.dcp import TorchDistributedRanks
+from harness.protocol.port import Port, port_levels
+from harness.sides.oracle_cache import (
     CACHE_FORMAT,
     LAST_USED,
     CachedOracle,
@@ -29,9 +31,7 @@ from harness.oracle_cache import (
     prune_stale_folders,
     with_oracle_cache,
 )
-from harness.port import Port, port_levels
-from harness.runner import run_items
-from harness.suites import Suite
+from harness.sides.runner import run_items
 
 SMOKE = Path(__file__).resolve().parent.parent / "cases" / "smoke"
 FINGERPRINT = "f" * 64
@@ -46,7 +46,7 @@ def smoke(name: str) -> Case:
 
 
 def error_line(exc: BaseException) -> str:
-    """What the runner writes for an oracle error (harness.runner._one_line, one line)."""
+    """What the runner writes for an oracle error (harness.sides.items.one_line, one line)."""
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -173,7 +173,7 @@ def test_hits_from_memory_and_disk_are_the_pinned_oracles_fresh_answers(
 
 
 def test_a_run_through_the_cache_writes_the_same_rows(oracle: Port, provenance: dict[str, Any], tmp_path: Path) -> None:
-    from harness.port import load_port
+    from harness.sides.loading import load_port
 
     suite = Suite(
         "cache-check",
@@ -343,7 +343,7 @@ def test_the_switch_and_overridden_drift(provenance: dict[str, Any], tmp_path: P
 
 
 def test_default_directory_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from harness.oracle_cache import default_cache_directory
+    from harness.sides.oracle_cache import default_cache_directory
 
     monkeypatch.setenv("PARITY_ORACLE_CACHE", str(tmp_path / "chosen"))
     assert default_cache_directory() == tmp_path / "chosen"
@@ -611,8 +611,8 @@ def test_patched_kernels_are_never_cached(monkeypatch: pytest.MonkeyPatch, tmp_p
         ("harness.kernels", "FLASH_DTYPES", (torch.float16,)),
         ("harness.kernels", "KEYLESS_FINITE_OUTPUT", 512.0),
         ("harness.kernels", "KEYLESS_FINITE_LSE", float("nan")),
-        ("harness.masked_attention", "QUERY_BLOCK", 64),
-        ("harness.context_chunks", "gather_chunk", lambda *args: None),
+        ("harness.kernels.masked_attention", "QUERY_BLOCK", 64),
+        ("harness.kernels.context_chunks", "gather_chunk", lambda *args: None),
     ],
 )
 def test_kernel_constants_changed_at_run_time_are_never_cached(
@@ -644,7 +644,7 @@ def test_a_kernel_constant_changed_in_place_is_seen(monkeypatch: pytest.MonkeyPa
 
 def test_a_kernel_function_whose_code_is_swapped_in_place_is_seen() -> None:
     """The same function object running other code (``f.__code__ = ...``)."""
-    import harness.context_chunks as chunks
+    import harness.kernels.context_chunks as chunks
 
     def other(*args: object, **kwargs: object) -> None:
         return None

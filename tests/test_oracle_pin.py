@@ -15,7 +15,8 @@ import oracle.pin
 from harness.cli import main
 from harness.commands.common import UsageError, open_oracle
 from oracle.environment import OracleUnavailable, import_vllm_module
-from oracle.pin import RELEASE, SYMBOLS, check_fingerprints, check_release, load_pin, record_fingerprints
+from oracle.pin import RELEASE, SYMBOLS, check_fingerprints, check_release, load_pin
+from oracle.trace import record_fingerprints
 
 SMOKE = Path(__file__).resolve().parent.parent / "cases" / "smoke"
 

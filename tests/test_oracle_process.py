@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.cases.suites import load_suite
 from harness.cli import main
 from harness.commands.common import UsageError, open_oracle
 from harness.kernels import CpuKernels
-from harness.port import Port
-from harness.runner import PARITY, run_items
-from harness.suites import load_suite
+from harness.protocol.port import Port
+from harness.sides.items import PARITY
+from harness.sides.runner import run_items
 from oracle.pin import load_pin
 from oracle.process import OracleProcess, OracleProcessError
 

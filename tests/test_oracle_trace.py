@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.port import Port
+from harness.protocol.port import Port
 from oracle.environment import import_vllm_module
 from oracle.pin import ALSO_PINNED, MLA, load_pin
 from oracle.trace import LEVELS, layout_cases, prefill_cases, traced_symbols, tracing, unpinned

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from harness.model import Chunk
-from harness.port import ALL_LEVELS, LEVEL_METHODS, Port, port_levels
+from harness.protocol.port import ALL_LEVELS, LEVEL_METHODS, Port, port_levels
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "gate-your-own-port.md"

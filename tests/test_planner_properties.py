@@ -7,9 +7,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.compare import first_layout_divergence
+from harness.compare.dense import first_layout_divergence
 from harness.model import Case
-from harness.port import Port
+from harness.protocol.port import Port
 from ports.per_request import PORT
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from harness.baseline import SuiteTargets
-from harness.runner import plan_items
-from harness.suites import load_suite
+from harness.cases.suites import load_suite
+from harness.sides.runner import plan_items
+from harness.verdicts.baseline import SuiteTargets
 
 ROOT = Path(__file__).resolve().parent.parent
 EQUAL_SHARE_BASELINE = ROOT / "cases" / "baselines" / "equal_share.json"
@@ -180,7 +180,7 @@ class LayoutOnlyPort:
     levels = ("layout",)
 
     def __init__(self) -> None:
-        from harness.port import load_port
+        from harness.sides.loading import load_port
 
         self.inner = load_port("per_request")
 

@@ -12,12 +12,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.baseline import EXPECTED, NEW, apply_baseline, load_baseline, measure_entries, port_names
-from harness.cases import CaseError
+from harness.cases.fields import CaseError
+from harness.cases.suites import load_suite
 from harness.cli import main
 from harness.model import Case, Layout
-from harness.runner import DIVERGENT, PARITY, PORT_ERROR
-from harness.suites import load_suite
+from harness.sides.items import DIVERGENT, PARITY, PORT_ERROR
+from harness.verdicts.baseline import EXPECTED, NEW, load_baseline, measure_entries, port_names
+from harness.verdicts.judge import apply_baseline
 from ports.equal_share import EqualSharePort, grid_layout
 
 REFUSAL = "ValueError: equal share of a "

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.port import load_port
-from harness.provenance import NOT_IN_GIT, REPO_ROOT, collect, port_repository, repository_state
+from harness.sides.loading import load_port
+from harness.verdicts.provenance import NOT_IN_GIT, REPO_ROOT, collect, port_repository, repository_state
 
 PORT_MODULE = """
 from ports.per_request import PerRequestPort

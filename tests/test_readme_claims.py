@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness.suites import load_suite
+from harness.cases.suites import load_suite
 from ports.mutants import MUTANTS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,9 +25,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.baseline import measure_entries
 from harness.cli import main
-from harness.runner import NOT_RUN, PARITY
+from harness.sides.items import NOT_RUN, PARITY
+from harness.verdicts.baseline import measure_entries
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -224,7 +224,7 @@ def test_nightly_report_renders_in_chromium(capsys: pytest.CaptureFixture[str], 
     # Night 2: against a baseline measured from night 1, every divergence is expected.
     entries = measure_entries(first_table, "equal_share")
     for entry in entries:
-        # An error entry counts its items exactly (harness/baseline.py); on the others the count is the reason's.
+        # An error entry counts its items exactly (verdicts/baseline.py); on the others the count is the reason's.
         items = entry["items"] if entry["status"] in ("port-error", "oracle-error") else entry.pop("items")
         entry["reason"] = f"measured on 2026-11-27 ({items} items)"
     baseline = tmp_path / "measured.json"

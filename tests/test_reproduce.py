@@ -14,20 +14,21 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.cases import CaseError
+from harness.cases.fields import CaseError
+from harness.cases.suites import load_suite
 from harness.cli import build_parser, main
 from harness.commands.diff import diff_kinds
 from harness.model import WorkspaceConfig
-from harness.reproduce import (
+from harness.sides.items import LEVELS
+from harness.sides.runner import plan_items
+from harness.verdicts.reproduce import (
     CASES_SUITE,
     printed_id,
     program_words,
     reproduce_command,
     resolve_item,
 )
-from harness.runner import LEVELS, plan_items
-from harness.suites import load_suite
-from harness.summary import message_groups
+from harness.verdicts.summary import message_groups
 from ports.per_request import PerRequestPort
 from tests.conftest import make_case
 

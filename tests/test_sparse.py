@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 
-from harness.cases import CaseError, load_item_file
-from harness.runner import DIVERGENT, PARITY, run_item
-from harness.sparse_inputs import materialise_topk
-from harness.sparse_model import SparseCase, SparseWorkspaceConfig, TopkMaskCase
-from harness.suites import load_suite
+from harness.cases.fields import CaseError
+from harness.cases.files import load_item_file
+from harness.cases.sparse_inputs import materialise_topk
+from harness.cases.suites import load_suite
+from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
+from harness.sides.items import DIVERGENT, PARITY
+from harness.sides.runner import run_item
 from ports.equal_share import PORT as EQUAL_SHARE
 from ports.mutants import MUTANTS
 from ports.mutants.sparse import SPARSE_L3_MUTANTS, SPARSE_MUTANTS

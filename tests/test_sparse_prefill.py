@@ -16,15 +16,17 @@ from typing import Any
 import pytest
 import torch
 
-from harness.bits import identical_bits
-from harness.cases import CaseError, load_item_file
+from harness.cases.fields import CaseError
+from harness.cases.files import load_item_file
+from harness.cases.suites import load_suite
+from harness.compare.bits import identical_bits
 from harness.kernels import CpuKernels, KeylessRowsKernels, kernels_for
-from harness.masked_attention import PackedMask, RangeIndices, pack_selection
+from harness.kernels.masked_attention import PackedMask, RangeIndices, pack_selection
+from harness.kernels.sparse_prefill import PREFILL_FAMILIES, case_topk, generate_sparse_prefill, token_selection
 from harness.model import KEYLESS_ROWS, PRESETS
-from harness.runner import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, run_item
-from harness.sparse_model import SparseCase
-from harness.sparse_prefill import PREFILL_FAMILIES, case_topk, generate_sparse_prefill, token_selection
-from harness.suites import load_suite
+from harness.model.sparse import SparseCase
+from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY
+from harness.sides.runner import run_item
 from ports.equal_share import PORT as EQUAL_SHARE
 from ports.mutants import MUTANTS
 from ports.mutants.sparse import SPARSE_L3_MUTANTS

@@ -18,8 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
-from harness.baseline import NEW, judge_item, load_baseline, port_names
-from harness.bits import (
+from harness.compare.bits import (
     HISTOGRAM_LABELS,
     INF_ULP,
     NAN_ULP,
@@ -30,9 +29,10 @@ from harness.bits import (
     ulp_of,
     ulp_text,
 )
-from harness.gate import judge
-from harness.runner import DIVERGENT, PARITY, CaseResult
-from harness.summary import COLUMNS, results_table, summarise_table
+from harness.sides.items import DIVERGENT, PARITY, CaseResult
+from harness.verdicts.baseline import NEW, judge_item, load_baseline, port_names
+from harness.verdicts.gate import judge
+from harness.verdicts.summary import COLUMNS, results_table, summarise_table
 from reports.gate_summary import render_gate_summary
 from reports.run_summary import format_summary, numeric_text
 

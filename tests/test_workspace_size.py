@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from harness.cases.suites import workspace_grid
 from harness.model import WorkspaceConfig
-from harness.port import Port
-from harness.suites import workspace_grid
+from harness.protocol.port import Port
 
 
 def test_per_request_matches_oracle_over_grid(oracle: Port, per_request: Port) -> None:

@@ -1,4 +1,4 @@
-"""Python ports whose values break the one rule for port values (harness/port.py):
+"""Python ports whose values break the one rule for port values (harness/protocol/port.py):
 each is per_request with one value retyped, as a careless port would return it."""
 
 from __future__ import annotations

@@ -18,10 +18,11 @@ import sys
 import time
 from collections import Counter
 
-from harness.compare import first_layout_divergence
+from harness.cases.suites import Suite, load_suite
+from harness.compare.dense import first_layout_divergence
 from harness.kernels import kernels_for
-from harness.runner import ORACLE_ERROR, PARITY, compare_merge, compare_prefill
-from harness.suites import Suite, load_suite
+from harness.sides.items import ORACLE_ERROR, PARITY
+from harness.sides.runner import compare_merge, compare_prefill
 from oracle.legacy import LegacyOracleSide, LegacyRefusal
 from ports.equal_share import PORT
 

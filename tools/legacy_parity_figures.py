@@ -6,7 +6,7 @@ Usage: ``python tools/legacy_parity_figures.py FILE`` where FILE is one of
   tables go per level, per dtype and per tensor;
 * a ``parity run ... --results FILE`` JSON-lines file, or a gate's
   ``results.parquet``: one row per item with its tensors already summed
-  (:func:`harness.summary.result_row`), so the tables go per level only (dtype
+  (:func:`harness.verdicts.summary.result_row`), so the tables go per level only (dtype
   ``not recorded``, tensor ``all, summed``): those files do not record them.
 
 Written to measure seeds/000's expectation (the legacy equal-share grid gives
@@ -20,9 +20,9 @@ its max and its quantiles (linear interpolation) over the items whose tensor
 differs in at least one finite pair. A results file keeps each item's largest
 such error, not every element's, so the quantiles are over items.
 
-The ULP arithmetic and its printing are :mod:`harness.bits`'; the readers are
-:func:`harness.results_file.read_rows` and the results table's columns
-(:mod:`harness.summary`). Bad input: one line naming the file, exit 2.
+The ULP arithmetic and its printing are :mod:`harness.compare.bits`'; the readers are
+:func:`harness.verdicts.results_file.read_rows` and the results table's columns
+(:mod:`harness.verdicts.summary`). Bad input: one line naming the file, exit 2.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ from typing import Any
 
 import pandas as pd
 
-from harness.bits import INF_BUCKET, NAN_BUCKET, histogram_text, sorted_histogram, ulp_of_larger_text, ulp_text
-from harness.cases import CaseError
-from harness.results_file import read_rows
-from harness.runner import DIVERGENT, PARITY
-from harness.summary import with_later_columns
+from harness.cases.fields import CaseError
+from harness.compare.bits import INF_BUCKET, NAN_BUCKET, histogram_text, sorted_histogram, ulp_of_larger_text, ulp_text
+from harness.sides.items import DIVERGENT, PARITY
+from harness.verdicts.results_file import read_rows
+from harness.verdicts.summary import with_later_columns
 
 NUMERIC_LEVELS = ("merge", "prefill")
 QUANTILES = (0.5, 0.9, 0.99)
@@ -367,7 +367,7 @@ def report(figures: Figures) -> str:
     lines += [
         "",
         "`fraction`: differing elements of all compared; `worst item`: the largest per-item fraction. "
-        "`of larger`: the error in ULPs of the larger value (harness/bits.py); its max, and "
+        "`of larger`: the error in ULPs of the larger value (harness/compare/bits.py); its max, and "
         "p50 / p90 / p99 over the items that differ in a finite pair (a results file keeps per-item maxima).",
     ]
     return "\n".join(lines)

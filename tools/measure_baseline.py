@@ -4,9 +4,9 @@ Usage: ``python tools/measure_baseline.py reports/out/gate-equal_share/results.p
 after ``parity gate --suite ci --port equal_share`` (without a baseline, or with
 one: the table's statuses are what is measured). Caps are exactly the measured
 maxima per (level, family, status[, first divergent field]) group
-(:func:`harness.baseline.measure_entries`); a port-error group is split by kind
+(:func:`harness.verdicts.baseline.measure_entries`); a port-error group is split by kind
 of error (:data:`PORT_ERRORS`), each entry with its exact item count (``items``:
-:mod:`harness.baseline_counts`); every reason is written from the group's
+:mod:`harness.verdicts.judge`); every reason is written from the group's
 measurements. Re-run it whenever the ci suite or the oracle's numerics
 change; re-measuring the same run gives the same bytes.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.baseline import divergent_field, measure_entries
+from harness.verdicts.baseline import divergent_field, measure_entries
 
 FIELD_WHY: dict[str, str] = {
     "num_chunks": (

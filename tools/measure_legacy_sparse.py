@@ -5,7 +5,7 @@ Usage: ``python tools/measure_legacy_sparse.py RESULTS.parquet`` after
 (and ``--level sparse-mask``, ``--level sparse-prefill``: each level's results
 file may be given). Every entry is an oracle refusal of 0.27.1, one per
 (family, refusal class), with its exact item count
-(:func:`harness.baseline.measure_entries`); the baseline's entries of the levels
+(:func:`harness.verdicts.baseline.measure_entries`); the baseline's entries of the levels
 the given results hold are replaced, the others kept.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.baseline import measure_entries
+from harness.verdicts.baseline import measure_entries
 
 BASELINE = Path(__file__).resolve().parent.parent / "cases" / "baselines" / "equal_share-vs-0.27.1.json"
 SPARSE_LEVELS = ("sparse-layout", "sparse-mask", "sparse-prefill")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.cases import case_from_json, write_case_file
+from harness.cases.files import case_from_json, write_case_file
 
 OUT = Path(__file__).resolve().parent.parent / "cases" / "smoke"
 

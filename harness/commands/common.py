@@ -16,25 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.cases import load_cases
+from harness.cases.files import load_cases
+from harness.cases.suites import Suite, load_suite
 from harness.kernels import SharedKernels
 from harness.model import Case
-from harness.port import DEFAULT_PORT_TIMEOUT_S, Port, load_port
-from harness.runner import (
-    INTERRUPTED_WHY,
-    LOST_WHY,
-    RunResult,
-    Shard,
-    reraise_interrupt,
-    selected_levels,
-    unfinished_items,
-)
-from harness.suites import Suite, load_suite
+from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port
+from harness.sides.items import RunResult, reraise_interrupt, selected_levels
+from harness.sides.loading import load_port
+from harness.sides.runner import INTERRUPTED_WHY, LOST_WHY, Shard, unfinished_items
 
 if TYPE_CHECKING:
-    from harness.dcp_ranks import RealRanks
-    from harness.pool import PoolError, WorkerPool, WorkerSpec
-    from harness.shrink import Progress
+    from harness.search.shrink import Progress
+    from harness.sides.dcp_ranks import RealRanks
+    from harness.sides.pool import PoolError, WorkerPool, WorkerSpec
 
 EXIT_PARITY, EXIT_DIVERGENT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -49,7 +43,7 @@ class UsageError(Exception):
 def open_oracle(allow_drift: bool, oracle: str | None = None, cache: bool = False) -> tuple[Port, dict[str, Any]]:
     """The oracle side and the provenance every output carries.
 
-    ``cache``: the side answers from the oracle cache (:mod:`harness.oracle_cache`:
+    ``cache``: the side answers from the oracle cache (:mod:`harness.sides.oracle_cache`:
     in memory, and on disk for a later run) whatever it has computed before for
     the same oracle; run, gate, nightly, mutants and explore ask for it unless
     ``--no-oracle-cache``.
@@ -95,7 +89,7 @@ def open_oracle(allow_drift: bool, oracle: str | None = None, cache: bool = Fals
         "oracle_drift_overridden": bool(bad),
     }
     if cache:
-        from harness.oracle_cache import with_oracle_cache
+        from harness.sides.oracle_cache import with_oracle_cache
 
         side = with_oracle_cache(side, provenance)
     return side, provenance
@@ -216,14 +210,14 @@ def dcp_settings(args: argparse.Namespace) -> dict[str, str]:
     backend = dcp_backend_of(args)
     if backend == "one-process":
         return {}
-    from harness.dcp_ranks import ORACLE_KV_GATHER
+    from harness.sides.dcp_ranks import ORACLE_KV_GATHER
 
     return {"dcp_backend": backend, "dcp_oracle_kv_gather": ORACLE_KV_GATHER}
 
 
 def largest_dcp_world(suite: Suite, levels: tuple[str, ...], shard: Shard | None) -> int:
     """The most DCP ranks any prefill item of this shard runs on (0: none is DCP)."""
-    from harness.runner import plan_items
+    from harness.sides.runner import plan_items
 
     worlds = [
         item.dcp_world_size
@@ -241,7 +235,7 @@ def real_ranks_of(args: argparse.Namespace) -> RealRanks | None:
     backend = dcp_backend_of(args)
     if backend == "one-process":
         return None
-    from harness.dcp_ranks import RealRanks
+    from harness.sides.dcp_ranks import RealRanks
     from oracle.pin import load_pin
 
     wanted = {"nccl": "cuda", "gloo": "cpu"}[backend]
@@ -290,7 +284,7 @@ def describe_selection(suite: Suite, levels: tuple[str, ...], shard: Shard | Non
 
 
 def note_unimplemented(port: Port, levels: tuple[str, ...]) -> None:
-    from harness.port import port_levels
+    from harness.protocol.port import port_levels
 
     missing = [lv for lv in levels if lv not in port_levels(port)]
     if missing:
@@ -383,10 +377,10 @@ class Execution:
 
 
 def reproduce_meta(args: argparse.Namespace, suite: str, provenance: dict[str, Any]) -> dict[str, Any]:
-    """What a run's reproduce lines are made from (:func:`harness.reproduce.reproduce_from_meta`):
+    """What a run's reproduce lines are made from (:func:`harness.verdicts.reproduce.reproduce_from_meta`):
     the options that define its items and how they were compared, and how a
     pasted line starts (``launch``: the interpreter and PYTHONPATH this run used)."""
-    from harness.reproduce import program_words
+    from harness.verdicts.reproduce import program_words
 
     return {
         "suite": suite,
@@ -405,7 +399,7 @@ def harness_identity() -> dict[str, Any]:
     """The harness's version and commit, for results-file headers."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from harness.provenance import repository_state, source_digest
+    from harness.verdicts.provenance import repository_state, source_digest
 
     try:
         harness_version = version("mla-parity")
@@ -425,18 +419,18 @@ def execute(
 
     ``before_run`` checks the loaded port and suite before any work (the gate's
     baseline against what the suite holds). With ``--jobs`` above 1 the items
-    run in worker processes (:mod:`harness.pool`), started before this process
+    run in worker processes (:mod:`harness.sides.pool`), started before this process
     opens its oracle so their start-up overlaps it; the rows, the table and the
     results file are the same as in-process, in the same order.
     ``keep_layouts`` False (nothing will write the layouts' chunks: no JSON
     report) lets workers send only the figures a row needs of a matching layout."""
     import pandas as pd
 
-    from harness.pool import PoolError, stream_items
-    from harness.port import l3_compares
-    from harness.results_file import ResultsWriter, items_digest
-    from harness.runner import selected_item_ids
-    from harness.summary import COLUMNS, apply_table_verdicts, check_prefill_layouts, result_row
+    from harness.protocol.port import l3_compares
+    from harness.sides.pool import PoolError, stream_items
+    from harness.sides.runner import selected_item_ids
+    from harness.verdicts.results_file import ResultsWriter, items_digest
+    from harness.verdicts.summary import COLUMNS, apply_table_verdicts, check_prefill_layouts, result_row
 
     if args.resume and not args.results:
         raise UsageError("--resume needs --results FILE (the file to resume)")
@@ -467,7 +461,7 @@ def execute(
     try:
         kernels = select_device(args.device)
         if real_ranks is not None:
-            from harness.dcp_ranks import prestart
+            from harness.sides.dcp_ranks import prestart
 
             # The rank workers import the oracle while this process opens its own.
             prestart(real_ranks, args.device, largest_dcp_world(suite, levels, shard))
@@ -560,8 +554,8 @@ def execute(
 
 def open_worker_sides(spec: WorkerSpec) -> tuple[Port, dict[str, Any], SharedKernels]:
     """A worker's oracle, its provenance and the device's kernels, opened as
-    :func:`execute` opens them in one process (:class:`harness.pool.WorkerSpec`)."""
-    from harness.pool import SidesRefused
+    :func:`execute` opens them in one process (:class:`harness.sides.pool.WorkerSpec`)."""
+    from harness.sides.pool import SidesRefused
 
     try:
         kernels = select_device(spec.device)
@@ -576,8 +570,8 @@ def worker_spec(
 ) -> WorkerSpec:
     """The spec workers open their sides from, for a command's parsed ``args``
     (options it lacks take their defaults) and the ports its tasks name."""
-    from harness.pool import WorkerSpec
-    from harness.port import DEFAULT_PORT_TIMEOUT_S
+    from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
+    from harness.sides.pool import WorkerSpec
 
     return WorkerSpec(
         open_sides=open_worker_sides,
@@ -594,7 +588,7 @@ def pool_failure(exc: PoolError) -> UsageError:
     """What the user reads when the workers cannot go on: a usage error a
     worker met opening the oracle (a drifted fingerprint, say) as the command
     words it in one process; anything else, one line naming ``--jobs``."""
-    from harness.pool import PoolStartError
+    from harness.sides.pool import PoolStartError
 
     if isinstance(exc, PoolStartError):
         return UsageError(str(exc) if exc.usage else f"--jobs: a worker process could not start: {exc}")
@@ -605,9 +599,9 @@ def start_pool(
     args: argparse.Namespace, suite: Suite | None, levels: tuple[str, ...], shard: Shard | None, port_specs: list[str]
 ) -> WorkerPool | None:
     """The run's worker processes, started (not yet ready), or None for one
-    process: ``--jobs`` for these items (:func:`harness.pool.resolve_jobs`), or
+    process: ``--jobs`` for these items (:func:`harness.sides.pool.resolve_jobs`), or
     without a ``suite`` (not loaded yet) an explicit ``--jobs`` as given."""
-    from harness.pool import WorkerPool, capped_jobs, estimated_seconds, planned_items, resolve_jobs
+    from harness.sides.pool import WorkerPool, capped_jobs, estimated_seconds, planned_items, resolve_jobs
 
     if suite is None:
         jobs = capped_jobs(getattr(args, "jobs", None) or 1)
@@ -625,7 +619,7 @@ def start_pool(
 def close_port(port: Port) -> None:
     """An external port's processes end with the command that used it. What
     ``close`` raises (``sys.exit`` included) is reported, never the exit code."""
-    from harness.runner import printable
+    from harness.sides.items import printable
 
     close = getattr(port, "close", None)
     if callable(close):
@@ -691,8 +685,8 @@ def shrink_to_file(
     more than the time left (at least 1 s): an in-process port by the harness's
     own limit, a port that enforces its own timeout (an external process) by
     its per-request limit. One hanging call cannot outlast the time box."""
-    from harness.cases import write_case_file
-    from harness.shrink import checker, describe_case, shrink
+    from harness.cases.files import write_case_file
+    from harness.search.shrink import checker, describe_case, shrink
 
     def limit() -> float:
         return timeout_s if deadline is None else max(1.0, min(timeout_s, deadline - time.monotonic()))

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from harness.cases.suites import load_suite, suite_names
 from harness.commands.common import (
     EXIT_DIVERGENT,
     EXIT_PARITY,
@@ -16,7 +17,6 @@ from harness.commands.common import (
     write_output,
 )
 from harness.commands.options import oracle_options
-from harness.suites import load_suite, suite_names
 
 
 def register(sub: Any) -> None:
@@ -30,7 +30,7 @@ def register(sub: Any) -> None:
 
 def cmd_coverage(args: argparse.Namespace) -> int:
     """What a suite exercises per input feature, against its targets; 1 on a miss."""
-    from harness.coverage import TARGETS_FILE, display_path, judge, load_targets, measure, write_json
+    from harness.search.coverage import TARGETS_FILE, display_path, judge, load_targets, measure, write_json
     from reports.coverage import render_text
 
     path = Path(args.targets) if args.targets else TARGETS_FILE

@@ -1,6 +1,6 @@
 """``parity diff``: one item, the oracle's and the port's results side by side.
 
-The item is named as any output prints it (:func:`harness.reproduce.resolve_item`:
+The item is named as any output prints it (:func:`harness.verdicts.reproduce.resolve_item`:
 ``ci/skew-0031[prefill]``, ``skew-0031[prefill]``, a workspace item, a case
 name or file stem, a case, shrunk or find file); its ``[KIND]`` selects the
 level unless ``--level`` does. ``--json OUT`` writes the record of
@@ -39,13 +39,15 @@ from harness.commands.options import (
 )
 from harness.kernels import SharedKernels
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
-from harness.port import DEFAULT_PORT_TIMEOUT_S, Port, load_port, port_levels
-from harness.reproduce import Item, ResolvedItem, level_of, resolve_item
-from harness.runner import LEVELS, SPARSE_KINDS, CaseResult, run_item, selected_levels
-from harness.sparse_model import SparseCase, SparseWorkspaceConfig, TopkMaskCase
+from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
+from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port, port_levels
+from harness.sides.items import LEVELS, CaseResult, selected_levels
+from harness.sides.loading import load_port
+from harness.sides.runner import SPARSE_KINDS, run_item
+from harness.verdicts.reproduce import Item, ResolvedItem, level_of, resolve_item
 
 if TYPE_CHECKING:
-    from harness.dcp_ranks import RealRanks
+    from harness.sides.dcp_ranks import RealRanks
 
 
 def register(sub: Any) -> None:

@@ -1,7 +1,7 @@
 """``parity drift``: what upstream changed since the pin, release by release.
 
 For each ``--against vllm==X`` (default: every release newer than the pin with
-a ``requirements/vllm-X.txt`` here), :mod:`harness.drift` diffs the source of
+a ``requirements/vllm-X.txt`` here), :mod:`harness.night.drift` diffs the source of
 every fingerprinted symbol between the pinned release and X, and runs the
 pinned oracle against X's (served from ``.tox/vllm-X``, built on first use) on
 a suite; :mod:`reports.drift_report` writes ``<out>/<date>.md`` and ``.json``.
@@ -24,7 +24,7 @@ from typing import Any
 
 from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, EXIT_USAGE, UsageError, close_port, write_output
 from harness.commands.options import DefaultsHelpFormatter, non_negative_int
-from harness.runner import LEVELS, selected_levels
+from harness.sides.items import LEVELS, selected_levels
 
 DEFAULT_OUT = Path("reports") / "drift"
 
@@ -34,8 +34,8 @@ class _HelpFormatter(DefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter
 
 
 def register(sub: Any) -> None:
-    from harness.drift import default_releases
-    from harness.suites import suite_names
+    from harness.cases.suites import suite_names
+    from harness.night.drift import default_releases
 
     p = sub.add_parser(
         "drift",
@@ -88,7 +88,7 @@ def command_line(releases: list[str], args: argparse.Namespace) -> str:
 
 
 def cmd_drift(args: argparse.Namespace) -> int:
-    from harness.drift import DriftError, default_releases, parse_against, pinned_release
+    from harness.night.drift import DriftError, default_releases, parse_against, pinned_release
 
     out = _out_folder(args.out)
     try:
@@ -100,7 +100,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
             f"no release newer than the pin (vllm=={pinned_release()}) has a requirements/vllm-X.txt here; "
             "name one with --against vllm==X.Y.Z"
         )
-    from harness.suites import load_suite
+    from harness.cases.suites import load_suite
 
     suite = load_suite(args.suite, size=args.size)
     levels = selected_levels(args.level)
@@ -109,7 +109,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
     except DriftError as exc:
         raise UsageError(str(exc)) from None
     record["command"] = command_line(releases, args)
-    from harness.drift import record_agrees
+    from harness.night.drift import record_agrees
     from reports.drift_report import upstream_since_pin, write_reports
 
     written: list[Path] = []
@@ -128,7 +128,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
 def release_pythons(releases: list[str]) -> dict[str, Path]:
     """Each release's environment python, built first where missing (before any
     comparison, so a release that cannot install stops the run at once)."""
-    from harness.drift import DriftError
+    from harness.night.drift import DriftError
     from oracle.process import OracleSpecError, ensure_environment
 
     pythons = {}
@@ -141,7 +141,7 @@ def release_pythons(releases: list[str]) -> dict[str, Path]:
 
 
 def measure(releases: list[str], suite: Any, levels: tuple[str, ...]) -> dict[str, Any]:
-    """Every release's source drift and parity, as :func:`harness.drift.drift_record`."""
+    """Every release's source drift and parity, as :func:`harness.night.drift.drift_record`."""
     from harness.commands.common import open_oracle, select_device
 
     pythons = release_pythons(releases)
@@ -163,7 +163,7 @@ def _measure(
     provenance: dict[str, Any],
 ) -> dict[str, Any]:
     from harness.commands.common import progress_bar
-    from harness.drift import (
+    from harness.night.drift import (
         DriftError,
         SourceSnapshot,
         compare_oracles,
@@ -174,7 +174,7 @@ def _measure(
         release_record,
         symbol_drift,
     )
-    from harness.runner import count_items
+    from harness.sides.runner import count_items
     from oracle.process import OracleProcessError, OracleSpecError, open_oracle_process
     from oracle.sources import collect
 

@@ -1,4 +1,4 @@
-"""``parity explore``: a property-based search (harness/explore.py) for inputs
+"""``parity explore``: a property-based search (harness/search/explore.py) for inputs
 where a port and the oracle differ, or the replay of one find."""
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from harness.commands.common import (
 )
 from harness.commands.diff import compare_and_print
 from harness.commands.options import PORT_HELP, jobs_options, oracle_options
-from harness.explore import EXIT_CLEAN, EXIT_FOUND, explore, load_find, replay_kinds
 from harness.kernels import SharedKernels
-from harness.pool import PoolError, WorkerPool, resolve_jobs
-from harness.port import Port, load_port, port_levels
-from harness.runner import LEVELS, selected_levels
+from harness.protocol.port import Port, port_levels
+from harness.search.explore import EXIT_CLEAN, EXIT_FOUND, explore, load_find, replay_kinds
+from harness.sides.items import LEVELS, selected_levels
+from harness.sides.loading import load_port
+from harness.sides.pool import PoolError, WorkerPool, resolve_jobs
 
 
 def register(sub: Any) -> None:
@@ -120,7 +121,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 def explore_pool(args: argparse.Namespace, port: Port, levels: tuple[str, ...]) -> WorkerPool | None:
     """Workers for the search's properties (one each at most), started; None for one process."""
-    from harness.explore import properties_for
+    from harness.search.explore import properties_for
 
     searched = [p for p in properties_for(levels) if p.level in port_levels(port)]
     jobs = resolve_jobs(args.jobs, args.budget_s, len(searched))

@@ -35,7 +35,7 @@ from harness.commands.options import (
 )
 
 if TYPE_CHECKING:
-    from harness.shrink import Progress
+    from harness.search.shrink import Progress
 
 # The default time box for shrinking a gate's first new layout divergences (all of them together).
 SHRINK_TIME_S = 180.0
@@ -50,7 +50,7 @@ def register(sub: Any) -> None:
     device_option(p_gate)
     dcp_backend_option(p_gate)
     jobs_options(p_gate)
-    p_gate.add_argument("--baseline", metavar="FILE", help="expected divergences (JSON, see harness/baseline.py)")
+    p_gate.add_argument("--baseline", metavar="FILE", help="expected divergences (JSON: harness/verdicts/baseline.py)")
     p_gate.add_argument("--out", metavar="DIR", help="output folder (default reports/out/gate-<port>)")
     p_gate.add_argument(
         "--shrink-time",
@@ -75,7 +75,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from harness.gate import check_gate_baseline
+    from harness.verdicts.gate import check_gate_baseline
 
     entries = _baseline_entries(args.baseline)
     oracle = f"vllm=={release_of(args.oracle)}"
@@ -92,7 +92,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from harness.gate import judge, merge_shards
+    from harness.verdicts.gate import judge, merge_shards
 
     entries = _baseline_entries(args.baseline)
     table, meta = merge_shards([Path(d) for d in args.shards])
@@ -111,8 +111,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -> int:
-    from harness.gate import judge
-    from harness.summary import message_groups
+    from harness.verdicts.gate import judge
+    from harness.verdicts.summary import message_groups
 
     # done.oracle is opened only when asked for: only shrinking needs it here.
     port, suite = done.port, done.suite
@@ -181,10 +181,10 @@ def _interrupted(code: int) -> int:
 
 
 def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
-    from harness.port import l3_compares
-    from harness.provenance import collect, files_digest, port_digest
-    from harness.results_file import items_digest
-    from harness.runner import selected_item_ids
+    from harness.protocol.port import l3_compares
+    from harness.sides.runner import selected_item_ids
+    from harness.verdicts.provenance import collect, files_digest, port_digest
+    from harness.verdicts.results_file import items_digest
 
     result, provenance = done.result, done.provenance
     every_item = selected_item_ids(done.suite, result.levels)
@@ -226,7 +226,7 @@ def _finish_gate(outcome: Any, out_dir: Path) -> int:
 
 def _write_gate_outputs(outcome: Any, out_dir: Path, code: int) -> int:
     """Write (or rewrite, once shrinking added its cases) the gate's files; ``code``, or 2 if they could not be."""
-    from harness.gate import JUNIT, SUMMARY, write_tables
+    from harness.verdicts.gate import JUNIT, SUMMARY, write_tables
     from reports.gate_summary import write_gate_summary
     from reports.junit import write_junit
 
@@ -252,6 +252,6 @@ def baseline_identity(path: str | None) -> dict[str, str] | None:
 
 
 def _baseline_entries(path: str | None) -> list[Any]:
-    from harness.baseline import load_baseline
+    from harness.verdicts.baseline import load_baseline
 
     return load_baseline(Path(path)) if path else []

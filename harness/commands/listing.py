@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness.cases.suites import load_suite, suite_names
 from harness.commands.common import EXIT_PARITY, UsageError
 from harness.commands.options import PORT_FORMS, non_negative_int
-from harness.suites import load_suite, suite_names
 
 WHAT = ("suites", "cases", "mutants", "ports")
 
@@ -22,12 +22,13 @@ def register(sub: Any) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "suites":
-        from harness.suites import suite_description
+        from harness.cases.suites import suite_description
 
         for name in suite_names():
             print(f"{name:<10} {_abridged(suite_description(name))}")
     elif args.what == "cases":
-        from harness.runner import LEVELS, item_id, plan_items
+        from harness.sides.items import LEVELS, item_id
+        from harness.sides.runner import plan_items
 
         if args.suite not in suite_names():
             raise UsageError(f"--suite {args.suite}: no such suite (known: {', '.join(suite_names())})")

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from harness.cases.suites import load_suite
 from harness.commands.common import (
     EXIT_DIVERGENT,
     EXIT_PARITY,
@@ -19,9 +20,8 @@ from harness.commands.common import (
     worker_spec,
 )
 from harness.commands.options import jobs_options, non_negative_int, oracle_options, positive_seconds
-from harness.port import DEFAULT_PORT_TIMEOUT_S
-from harness.runner import LEVELS, selected_levels
-from harness.suites import load_suite
+from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
+from harness.sides.items import LEVELS, selected_levels
 
 
 def register(sub: Any) -> None:
@@ -54,8 +54,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     """Every seeded mutant against the oracle; the kill matrix. With ``--jobs``
     above 1 the (mutant, level) searches run side by side in worker processes;
     the matrix and the shrunk files are the same."""
-    from harness.mutants import ShrinkKills, estimated_matrix_seconds, kill_matrix, render_matrix, write_matrix
-    from harness.pool import PoolError, WorkerPool, resolve_jobs
+    from harness.search.mutants import ShrinkKills, estimated_matrix_seconds, kill_matrix, render_matrix, write_matrix
+    from harness.sides.pool import PoolError, WorkerPool, resolve_jobs
 
     # Mutants run on the CPU; its recipe before the mutants import Triton (the
     # oracle's interpreted kernels call Triton's helpers, built in import-time mode).

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from harness.cases.suites import Suite, load_suite
 from harness.commands.common import (
     EXIT_USAGE,
     ProgressLines,
@@ -25,11 +26,11 @@ from harness.commands.common import (
     worker_spec,
 )
 from harness.commands.options import jobs_options, non_negative_int, non_negative_seconds, oracle_options
-from harness.nightly_history import DEFAULT_EXPLORE_BUDGET_S
-from harness.pool import PoolError, WorkerPool, estimated_seconds, planned_items, resolve_jobs
-from harness.port import load_port
-from harness.runner import LEVELS, Shard, count_items, selected_levels
-from harness.suites import Suite, load_suite
+from harness.night.history import DEFAULT_EXPLORE_BUDGET_S
+from harness.sides.items import LEVELS, selected_levels
+from harness.sides.loading import load_port
+from harness.sides.pool import PoolError, WorkerPool, estimated_seconds, planned_items, resolve_jobs
+from harness.sides.runner import Shard, count_items
 
 
 def register(sub: Any) -> None:
@@ -54,7 +55,7 @@ def register(sub: Any) -> None:
         default=[],
         metavar="PORT=FILE",
         help="judge PORT (its name or --ports spelling) against the expected divergences in FILE "
-        "(harness/baseline.py; repeatable; PORT=none for no baseline); a built-in port defaults to "
+        "(harness/verdicts/baseline.py; repeatable; PORT=none for no baseline); a built-in port defaults to "
         "cases/baselines/<port>-<suite>.json, else cases/baselines/<port>.json, when it exists",
     )
     p_nightly.add_argument(
@@ -76,10 +77,10 @@ def register(sub: Any) -> None:
 
 def cmd_nightly(args: argparse.Namespace) -> int:
     """Every registered port over the nightly suite, into <out>/<date>/, each
-    judged against its baseline; the exit code is harness.nightly.night_exit_code's."""
+    judged against its baseline; the exit code is harness.night.nightly.night_exit_code's."""
     import datetime
 
-    from harness.nightly import (
+    from harness.night.nightly import (
         NightlyPlan,
         merge_nightly_shards,
         night_exit_code,
@@ -87,7 +88,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         run_nightly,
         validate_night_date,
     )
-    from harness.port import BUILTIN_PORTS
+    from harness.sides.loading import BUILTIN_PORTS
     from reports.nightly import write_report
 
     date = validate_night_date(args.date) if args.date is not None else datetime.date.today().isoformat()

@@ -7,8 +7,8 @@ import argparse
 import math
 from typing import Any, NoReturn
 
-from harness.runner import LEVELS
-from harness.suites import suite_names
+from harness.cases.suites import suite_names
+from harness.sides.items import LEVELS
 
 # Every form ``--port`` accepts, as ``parity list ports`` and each command's help name them.
 PORT_FORMS = (
@@ -80,7 +80,7 @@ def device_option(p: argparse.ArgumentParser) -> None:
 
 
 def dcp_backend_option(p: argparse.ArgumentParser) -> None:
-    from harness.dcp_ranks import DCP_BACKEND_CHOICES
+    from harness.sides.dcp_ranks import DCP_BACKEND_CHOICES
 
     p.add_argument(
         "--dcp-backend",
@@ -106,8 +106,8 @@ def selection_options(p: argparse.ArgumentParser) -> None:
 
 
 def jobs_options(p: argparse.ArgumentParser) -> None:
-    """``--jobs`` (worker processes, :mod:`harness.pool`) and ``--no-oracle-cache``."""
-    from harness.pool import POOL_PAYS_OFF_S
+    """``--jobs`` (worker processes, :mod:`harness.sides.pool`) and ``--no-oracle-cache``."""
+    from harness.sides.pool import POOL_PAYS_OFF_S
 
     p.add_argument(
         "--jobs",
@@ -162,9 +162,9 @@ def _int_at_least(text: str, least: int) -> int:
 
 
 def jobs_count(text: str) -> int:
-    """``--jobs``: a count >= 1, or ``auto`` (:func:`harness.pool.machine_workers`)."""
+    """``--jobs``: a count >= 1, or ``auto`` (:func:`harness.sides.pool.machine_workers`)."""
     if text.strip().lower() == "auto":
-        from harness.pool import machine_workers
+        from harness.sides.pool import machine_workers
 
         return machine_workers()
     return positive_int(text)

@@ -16,7 +16,8 @@ def register(sub: Any) -> None:
 
 def cmd_oracle(args: argparse.Namespace) -> int:
     from oracle.environment import OracleUnavailable
-    from oracle.pin import check_fingerprints, installed_version, load_pin, record_fingerprints
+    from oracle.pin import check_fingerprints, installed_version, load_pin
+    from oracle.trace import record_fingerprints
 
     pin = load_pin()
     print(f"pin: upstream commit {pin['upstream_commit']} ({pin['upstream_pr']}), release {pin['release']}")

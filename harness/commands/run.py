@@ -41,9 +41,9 @@ def register(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.port import l3_compares
-    from harness.reproduce import printed_id, reproduce_from_meta
-    from harness.summary import layout_causes, summarise_table
+    from harness.protocol.port import l3_compares
+    from harness.verdicts.reproduce import printed_id, reproduce_from_meta
+    from harness.verdicts.summary import layout_causes, summarise_table
 
     # Only the JSON report writes every layout's chunks; without it workers send figures.
     done = execute(args, keep_layouts=bool(args.json))

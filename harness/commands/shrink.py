@@ -10,7 +10,7 @@ from typing import Any
 from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, UsageError, open_oracle
 from harness.commands.options import port_options, positive_int
 from harness.model import Case
-from harness.port import load_port
+from harness.sides.loading import load_port
 
 
 def register(sub: Any) -> None:
@@ -26,10 +26,10 @@ def register(sub: Any) -> None:
 
 def cmd_shrink(args: argparse.Namespace) -> int:
     """Reduce a divergent case to a minimal one that diverges the same way."""
-    from harness.cases import write_case_file
+    from harness.cases.files import write_case_file
     from harness.kernels import CpuKernels
-    from harness.reproduce import program_words, resolve_item
-    from harness.shrink import checker, describe_case, shrink
+    from harness.search.shrink import checker, describe_case, shrink
+    from harness.verdicts.reproduce import program_words, resolve_item
 
     resolved = resolve_item(args.case, args.suite)
     case = resolved.item

@@ -16,15 +16,15 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig
-from harness.sparse_model import SparseCase, SparseLayout, SparseWorkspaceConfig
+from harness.model.sparse import SparseCase, SparseLayout, SparseWorkspaceConfig
 
 if TYPE_CHECKING:
     import torch
 
     from harness.kernels import SharedKernels
-    from harness.numeric import MergeInputs, PrefillInputs
-    from harness.sparse_model import TopkMaskCase
-    from harness.sparse_prefill import SparsePrefillInputs
+    from harness.kernels.numeric import MergeInputs, PrefillInputs
+    from harness.kernels.sparse_prefill import SparsePrefillInputs
+    from harness.model.sparse import TopkMaskCase
 
 
 def _local_rows(rows: int, world: int, interleave: int) -> int:

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.context_chunks import DeviceChunk, chunk_partial, device_chunks
 from harness.kernels import SharedKernels
+from harness.kernels.context_chunks import DeviceChunk, chunk_partial, device_chunks
+from harness.kernels.numeric import PrefillInputs, new_token_partial
 from harness.model import Layout
-from harness.numeric import PrefillInputs, new_token_partial
 from ports.per_request.dcp import dcp_chunk_partial, dcp_device_chunks
 from ports.per_request.merge_kernel import merge_partials
 

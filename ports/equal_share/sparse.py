@@ -20,7 +20,7 @@ not change; they are per_request's.
 from __future__ import annotations
 
 from harness.model import Layout
-from harness.sparse_model import LEGACY_MASK_WORKSPACE_WORDS, SparseCase, SparseLayout, SparseWorkspaceConfig
+from harness.model.sparse import LEGACY_MASK_WORKSPACE_WORDS, SparseCase, SparseLayout, SparseWorkspaceConfig
 from ports.equal_share import grid_layout
 from ports.per_request.sparse import masked_threshold, topk_mask_shape
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import torch
 
-from harness.context_chunks import device_chunks, masked_chunk_partial
 from harness.kernels import SharedKernels
-from harness.masked_attention import RangeIndices, Selection
-from harness.numeric import new_token_kv
-from harness.sparse_model import SparseCase, SparseLayout
-from harness.sparse_prefill import SparsePrefillInputs
+from harness.kernels.context_chunks import device_chunks, masked_chunk_partial
+from harness.kernels.masked_attention import RangeIndices, Selection
+from harness.kernels.numeric import new_token_kv
+from harness.kernels.sparse_prefill import SparsePrefillInputs
+from harness.model.sparse import SparseCase, SparseLayout
 from ports.equal_share.prefill import final_merge, prefill, tokens_with_context
 from ports.equal_share.sparse import legacy_plan_sparse
 from ports.per_request.merge_kernel import merge_partials

@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from harness.context_chunks import DeviceChunk, Partial
 from harness.kernels import SharedKernels
-from harness.masked_attention import PackedMask, Selection, masked_reference_attention
+from harness.kernels.context_chunks import DeviceChunk, Partial
+from harness.kernels.masked_attention import PackedMask, Selection, masked_reference_attention
+from harness.kernels.numeric import PrefillInputs
 from harness.model import Layout
-from harness.numeric import PrefillInputs
-from harness.sparse_model import Shape, SparseCase, SparseWorkspaceConfig
+from harness.model.sparse import Shape, SparseCase, SparseWorkspaceConfig
 from ports.mutants.catalogue import Mutant
 from ports.per_request import sparse as sparse_module
 from ports.per_request import sparse_prefill as loop_module

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.model import Case, Layout, WorkspaceConfig, alignment_unit
-from harness.sparse_model import SparseCase, SparseLayout, SparseWorkspaceConfig
+from harness.model.sparse import SparseCase, SparseLayout, SparseWorkspaceConfig
 from ports.per_request import sparse
 from ports.per_request.metadata import build_layout
 
@@ -17,9 +17,9 @@ if TYPE_CHECKING:
     import torch
 
     from harness.kernels import SharedKernels
-    from harness.numeric import MergeInputs, PrefillInputs
-    from harness.sparse_model import TopkMaskCase
-    from harness.sparse_prefill import SparsePrefillInputs
+    from harness.kernels.numeric import MergeInputs, PrefillInputs
+    from harness.kernels.sparse_prefill import SparsePrefillInputs
+    from harness.model.sparse import TopkMaskCase
 
 # Upstream's dense workspace heuristic (SPEC section 1b): room for 8 full-length
 # requests or 4 pages per sequence, capped so the up-projected context stays bounded.

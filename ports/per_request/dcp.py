@@ -9,7 +9,7 @@ context, so one chunk's context rows come together in three steps:
    of a buffer of ``num_local_context_tokens`` rows. Every rank reads the same
    padded count; a rank that holds fewer of the request's rows reads padding.
 2. *All-gather.* The buffers of ranks ``0..D-1`` are concatenated, rank-major
-   (the collective: :mod:`harness.dcp`).
+   (the collective: :mod:`harness.model.dcp`).
 3. *Reorder.* For each request in chunk order, then each rank in rank order,
    keep the rank's real rows of that request in this chunk,
    ``min(max(0, local_context_lens_allranks[k][rank] - local_starts[k]),
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.context_chunks import Partial, context_rows_partial
 from harness.kernels import SharedKernels
+from harness.kernels.context_chunks import Partial, context_rows_partial
+from harness.kernels.numeric import PrefillInputs
 from harness.model import Chunk, Layout
-from harness.numeric import PrefillInputs
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,14 @@ from collections.abc import Iterable
 
 import torch
 
+from harness.kernels import SharedKernels
+
 # The chunk's device work (gather, up-projection, attention on the shared
 # kernels) is the harness's; imported into this module so the loop below reads
 # them from here (the mutants replace them here).
-from harness.context_chunks import DeviceChunk, Partial, chunk_partial, device_chunks
-from harness.kernels import SharedKernels
+from harness.kernels.context_chunks import DeviceChunk, Partial, chunk_partial, device_chunks
+from harness.kernels.numeric import PrefillInputs, new_token_partial
 from harness.model import Layout
-from harness.numeric import PrefillInputs, new_token_partial
 from ports.per_request.dcp import dcp_chunk_partial, dcp_device_chunks
 from ports.per_request.merge_kernel import merge_partials
 

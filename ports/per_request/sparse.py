@@ -12,13 +12,13 @@ import math
 from typing import TYPE_CHECKING
 
 from harness.model import Layout, alignment_unit
-from harness.sparse_model import PINNED_MASK_WORKSPACE_WORDS, Shape, SparseCase, SparseLayout, SparseWorkspaceConfig
+from harness.model.sparse import PINNED_MASK_WORKSPACE_WORDS, Shape, SparseCase, SparseLayout, SparseWorkspaceConfig
 from ports.per_request.metadata import build_layout
 
 if TYPE_CHECKING:
     import torch
 
-    from harness.sparse_model import TopkMaskCase
+    from harness.model.sparse import TopkMaskCase
 
 DENSE_WORKSPACE_CAP = 65536
 KEY_BITS = 32  # keys per mask word; key k is bit (k % 32), least significant first

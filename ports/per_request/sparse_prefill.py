@@ -29,13 +29,13 @@ from collections.abc import Iterator
 
 import torch
 
-from harness.context_chunks import DeviceChunk, Partial, device_chunks, masked_chunk_partial
 from harness.kernels import SharedKernels
-from harness.masked_attention import PackedMask, Selection
+from harness.kernels.context_chunks import DeviceChunk, Partial, device_chunks, masked_chunk_partial
+from harness.kernels.masked_attention import PackedMask, Selection
+from harness.kernels.numeric import new_token_kv
+from harness.kernels.sparse_prefill import SparsePrefillInputs
 from harness.model import Chunk
-from harness.numeric import new_token_kv
-from harness.sparse_model import SparseCase, SparseLayout
-from harness.sparse_prefill import SparsePrefillInputs
+from harness.model.sparse import SparseCase, SparseLayout
 from ports.per_request import sparse
 from ports.per_request.prefill import final_merge, fold_partials, prefill
 

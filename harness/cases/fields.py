@@ -1,0 +1,87 @@
+"""The checks every case field goes through, shared by the dense case files
+(:mod:`harness.cases.files`) and the sparse items (:mod:`harness.cases.sparse_inputs`):
+a bad value is a :class:`CaseError` naming the file, the field and the reason,
+and sizes are bounded (:data:`LIMITS`) so an absurd case is refused before
+anything is allocated for it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES, PRESETS, NumericSpec
+
+LIMITS = {
+    "requests": 1 << 17,
+    "context_len": 1 << 24,
+    "query_len": 1 << 20,
+    "total_context": 1 << 26,
+    "workspace_size": 1 << 22,
+    "block_size": 4096,
+    "dcp_world_size": 64,
+    "cp_kv_cache_interleave_size": 4096,
+    "numeric_elements": 1 << 31,
+}
+
+
+_NUMERIC_DIMS = ("num_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank")
+
+
+class CaseError(Exception):
+    """Bad case input. ``str(error)`` is the one line the CLI prints."""
+
+    def __init__(self, source: str, field: str | None, reason: str) -> None:
+        self.source, self.field, self.reason = source, field, reason
+        where = f"{source}: field '{field}'" if field else source
+        super().__init__(f"{where}: {reason}")
+
+
+def int_field(source: str, field: str, value: Any, minimum: int, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CaseError(source, field, f"must be an integer, got {json.dumps(value)}")
+    if value < minimum:
+        raise CaseError(source, field, f"must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise CaseError(source, field, f"must be <= {maximum} (refused before allocating), got {value}")
+    return value
+
+
+def int_tuple_field(source: str, field: str, value: Any, minimum: int, maximum: int) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise CaseError(source, field, f"must be a list of integers, got {type(value).__name__}")
+    if not value:
+        raise CaseError(source, field, "must hold at least one request")
+    if len(value) > LIMITS["requests"]:
+        raise CaseError(source, field, f"must hold at most {LIMITS['requests']} requests, got {len(value)}")
+    return tuple(int_field(source, f"{field}[{i}]", v, minimum, maximum) for i, v in enumerate(value))
+
+
+def numeric_from_json(data: Any, source: str) -> NumericSpec:
+    if not isinstance(data, dict):
+        raise CaseError(source, "numeric", f"must be an object, got {type(data).__name__}")
+    unknown = sorted(set(data) - {"preset", "dtype", "seed", "keyless_rows", *_NUMERIC_DIMS})
+    if unknown:
+        raise CaseError(source, f"numeric.{unknown[0]}", "is not a numeric field")
+    preset_name = data.get("preset")
+    if preset_name is None:
+        missing = [k for k in _NUMERIC_DIMS if k not in data]
+        if missing:
+            raise CaseError(source, f"numeric.{missing[0]}", "is missing (or give a preset)")
+        base = None
+    elif preset_name not in PRESETS:
+        raise CaseError(source, "numeric.preset", f"unknown preset {preset_name!r} (known: {', '.join(PRESETS)})")
+    else:
+        base = PRESETS[preset_name]
+    dims = {
+        k: int_field(source, f"numeric.{k}", data[k], 1, 4096) if k in data else getattr(base, k) for k in _NUMERIC_DIMS
+    }
+    dtype = data.get("dtype", base.dtype if base else "bf16")
+    if dtype not in NUMERIC_DTYPES:
+        raise CaseError(source, "numeric.dtype", f"must be one of {', '.join(NUMERIC_DTYPES)}, got {dtype!r}")
+    seed = int_field(source, "numeric.seed", data.get("seed", 0), 0, (1 << 63) - 1)
+    keyless_rows = data.get("keyless_rows", KEYLESS_ROWS[0])
+    if keyless_rows not in KEYLESS_ROWS:
+        raise CaseError(
+            source, "numeric.keyless_rows", f"must be one of {', '.join(KEYLESS_ROWS)}, got {json.dumps(keyless_rows)}"
+        )
+    return NumericSpec(**dims, dtype=dtype, seed=seed, keyless_rows=keyless_rows)

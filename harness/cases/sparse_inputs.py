@@ -1,0 +1,330 @@
+"""The sparse path's inputs: checked item files and the top-k indices they stand for.
+
+A sparse item file is a JSON object with ``"kind"``: ``"sparse"`` (a
+:class:`~harness.model.sparse.SparseCase`), ``"sparse-workspace"`` (a
+:class:`~harness.model.sparse.SparseWorkspaceConfig`) or ``"topk-mask"`` (a
+:class:`~harness.model.sparse.TopkMaskCase`, optionally with explicit indices
+``"topk"``: per request, per query row, ``index_topk`` integers). Anything
+wrong is a :class:`~harness.cases.files.CaseError` naming the file, the field and the
+reason. An index outside ``[0, sequence length)`` other than ``-1`` is refused:
+upstream's mask builder never checks one and would set bits past the row, so
+such a case is bad input, never a parity case.
+
+:func:`materialise_topk` turns a mask case into int32 tensors, deterministically
+from its seed; both sides get their own copy of the same values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import TYPE_CHECKING, Any
+
+from harness.cases.fields import LIMITS, CaseError, int_field, int_tuple_field, numeric_from_json
+from harness.model.sparse import (
+    MASK_FORMS,
+    SELECTIONS,
+    SPARSE_BACKENDS,
+    TOPK_PATTERNS,
+    SparseCase,
+    SparseWorkspaceConfig,
+    TopkMaskCase,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+SPARSE_KINDS = ("sparse", "sparse-workspace", "topk-mask")
+# index_topk beyond this is refused before anything is allocated.
+MAX_INDEX_TOPK = 1 << 16
+# A mask case's indices (rows times index_topk) and its mask's words, bounded
+# likewise: the oracle interprets one Triton program per mask row.
+MAX_TOPK_ELEMENTS = 1 << 24
+MAX_MASK_WORDS = 1 << 22
+
+
+def _bool(source: str, field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise CaseError(source, field, f"must be true or false, got {json.dumps(value)}")
+    return value
+
+
+def _known(data: dict[str, Any], cls: type, source: str, what: str) -> None:
+    allowed = {f.name for f in dataclasses.fields(cls)} | {"kind", "description"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise CaseError(source, unknown[0], f"is not a {what} field")
+
+
+def _missing(data: dict[str, Any], names: tuple[str, ...], source: str) -> None:
+    for name in names:
+        if name not in data:
+            raise CaseError(source, name, "is missing")
+
+
+def _family(data: dict[str, Any], default: str, source: str) -> str:
+    value = data.get("family", default)
+    if not isinstance(value, str) or not value:
+        raise CaseError(source, "family", f"must be a non-empty string, got {json.dumps(value)}")
+    return value
+
+
+def _name(data: dict[str, Any], source: str) -> str:
+    """A name an item id can carry (``NAME[KIND]``): no spaces, no brackets."""
+    value = data["name"]
+    if not isinstance(value, str) or not value or any(c.isspace() or c in "[]" for c in value):
+        raise CaseError(
+            source, "name", f"must be a non-empty string without spaces or brackets, got {json.dumps(value)}"
+        )
+    return value
+
+
+def sparse_workspace_config_from_json(data: dict[str, Any], source: str) -> SparseWorkspaceConfig:
+    allowed = {f.name for f in dataclasses.fields(SparseWorkspaceConfig)} | {"kind", "description", "name"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise CaseError(source, unknown[0], "is not a sparse-workspace field")
+    given_name = data.get("name")
+    data = {k: v for k, v in data.items() if k not in ("kind", "description", "name")}
+    _missing(data, ("max_model_len", "max_num_seqs", "block_size", "index_topk"), source)
+    values = {
+        "max_model_len": int_field(source, "max_model_len", data["max_model_len"], 1, 1 << 40),
+        "max_num_seqs": int_field(source, "max_num_seqs", data["max_num_seqs"], 1, 1 << 30),
+        "block_size": int_field(source, "block_size", data["block_size"], 1, LIMITS["block_size"]),
+        "index_topk": int_field(source, "index_topk", data["index_topk"], 1, MAX_INDEX_TOPK),
+        "dcp_world_size": int_field(
+            source, "dcp_world_size", data.get("dcp_world_size", 1), 1, LIMITS["dcp_world_size"]
+        ),
+        "cp_kv_cache_interleave_size": int_field(
+            source,
+            "cp_kv_cache_interleave_size",
+            data.get("cp_kv_cache_interleave_size", 1),
+            1,
+            LIMITS["cp_kv_cache_interleave_size"],
+        ),
+    }
+    config = SparseWorkspaceConfig(**values)
+    if given_name is not None and given_name != config.name:
+        raise CaseError(source, "name", f"{json.dumps(given_name)} is not this configuration's name {config.name}")
+    return config
+
+
+def sparse_case_from_json(data: dict[str, Any], source: str) -> SparseCase:
+    _known(data, SparseCase, source, "sparse-case")
+    _missing(data, ("name", "context_lens", "query_lens", "block_size", "max_model_len", "max_num_seqs"), source)
+    _missing(data, ("index_topk",), source)
+    config = sparse_workspace_config_from_json(
+        {k: data[k] for k in ("max_model_len", "max_num_seqs", "block_size", "index_topk") if k in data}
+        | {k: data[k] for k in ("dcp_world_size", "cp_kv_cache_interleave_size") if k in data},
+        source,
+    )
+    context = int_tuple_field(source, "context_lens", data["context_lens"], 0, LIMITS["context_len"])
+    query = int_tuple_field(source, "query_lens", data["query_lens"], 1, LIMITS["query_len"])
+    if len(context) != len(query):
+        raise CaseError(source, "query_lens", f"has {len(query)} entries but context_lens has {len(context)}")
+    if sum(context) > LIMITS["total_context"]:
+        raise CaseError(source, "context_lens", f"total context {sum(context)} exceeds {LIMITS['total_context']}")
+    backend = data.get("backend", SPARSE_BACKENDS[0])
+    if backend not in SPARSE_BACKENDS:
+        raise CaseError(source, "backend", f"must be one of {', '.join(SPARSE_BACKENDS)}, got {json.dumps(backend)}")
+    flags = {
+        name: _bool(source, name, data.get(name, default))
+        for name, default in (
+            ("align_to_block", True),
+            ("masked_kernel", True),
+            ("force_dense_mha", False),
+            ("force_masked_mha", False),
+            ("force_mqa", False),
+        )
+    }
+    family = _family(data, "sparse", source)
+    numeric = numeric_from_json(data["numeric"], source) if data.get("numeric") is not None else None
+    selection = data.get("selection", "mixed")
+    if selection not in SELECTIONS:
+        raise CaseError(source, "selection", f"must be one of {', '.join(SELECTIONS)}, got {json.dumps(selection)}")
+    if numeric is not None:
+        if config.dcp_world_size > 1:
+            raise CaseError(source, "numeric", "a sparse L3 case runs without DCP (dcp_world_size must be 1)")
+        if sum(query) * config.index_topk > MAX_TOPK_ELEMENTS:
+            raise CaseError(
+                source, "index_topk", f"{sum(query)} tokens x {config.index_topk} indices exceed {MAX_TOPK_ELEMENTS}"
+            )
+    return SparseCase(
+        name=_name(data, source),
+        context_lens=context,
+        query_lens=query,
+        block_size=config.block_size,
+        max_model_len=config.max_model_len,
+        max_num_seqs=config.max_num_seqs,
+        index_topk=config.index_topk,
+        dcp_world_size=config.dcp_world_size,
+        cp_kv_cache_interleave_size=config.cp_kv_cache_interleave_size,
+        backend=backend,
+        tensor_parallel_size=int_field(source, "tensor_parallel_size", data.get("tensor_parallel_size", 1), 1, 1024),
+        mask_workspace_words=(
+            None
+            if data.get("mask_workspace_words") is None
+            else int_field(source, "mask_workspace_words", data["mask_workspace_words"], 0, 1 << 34)
+        ),
+        family=family,
+        numeric=numeric,
+        selection=selection,
+        **flags,
+    )
+
+
+def _topk_field(value: Any, case: TopkMaskCase, source: str) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Explicit indices: per request a ``[query_len][index_topk]`` list of ints,
+    each -1 or inside ``[0, sequence length)``."""
+    if not isinstance(value, list) or len(value) != case.num_requests:
+        raise CaseError(
+            source, "topk", f"must be a list of {case.num_requests} requests' [query_len][index_topk] lists"
+        )
+    out = []
+    for r, rows in enumerate(value):
+        where = f"topk[{r}]"
+        if not isinstance(rows, list) or len(rows) != case.query_lens[r]:
+            raise CaseError(source, where, f"must hold {case.query_lens[r]} query rows (shape [query_len, index_topk])")
+        request = []
+        for q, row in enumerate(rows):
+            if not isinstance(row, list) or len(row) != case.index_topk:
+                raise CaseError(source, f"{where}[{q}]", f"must hold index_topk={case.index_topk} indices")
+            for k, index in enumerate(row):
+                if isinstance(index, bool) or not isinstance(index, int):
+                    raise CaseError(source, f"{where}[{q}][{k}]", f"must be an int32 index, got {json.dumps(index)}")
+                if index != -1 and not 0 <= index < case.seq_lens[r]:
+                    raise CaseError(
+                        source,
+                        f"{where}[{q}][{k}]",
+                        f"index {index} is outside [0, {case.seq_lens[r]}) and not -1 "
+                        "(upstream's mask builder would set bits past the row)",
+                    )
+            request.append(tuple(row))
+        out.append(tuple(request))
+    return tuple(out)
+
+
+def topk_mask_case_from_json(data: dict[str, Any], source: str) -> TopkMaskCase:
+    allowed = {f.name for f in dataclasses.fields(TopkMaskCase)} | {"kind", "description"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise CaseError(source, unknown[0], "is not a topk-mask field")
+    _missing(data, ("name", "query_lens", "seq_lens", "index_topk", "form"), source)
+    query = int_tuple_field(source, "query_lens", data["query_lens"], 1, LIMITS["query_len"])
+    seqs = int_tuple_field(source, "seq_lens", data["seq_lens"], 1, LIMITS["context_len"])
+    if len(seqs) != len(query):
+        raise CaseError(source, "seq_lens", f"has {len(seqs)} entries but query_lens has {len(query)}")
+    topk = int_field(source, "index_topk", data["index_topk"], 1, MAX_INDEX_TOPK)
+    if sum(query) * topk > MAX_TOPK_ELEMENTS:
+        raise CaseError(source, "index_topk", f"{sum(query)} rows x {topk} indices exceed {MAX_TOPK_ELEMENTS}")
+    form = data["form"]
+    if form not in MASK_FORMS:
+        raise CaseError(source, "form", f"must be one of {', '.join(MASK_FORMS)}, got {json.dumps(form)}")
+    if form == "single" and len(query) != 1:
+        raise CaseError(source, "form", f"'single' takes one request, got {len(query)}")
+    if form == "batched" and len(query) < 2:
+        raise CaseError(source, "form", "'batched' takes two requests or more (one runs the single-request kernel)")
+    tile = 128 if max(query) <= 128 else 256
+    mask_words = len(query) * (-(-max(query) // tile) * tile) * (-(-max(seqs) // 32) + 1)
+    if mask_words > MAX_MASK_WORDS:
+        raise CaseError(source, "seq_lens", f"the mask would take {mask_words} words, more than {MAX_MASK_WORDS}")
+    pattern = data.get("pattern", "uniform")
+    if pattern not in TOPK_PATTERNS:
+        raise CaseError(source, "pattern", f"must be one of {', '.join(TOPK_PATTERNS)}, got {json.dumps(pattern)}")
+    n = len(query)
+    starts = int_tuple_field(source, "range_starts", data.get("range_starts", [0] * n), 0, LIMITS["context_len"])
+    lens = int_tuple_field(source, "range_lens", data.get("range_lens", list(seqs)), 0, LIMITS["context_len"])
+    keys: tuple[int, ...] = ()
+    if data.get("key_starts", []) != []:
+        keys = int_tuple_field(source, "key_starts", data["key_starts"], 0, LIMITS["context_len"])
+    for field, values in (("range_starts", starts), ("range_lens", lens)) + ((("key_starts", keys),) if keys else ()):
+        if len(values) != n:
+            raise CaseError(source, field, f"has {len(values)} entries for {n} requests")
+    case = TopkMaskCase(
+        name=_name(data, source),
+        query_lens=query,
+        seq_lens=seqs,
+        index_topk=topk,
+        form=form,
+        pattern=pattern,
+        seed=int_field(source, "seed", data.get("seed", 0), 0, (1 << 63) - 1),
+        range_starts=starts,
+        range_lens=lens,
+        key_starts=keys,
+        family=_family(data, "topk-mask", source),
+    )
+    if "topk" in data:
+        case = dataclasses.replace(case, topk=_topk_field(data["topk"], case, source))
+    return case
+
+
+def sparse_item_from_json(data: dict[str, Any], source: str) -> tuple[str, Any]:
+    """``(kind, item)`` of a sparse item object (its ``"kind"`` one of :data:`SPARSE_KINDS`)."""
+    kind = data.get("kind")
+    if kind == "sparse":
+        return "sparse-layout", sparse_case_from_json(data, source)
+    if kind == "sparse-workspace":
+        return "sparse-workspace", sparse_workspace_config_from_json(data, source)
+    if kind == "topk-mask":
+        return "sparse-mask", topk_mask_case_from_json(data, source)
+    raise CaseError(source, "kind", f"must be one of {', '.join(SPARSE_KINDS)}, got {json.dumps(kind)}")
+
+
+# -- the indices ----------------------------------------------------------------------------
+
+
+def boundary_positions(case: TopkMaskCase, request: int) -> list[int]:
+    """Where an off-by-one shows: 0 and len-1 of the sequence, each range's first
+    and last row and the rows either side, and the key start."""
+    length = case.seq_lens[request]
+    start, span = case.range_starts[request], case.range_lens[request]
+    spots = {0, length - 1, start - 1, start, start + 1, start + span - 1, start + span, start + span + 1}
+    spots |= {31, 32, 33, 63, 64}  # word edges
+    if case.key_starts:
+        spots |= {case.key_starts[request] - 1, case.key_starts[request]}
+    return sorted(p for p in spots if 0 <= p < length)
+
+
+def _rows(case: TopkMaskCase, request: int, pattern: str, rows: int, generator: Any) -> torch.Tensor:
+    import torch
+
+    length, k = case.seq_lens[request], case.index_topk
+    if pattern == "uniform":
+        return torch.randint(0, length, (rows, k), generator=generator, dtype=torch.int32)
+    if pattern == "boundary":
+        spots = torch.tensor(boundary_positions(case, request), dtype=torch.int32)
+        picks = torch.randint(0, len(spots), (rows, k), generator=generator)
+        chosen = spots[picks]
+        free = torch.rand((rows, k), generator=generator) < 0.25
+        return torch.where(free, torch.randint(0, length, (rows, k), generator=generator, dtype=torch.int32), chosen)
+    if pattern == "duplicates":
+        pool = torch.randint(0, length, (rows, 3), generator=generator, dtype=torch.int32)
+        return pool[:, torch.randint(0, 3, (k,), generator=generator)]
+    # padding: a random count of selections per row, the rest -1, with a few
+    # -1 slots inside the selected run as well
+    chosen = torch.randint(0, length, (rows, k), generator=generator, dtype=torch.int32)
+    kept = torch.randint(0, min(k, length) + 1, (rows, 1), generator=generator)
+    slots = torch.arange(k).unsqueeze(0)
+    holes = torch.rand((rows, k), generator=generator) < 0.05
+    return torch.where((slots < kept) & ~holes, chosen, torch.full_like(chosen, -1))
+
+
+def materialise_topk(case: TopkMaskCase) -> list[torch.Tensor]:
+    """Per request, the int32 ``[query_len, index_topk]`` indices of ``case``:
+    every value -1 or in ``[0, seq_len)``; a fresh tensor on every call."""
+    import torch
+
+    if case.topk is not None:
+        return [torch.tensor(rows, dtype=torch.int32).reshape(len(rows), case.index_topk) for rows in case.topk]
+    generator = torch.Generator().manual_seed(case.seed)
+    out = []
+    for request, rows in enumerate(case.query_lens):
+        if case.pattern != "mixed":
+            out.append(_rows(case, request, case.pattern, rows, generator).contiguous())
+            continue
+        parts = [
+            _rows(case, request, TOPK_PATTERNS[int(p)], 1, generator)
+            for p in torch.randint(0, len(TOPK_PATTERNS) - 1, (rows,), generator=generator)
+        ]
+        out.append(torch.cat(parts).contiguous())
+    return out

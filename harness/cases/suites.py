@@ -1,0 +1,236 @@
+"""Suites: named collections of cases and workspace configurations.
+
+Definitions live in ``cases/suites.json``. A suite takes checked-in case files
+(``files``, relative to ``cases/``), generated layout cases (``generate``: a group
+``{"seed", "count"}`` or a list of groups, each with optional ``families``, the
+generator families it deals, default the sweep families), a workspace-size grid
+(``workspace_grid``: a grid name or a list of them, see :data:`GRIDS`; a
+configuration in two grids counts once), merge cases for L2 (``merge``: seed and
+count) and numeric prefill cases for L3 (``prefill``: a group with seed, count and
+numeric preset, or a list of those; a group's optional ``families`` as for
+``generate``, and ``keyless_per_family``, which adds, per family, that many of
+its cases whose legacy grid has rows without keys again under each non-default
+keyless-row behaviour). Case files with a ``numeric`` section are prefill cases too.
+
+Overriding a count (``--size`` for ``generate``, ``--numeric-size`` for ``merge``
+and ``prefill``) sets the first group's count to N; every later group scales with
+it, ``count * N // first count`` (rounded down), so a quick run keeps the suite's
+proportions and ``--size 0`` generates nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.cases.fields import CaseError
+from harness.cases.files import load_cases
+from harness.cases.generate import generate, generate_prefill
+from harness.cases.merge import generate_merge
+from harness.cases.sparse_generate import SPARSE_GRIDS, generate_mask_cases, generate_sparse, sparse_workspace_grid
+from harness.kernels.sparse_prefill import generate_sparse_prefill
+from harness.model import Case, MergeCase, WorkspaceConfig
+from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
+
+CASES_DIR = Path(__file__).resolve().parents[2] / "cases"
+SUITES_FILE = CASES_DIR / "suites.json"
+
+# Axis grids: every combination of the axes, interleaves only under DCP.
+_AXIS_GRIDS: dict[str, dict[str, tuple[int, ...]]] = {
+    "small": {
+        "max_model_len": (2048, 163840),
+        "max_num_seqs": (1, 256, 2048),
+        "block_size": (16, 64),
+        "dcp_world_size": (1, 4),
+        "interleave": (1, 64),
+    },
+    "full": {
+        "max_model_len": (1, 100, 2048, 4096, 8192, 32768, 163840),
+        "max_num_seqs": (1, 3, 64, 256, 1024, 4096),
+        "block_size": (1, 16, 64, 128),
+        "dcp_world_size": (1, 2, 4, 8),
+        "interleave": (1, 16, 64),
+    },
+}
+
+# The "wide" grid: where formulas that agree on powers of two part ways, and
+# where the size formula's intermediates pass 2^31. 8 * max_model_len reaches
+# 2^31 at 2^28 (one below, at, one above); 4 * max_num_seqs * block_size passes
+# it at 2^19 sequences of 1056-row blocks and 2^20 of 528 or 544. Block sizes
+# that do not divide 65,536 make rounding up to the alignment before and after
+# the cap differ; DCP worlds 3 and 6 and interleaves that do not nest with the
+# block make lcm(block, I*D) differ from max(block, I*D).
+WIDE_MODEL_LENS = (1, 100, 8191, 163840, (1 << 28) - 1, 1 << 28, (1 << 28) + 1)
+WIDE_NUM_SEQS = (1, 3, 257, 1000, 1 << 19, 1 << 20)
+WIDE_BLOCK_SIZES = (1, 3, 16, 48, 80, 528, 544, 1056)
+WIDE_DCP_WORLDS = (2, 3, 4, 6, 8)
+# Under DCP the grid crosses fewer lengths and sequence counts with more worlds
+# and interleaves: one below the cap, one past it, and the two 2^31 crossings.
+WIDE_DCP_MODEL_LENS = (100, 163840, (1 << 28) + 1)
+WIDE_DCP_NUM_SEQS = (3, 1 << 19)
+
+
+def wide_interleaves(block_size: int) -> tuple[int, ...]:
+    """Interleaves from 1 to the block size: 1, 3 (rarely a divisor of a power
+    of two), 16, half the block, the block itself, and 64 past small blocks."""
+    values = {1, 3, 16, max(1, block_size // 2), block_size, 64}
+    return tuple(sorted(values))
+
+
+def _wide_grid() -> tuple[WorkspaceConfig, ...]:
+    configs = [
+        WorkspaceConfig(length, seqs, block)
+        for length, seqs, block in itertools.product(WIDE_MODEL_LENS, WIDE_NUM_SEQS, WIDE_BLOCK_SIZES)
+    ]
+    for length, seqs, block, world in itertools.product(
+        WIDE_DCP_MODEL_LENS, WIDE_DCP_NUM_SEQS, WIDE_BLOCK_SIZES, WIDE_DCP_WORLDS
+    ):
+        configs += [WorkspaceConfig(length, seqs, block, world, i) for i in wide_interleaves(block)]
+    return tuple(configs)
+
+
+GRIDS = (*_AXIS_GRIDS, "wide")
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    cases: tuple[Case, ...]
+    workspace_configs: tuple[WorkspaceConfig, ...]
+    merge_cases: tuple[MergeCase, ...] = ()
+    # The sparse path (SPEC 1d): batches (those with a numeric section also
+    # sparse L3 cases), workspace settings, top-k mask cases.
+    sparse_cases: tuple[SparseCase, ...] = ()
+    sparse_workspace_configs: tuple[SparseWorkspaceConfig, ...] = ()
+    mask_cases: tuple[TopkMaskCase, ...] = ()
+
+
+def workspace_grid(kind: str) -> tuple[WorkspaceConfig, ...]:
+    """The configurations of grid ``kind`` (one of :data:`GRIDS`), in a fixed order."""
+    if kind == "wide":
+        return _wide_grid()
+    axes = _AXIS_GRIDS[kind]
+    configs = []
+    for length, seqs, block, world, interleave in itertools.product(*axes.values()):
+        if world == 1 and interleave != 1:
+            continue  # interleave only matters under DCP
+        configs.append(WorkspaceConfig(length, seqs, block, world, interleave))
+    return tuple(configs)
+
+
+def workspace_grids(kinds: list[str]) -> tuple[WorkspaceConfig, ...]:
+    """The configurations of every grid in ``kinds``, each configuration once,
+    where it first appears."""
+    seen: set[WorkspaceConfig] = set()
+    configs = []
+    for kind in kinds:
+        for config in workspace_grid(kind):
+            if config not in seen:
+                seen.add(config)
+                configs.append(config)
+    return tuple(configs)
+
+
+def suite_names() -> list[str]:
+    return sorted(_definitions())
+
+
+def suite_description(name: str) -> str:
+    """The suite's one-line description from cases/suites.json."""
+    return str(_definitions()[name].get("description", ""))
+
+
+def _definitions() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(SUITES_FILE.read_text(encoding="utf-8"))
+    return data
+
+
+def _groups(spec: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = spec.get(key, [])
+    groups: list[dict[str, Any]] = value if isinstance(value, list) else [value]
+    return groups
+
+
+def _counts(groups: list[dict[str, Any]], override: int | None) -> list[int]:
+    """Each group's count; an override sets the first group's, and later groups
+    scale with it (rounded down)."""
+    counts = [int(group["count"]) for group in groups]
+    if override is None or not counts:
+        return counts
+    first = counts[0]
+    return [override] + [count * override // first if first else 0 for count in counts[1:]]
+
+
+def load_suite(name: str, size: int | None = None, numeric_size: int | None = None) -> Suite:
+    """``size`` overrides the generated layout case count, ``numeric_size`` the
+    merge and prefill case counts (the first group's; later groups scale with it)."""
+    definitions = _definitions()
+    if name not in definitions:
+        raise CaseError(str(SUITES_FILE), None, f"no suite named {name!r} (known: {', '.join(sorted(definitions))})")
+    spec = definitions[name]
+    cases = load_cases([CASES_DIR / f for f in spec.get("files", [])])
+    layout_groups = _groups(spec, "generate")
+    for group, count in zip(layout_groups, _counts(layout_groups, size), strict=True):
+        cases += list(generate(group["seed"], count, group.get("families")))
+    prefill_groups = _groups(spec, "prefill")
+    for group, count in zip(prefill_groups, _counts(prefill_groups, numeric_size), strict=True):
+        cases += list(
+            generate_prefill(
+                group["seed"], count, group["preset"], group.get("keyless_per_family", 0), group.get("families")
+            )
+        )
+    merge_cases: tuple[MergeCase, ...] = ()
+    if "merge" in spec:
+        count = spec["merge"]["count"] if numeric_size is None else numeric_size
+        merge_cases = tuple(generate_merge(spec["merge"]["seed"], count))
+    names = [c.name for c in cases]
+    if len(set(names)) != len(names):
+        duplicate = next(n for n in names if names.count(n) > 1)
+        raise CaseError(str(SUITES_FILE), name, f"case name {duplicate!r} appears twice")
+    grids = spec.get("workspace_grid", [])
+    grid = workspace_grids(grids if isinstance(grids, list) else [grids])
+    sparse_groups = _groups(spec, "sparse")
+    sparse_cases: list[SparseCase] = []
+    # --size scales the sparse batches as it scales every later layout group.
+    first_count = int(layout_groups[0]["count"]) if layout_groups else 0
+    # A reduced run keeps at least one sparse batch per group while it generates anything.
+    sparse_counts = [
+        int(g["count"]) if size is None or not first_count else max(int(g["count"]) * size // first_count, min(size, 1))
+        for g in sparse_groups
+    ]
+    for group, count in zip(sparse_groups, sparse_counts, strict=True):
+        sparse_cases += generate_sparse(group["seed"], count, group.get("families"))
+    # Sparse L3 cases are sparse batches too (compared at sparse-layout as well).
+    sparse_prefill_groups = _groups(spec, "sparse_prefill")
+    for group, count in zip(sparse_prefill_groups, _counts(sparse_prefill_groups, numeric_size), strict=True):
+        sparse_cases += generate_sparse_prefill(group["seed"], count, group.get("families"))
+    mask_groups = _groups(spec, "topk_mask")
+    mask_cases: list[TopkMaskCase] = []
+    for group, count in zip(mask_groups, _counts(mask_groups, numeric_size), strict=True):
+        mask_cases += generate_mask_cases(group["seed"], count)
+    # A generated item is input like any other: the validator refuses a bad one.
+    from harness.cases.sparse_inputs import sparse_case_from_json, topk_mask_case_from_json
+
+    for generated in sparse_cases:
+        sparse_case_from_json(generated.to_json(), f"{SUITES_FILE} (suite {name}, generated {generated.name})")
+    for generated_mask in mask_cases:
+        topk_mask_case_from_json(
+            generated_mask.to_json(), f"{SUITES_FILE} (suite {name}, generated {generated_mask.name})"
+        )
+    sparse_names = [c.name for c in sparse_cases] + [c.name for c in mask_cases]
+    if len(set(sparse_names)) != len(sparse_names):
+        duplicate = next(n for n in sparse_names if sparse_names.count(n) > 1)
+        raise CaseError(str(SUITES_FILE), name, f"sparse item name {duplicate!r} appears twice")
+    sparse_grids = spec.get("sparse_workspace_grid", [])
+    sparse_configs: list[SparseWorkspaceConfig] = []
+    for kind in sparse_grids if isinstance(sparse_grids, list) else [sparse_grids]:
+        if kind not in SPARSE_GRIDS:
+            raise CaseError(
+                str(SUITES_FILE), name, f"no sparse workspace grid {kind!r} (known: {', '.join(SPARSE_GRIDS)})"
+            )
+        seen = set(sparse_configs)
+        sparse_configs += [c for c in sparse_workspace_grid(kind) if c not in seen]
+    return Suite(name, tuple(cases), grid, merge_cases, tuple(sparse_cases), tuple(sparse_configs), tuple(mask_cases))

@@ -1,0 +1,175 @@
+"""L3 of the sparse path (level ``sparse-prefill``): a sparse batch's tensors,
+its tokens' top-k indices, and the generated cases aimed at the masked loop.
+
+A side's ``sparse_prefill(case, inputs, kernels)`` runs the batch on the route
+it decides (SPEC 1d): dense MHA (the section 1c loop in the sparse workspace)
+or masked MHA (suffix attention over the new tokens with indices remapped by
+the context length, then per chunk the gather, the up-projection, masked
+attention of the chunk's own tokens and the fold, then the final merge). Its
+result is the dense L3's: ``context_output``/``context_lse`` when any request
+has context, and ``output``/``lse``. A case routed to sparse MQA (decode-style)
+or to a masked run upstream cannot make is compared at L1 only: its L3 item is
+not run, and says why.
+
+Top-k indices are positions into the token's request's sequence (context, then
+new tokens), ``-1`` padding, never past the token itself but in the ``future``
+selection; each token's are drawn from its own seed (:func:`token_selection`), so a shrunk case keeps the
+selections of the tokens it keeps.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+import torch
+
+from harness.kernels.numeric import PrefillInputs, materialise_prefill
+from harness.model import KEYLESS_ROWS, PRESETS
+from harness.model.sparse import SELECTIONS, SparseCase
+
+# The routes L3 compares; every other one is compared at L1 only.
+L3_ROUTES = ("dense-mha", "masked-mha")
+PREFILL_FAMILIES = ("sparse-masked-global", "sparse-masked-ranges", "sparse-masked-suffix", "sparse-dense-route")
+
+
+@dataclass(frozen=True)
+class SparsePrefillInputs:
+    """A sparse L3 case's tensors: the dense L3's (:class:`PrefillInputs`) and
+    ``topk`` ``[num_tokens, index_topk]`` int32 on the same device, row ``t``
+    the indices of prefill token ``t`` (tokens in request order)."""
+
+    prefill: PrefillInputs
+    topk: torch.Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prefill.num_tokens
+
+
+def token_selection(case: SparseCase, request: int, token: int, pattern: str | None = None) -> list[int]:
+    """The ``index_topk`` indices of new token ``token`` of ``request``:
+    positions in ``[0, context + token]`` as :data:`SELECTIONS` describes,
+    then ``-1`` to fill the row."""
+    assert case.numeric is not None
+    rng = random.Random(f"{case.numeric.seed}:{request}:{token}")
+    pattern = pattern or case.selection
+    if pattern == "mixed":
+        pattern = rng.choice(SELECTIONS[:-1])
+    position = case.context_lens[request] + token
+    limit = min(case.index_topk, position + 1)
+    count = rng.randint(1, limit)
+    if pattern == "uniform":
+        chosen = rng.sample(range(position + 1), count)
+    elif pattern == "boundary":
+        block, context = case.block_size, case.context_lens[request]
+        near = {p for edge in range(0, position + 2, block) for p in (edge - 2, edge - 1, edge, edge + 1)}
+        near |= {context - 2, context - 1, context, context + 1}
+        candidates = sorted(p for p in near if 0 <= p <= position)
+        chosen = rng.sample(candidates, min(count, len(candidates)))
+    elif pattern == "recent":
+        chosen = list(range(position + 1 - max(1, count // 2), position + 1))
+    elif pattern == "early":
+        chosen = list(range(max(1, count // 2)))
+    elif pattern == "future":
+        # Anywhere in the sequence, past the token too: the suffix's causal
+        # mask must hide what follows it.
+        length = case.context_lens[request] + case.query_lens[request]
+        chosen = rng.sample(range(length), min(case.index_topk, length, count + 2))
+    else:  # sparse
+        chosen = rng.sample(range(position + 1), min(rng.randint(0, 2), position + 1))
+    rng.shuffle(chosen)
+    return chosen + [-1] * (case.index_topk - len(chosen))
+
+
+def case_topk(case: SparseCase) -> torch.Tensor:
+    """``[num_tokens, index_topk]`` int32, on the host: every token's indices."""
+    rows = [token_selection(case, r, t) for r, q in enumerate(case.query_lens) for t in range(q)]
+    return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), case.index_topk)
+
+
+def materialise_sparse_prefill(case: SparseCase, device: str = "cpu") -> SparsePrefillInputs:
+    """Fresh tensors for ``case`` (each call its own copy of the same values)."""
+    assert case.numeric is not None, f"sparse case {case.name} has no numeric section"
+    prefill = materialise_prefill(case.context_lens, case.query_lens, case.block_size, case.numeric, device)
+    return SparsePrefillInputs(prefill, case_topk(case).to(device))
+
+
+# -- generated L3 cases --------------------------------------------------------------------------
+
+
+def _workspace_rows(max_model_len: int, max_num_seqs: int, block: int, topk: int) -> int:
+    """The sparse workspace this generator aims at (its own arithmetic; both sides
+    still size it themselves)."""
+    return max(min(max(8 * max_model_len, 4 * max_num_seqs * block), 65536, max_num_seqs * topk), block)
+
+
+def _mask_words(batch: int, max_query: int, max_keys: int, reserve: bool = False) -> int:
+    tile = 128 if max_query <= 128 else 256
+    return batch * (-(-max_query // tile) * tile) * (-(-max_keys // 32) + int(reserve))
+
+
+def _prefill_case(rng: random.Random, family: str, name: str, index: int) -> SparseCase:
+    block = rng.choice((1, 16, 16, 64))
+    requests = rng.randint(1, 6)
+    query = [rng.choice((1, rng.randint(1, 40), rng.randint(100, 140))) for _ in range(requests)]
+    if family == "sparse-masked-suffix":
+        context = [0] * requests
+    elif family == "sparse-masked-ranges":
+        # A long request first, short ones after: its last piece shares a chunk
+        # with the requests that follow it.
+        requests = max(requests, 3)
+        query += [rng.randint(1, 40) for _ in range(requests - len(query))]
+        context = [rng.randint(150, 400)] + [rng.choice((0, rng.randint(1, 40))) for _ in range(requests - 1)]
+    else:
+        context = [rng.choice((0, rng.randint(1, 40), rng.randint(60, 400))) for _ in range(requests)]
+        if not any(context):
+            context[rng.randrange(requests)] = rng.randint(60, 400)
+    max_seq = max(c + q for c, q in zip(context, query, strict=True))
+    # A small workspace (the 8 * max_model_len term) cuts contexts into pieces.
+    max_model_len = rng.choice((4, 8, 16, 32))
+    max_num_seqs = rng.choice((1, 2, 4))
+    topk = max_seq + rng.choice((0, 1, 100))
+    mask_words = None
+    if family == "sparse-masked-ranges":
+        # A 128-row workspace (4 * 2 sequences * 16 rows): room for the suffix's
+        # and every chunk's per-range mask, not for the global one.
+        max_model_len, max_num_seqs, block = 8, 2, 16
+        workspace = _workspace_rows(max_model_len, max_num_seqs, block, topk)
+        mask_words = _mask_words(requests, max(query), max(max(query), workspace))
+    dtypes = ("bf16", "fp16", "fp32")
+    numeric = replace(
+        PRESETS[rng.choice(("tiny", "narrow"))],
+        dtype=dtypes[index % 3],
+        seed=rng.randrange(1 << 31),
+        keyless_rows=KEYLESS_ROWS[(index // 3) % len(KEYLESS_ROWS)],
+    )
+    return SparseCase(
+        name,
+        tuple(context),
+        tuple(query),
+        block,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        index_topk=topk,
+        backend="FLASHMLA_SPARSE",
+        tensor_parallel_size=8,
+        mask_workspace_words=mask_words,
+        # Masked MHA on a batch within index_topk is forced; the dense route is
+        # what such a batch takes unforced.
+        force_masked_mha=family != "sparse-dense-route",
+        family=family,
+        numeric=numeric,
+        selection=SELECTIONS[index % len(SELECTIONS)],
+    )
+
+
+def generate_sparse_prefill(seed: int, count: int, families: list[str] | None = None) -> list[SparseCase]:
+    """``count`` sparse L3 cases dealt round-robin over ``families`` (default all)."""
+    rng = random.Random(seed)
+    chosen = families or list(PREFILL_FAMILIES)
+    out = []
+    for i in range(count):
+        family = chosen[i % len(chosen)]
+        out.append(_prefill_case(rng, family, f"{family}-{seed % 10000:04d}-{i:04d}", i))
+    return out

@@ -1,0 +1,385 @@
+"""The sparse MLA path's data model (SPEC section 1d): what goes in, what each side returns.
+
+Three kinds of item, each plain Python like :mod:`harness.model`:
+
+- :class:`SparseCase` (level ``sparse-layout``): a prefill batch with its engine
+  settings. Each side sizes the *sparse* workspace from the settings, plans the
+  batch's context chunks into it, and decides the batch's route (dense MHA,
+  masked MHA or sparse MQA) and the shapes of its top-k masks: a
+  :class:`SparseLayout`.
+- :class:`SparseWorkspaceConfig` (level ``sparse-layout``, kind
+  ``sparse-workspace``): the settings that decide the sparse workspace size.
+- :class:`TopkMaskCase` (level ``sparse-mask``): seeded top-k indices for a few
+  requests; each side builds the bit-packed mask and remaps the indices to key
+  ranges. The tensors come from :func:`harness.cases.sparse_inputs.materialise_topk`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.model import Case, Layout, NumericSpec
+
+# The sparse backends' names as their ``get_name()`` returns them in vllm 0.28.0;
+# ``_use_masked_mha`` has thresholds for the first two only.
+SPARSE_BACKENDS = (
+    "FLASHMLA_SPARSE",
+    "FLASHINFER_MLA_SPARSE",
+    "FLASHINFER_MLA_SPARSE_SM120",
+    "FLASH_ATTN_MLA_SPARSE",
+    "ROCM_AITER_MLA_SPARSE",
+    "XPU_MLA_SPARSE",
+)
+
+# The mask workspace each release allocates when masked MHA is available, in
+# int32 words: a case's ``mask_workspace_words`` of None means this one.
+PINNED_MASK_WORKSPACE_WORDS = 128 * 1024 * 1024 // 4  # 0.28.0: 128 MiB
+LEGACY_MASK_WORKSPACE_WORDS = 64 * 1024 * 1024 // 4  # 0.27.1: 64 MiB
+
+# The ways the prefill tokens of a sparse batch are attended (SPEC 1d), and the
+# two masked routes upstream cannot run: masked MHA forced where it cannot run
+# (no masked kernel: forward_mha asserts; a batch with context under DCP:
+# _compute_context_mha raises), and a masked run whose masks do not fit the mask
+# workspace (0.28.0's _run_masked_mha raises; 0.27.1's view of it fails).
+ROUTES = ("dense-mha", "masked-mha", "mqa", "masked-mha-unavailable", "masked-mha-overflow")
+
+# The forms a top-k mask is built in: one request (its own kernel), several
+# requests (the batched kernel), or the global mask over whole sequences with
+# its reserved key-starts word.
+MASK_FORMS = ("single", "batched", "global")
+
+
+@dataclass(frozen=True)
+class SparseWorkspaceConfig:
+    """The engine settings that decide the sparse chunked-prefill workspace size."""
+
+    max_model_len: int
+    max_num_seqs: int
+    block_size: int
+    index_topk: int
+    dcp_world_size: int = 1
+    cp_kv_cache_interleave_size: int = 1
+
+    family = "sparse-workspace-size"
+
+    @property
+    def name(self) -> str:
+        return (
+            f"sparse-workspace/len{self.max_model_len}-seqs{self.max_num_seqs}-blk{self.block_size}"
+            f"-topk{self.index_topk}-dcp{self.dcp_world_size}x{self.cp_kv_cache_interleave_size}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "block_size": self.block_size,
+            "index_topk": self.index_topk,
+            "dcp_world_size": self.dcp_world_size,
+            "cp_kv_cache_interleave_size": self.cp_kv_cache_interleave_size,
+        }
+
+
+@dataclass(frozen=True)
+class SparseCase:
+    """One sparse prefill batch and every input of its route.
+
+    Like :class:`harness.model.Case`, it is the *prefill* part of a step, after
+    upstream's ``split_decodes_and_prefills``: every request here is a prefill,
+    whatever its query length (which requests a scheduler's step counts as
+    decodes is not part of this contract).
+
+    Invariants (:func:`harness.cases.sparse_inputs.validate_sparse_case`): the batch
+    fields as for :class:`harness.model.Case`; ``index_topk >= 1``;
+    ``backend`` is one of :data:`SPARSE_BACKENDS`; ``tensor_parallel_size >= 1``;
+    ``mask_workspace_words >= 0``, or None for the workspace the release itself
+    allocates (0.28.0: 128 MiB, 0.27.1: 64 MiB). ``masked_kernel`` says whether the masked
+    kernel exists for this model on this device (upstream's
+    ``_is_masked_mha_available``: a Blackwell GPU, FlashAttention 4, the
+    DeepSeek-V3.2 head shapes, an unquantised cache); without it there is no
+    mask workspace at all. The three ``force_*`` flags are upstream's
+    ``sparse_mla_force_dense_mha`` / ``_force_masked_mha`` / ``_force_mqa``.
+    """
+
+    name: str
+    context_lens: tuple[int, ...]
+    query_lens: tuple[int, ...]
+    block_size: int
+    max_model_len: int
+    max_num_seqs: int
+    index_topk: int
+    dcp_world_size: int = 1
+    cp_kv_cache_interleave_size: int = 1
+    align_to_block: bool = True
+    backend: str = SPARSE_BACKENDS[0]
+    tensor_parallel_size: int = 1
+    masked_kernel: bool = True
+    mask_workspace_words: int | None = None
+    force_dense_mha: bool = False
+    force_masked_mha: bool = False
+    force_mqa: bool = False
+    family: str = "sparse"
+    # L3 (level sparse-prefill): the tensors' dimensions and seed, and how each
+    # token's top-k indices are drawn (:data:`SELECTIONS`); None: L1 only.
+    numeric: NumericSpec | None = None
+    selection: str = "mixed"
+
+    @property
+    def workspace_config(self) -> SparseWorkspaceConfig:
+        return SparseWorkspaceConfig(
+            self.max_model_len,
+            self.max_num_seqs,
+            self.block_size,
+            self.index_topk,
+            self.dcp_world_size,
+            self.cp_kv_cache_interleave_size,
+        )
+
+    def planned_case(self, workspace_size: int) -> Case:
+        """The dense planner's input: this batch in a ``workspace_size``-row workspace."""
+        return Case(
+            name=self.name,
+            context_lens=self.context_lens,
+            query_lens=self.query_lens,
+            block_size=self.block_size,
+            workspace_size=workspace_size,
+            dcp_world_size=self.dcp_world_size,
+            cp_kv_cache_interleave_size=self.cp_kv_cache_interleave_size,
+            align_to_block=self.align_to_block,
+            family=self.family,
+            numeric=self.numeric,
+        )
+
+    @property
+    def max_query_len(self) -> int:
+        return max(self.query_lens)
+
+    @property
+    def max_seq_len(self) -> int:
+        return max(c + q for c, q in zip(self.context_lens, self.query_lens, strict=True))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "family": self.family,
+            "context_lens": list(self.context_lens),
+            "query_lens": list(self.query_lens),
+            "block_size": self.block_size,
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "index_topk": self.index_topk,
+            "dcp_world_size": self.dcp_world_size,
+            "cp_kv_cache_interleave_size": self.cp_kv_cache_interleave_size,
+            "align_to_block": self.align_to_block,
+            "backend": self.backend,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "masked_kernel": self.masked_kernel,
+            "mask_workspace_words": self.mask_workspace_words,
+            "force_dense_mha": self.force_dense_mha,
+            "force_masked_mha": self.force_masked_mha,
+            "force_mqa": self.force_mqa,
+            # Written only for L3 cases, so L1 cases keep their JSON.
+            **({"numeric": self.numeric.to_json(), "selection": self.selection} if self.numeric else {}),
+        }
+
+
+Shape = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class SparseLayout:
+    """A side's whole sparse plan for one :class:`SparseCase`.
+
+    Field meanings (SPEC 1d), in the order they are compared:
+
+    - ``workspace_size``: the sparse workspace the chunks are planned into;
+    - ``layout``: the chunks and empty token slices, as the dense planner's;
+    - ``prefill_max_query_len`` / ``prefill_max_seq_len``: the batch maxima the
+      route reads (a sequence is context plus new tokens);
+    - ``use_dense_mha``: the builder's flag (``max_seq_len <= index_topk`` and
+      MQA not forced);
+    - ``masked_threshold``: ``_use_masked_mha``'s verdict (backend, TP size,
+      query length against the sequence-length bucket's minimum);
+    - ``masks_fit``: whether the suffix and per-chunk masks fit the mask
+      workspace; ``None`` for a release without that check (0.27.1);
+    - ``use_masked_mha``: the whole masked condition (kernel available, no DCP,
+      threshold, fit);
+    - ``route``: one of :data:`ROUTES` (``masked-mha-overflow``: the masked
+      route chosen, but a per-range mask it would build does not fit);
+    - ``global_mask_shape`` / ``global_mask_fits``: the global mask over whole
+      sequences (one reserved word per row); ``None`` for a batch without
+      context, for which none is ever built;
+    - ``suffix_mask_shape``: the mask the suffix attention reads (the global one
+      when it fits);
+    - ``chunk_mask_shapes``: per chunk, the mask its attention reads when the
+      global mask does not fit.
+    """
+
+    workspace_size: int
+    layout: Layout
+    prefill_max_query_len: int
+    prefill_max_seq_len: int
+    use_dense_mha: bool
+    masked_threshold: bool
+    masks_fit: bool | None
+    use_masked_mha: bool
+    route: str
+    global_mask_shape: Shape | None
+    global_mask_fits: bool | None
+    suffix_mask_shape: Shape
+    chunk_mask_shapes: tuple[Shape, ...] = field(default=())
+
+    # The route's fields, in comparison order (after workspace_size and layout).
+    ROUTE_FIELDS = (
+        "prefill_max_query_len",
+        "prefill_max_seq_len",
+        "use_dense_mha",
+        "masked_threshold",
+        "masks_fit",
+        "use_masked_mha",
+        "route",
+        "global_mask_shape",
+        "global_mask_fits",
+        "suffix_mask_shape",
+        "chunk_mask_shapes",
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"workspace_size": self.workspace_size}
+        for name in self.ROUTE_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, tuple):
+                value = [list(v) if isinstance(v, tuple) else v for v in value]
+            out[name] = value
+        out["layout"] = self.layout.to_json()
+        return out
+
+
+# How a mask case draws each query row's top-k indices (every index in
+# ``[0, sequence length)`` or -1, as an indexer produces them):
+#   "uniform":    distinct positions anywhere in the sequence;
+#   "boundary":   clustered at the case's boundaries (0, len-1, each range's
+#                 first and last row and the row after);
+#   "duplicates": the same position several times in a row;
+#   "padding":    few selections, the rest -1 (short sequences);
+#   "mixed":      each row one of the above.
+TOPK_PATTERNS = ("uniform", "boundary", "duplicates", "padding", "mixed")
+
+# How an L3 case draws each new token's top-k indices into its request's
+# sequence (context then new tokens), never past the token itself (an indexer
+# is causal) but in "future", seeded per (seed, request, token):
+#   "uniform":  distinct positions anywhere up to the token;
+#   "boundary": clustered at block edges (where chunks and pieces split) and at
+#               the context's end;
+#   "recent":   the positions just before the token (early chunks see no key);
+#   "early":    the first positions (later chunks and the suffix see none);
+#   "sparse":   zero to two positions, the rest -1 (rows keyless everywhere);
+#   "future":   anywhere in the sequence, past the token too (the suffix's
+#               causal mask hides those);
+#   "mixed":    each token one of the above.
+SELECTIONS = ("uniform", "boundary", "recent", "early", "sparse", "future", "mixed")
+
+
+@dataclass(frozen=True)
+class TopkMaskCase:
+    """One L2 input of the sparse path: seeded top-k indices for each request.
+
+    Request ``i`` has ``query_lens[i]`` query rows, each with ``index_topk``
+    indices into its sequence of ``seq_lens[i]`` keys (``-1`` pads). The mask is
+    built over keys ``[0, max(seq_lens))`` in ``form`` (:data:`MASK_FORMS`); the
+    global form reserves one word per row and writes ``key_starts`` (one per
+    request) into row 0's reserved word. The remap keeps, per request, the
+    indices in ``[range_starts[i], range_starts[i] + range_lens[i])``.
+    """
+
+    name: str
+    query_lens: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+    index_topk: int
+    form: str
+    pattern: str
+    seed: int
+    range_starts: tuple[int, ...]
+    range_lens: tuple[int, ...]
+    key_starts: tuple[int, ...] = ()
+    family: str = "topk-mask"
+    # Explicit indices (per request, per query row, index_topk ints) in place
+    # of the seeded ones; None: drawn from ``seed`` by ``pattern``.
+    topk: tuple[tuple[tuple[int, ...], ...], ...] | None = None
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.query_lens)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "family": self.family,
+            "query_lens": list(self.query_lens),
+            "seq_lens": list(self.seq_lens),
+            "index_topk": self.index_topk,
+            "form": self.form,
+            "pattern": self.pattern,
+            "seed": self.seed,
+            "range_starts": list(self.range_starts),
+            "range_lens": list(self.range_lens),
+            "key_starts": list(self.key_starts),
+            **({"topk": [[list(row) for row in rows] for rows in self.topk]} if self.topk is not None else {}),
+        }
+
+
+def _json_shape(value: Any, name: str, optional: bool = False) -> Shape | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, list) or len(value) != 3 or not all(type(v) is int for v in value):
+        raise ValueError(f"sparse layout field {name!r} must be a list of 3 integers")
+    return (value[0], value[1], value[2])
+
+
+def _json_flag(value: Any, name: str, optional: bool = False) -> bool | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, bool):
+        raise ValueError(f"sparse layout field {name!r} must be true or false")
+    return value
+
+
+def _json_int(value: Any, name: str) -> int:
+    if type(value) is not int:
+        raise ValueError(f"sparse layout field {name!r} must be an integer")
+    return value
+
+
+def sparse_layout_from_json(data: Any, max_rows: int | None = None, max_chunks: int | None = None) -> SparseLayout:
+    """The inverse of :meth:`SparseLayout.to_json`, checking types (for ports that
+    speak JSON); ``max_rows`` and ``max_chunks`` bound the chunks as for
+    :func:`harness.model.layout_from_json`."""
+    from harness.model import layout_from_json
+
+    if not isinstance(data, dict):
+        raise ValueError("a sparse layout must be a JSON object")
+    missing = [n for n in ("workspace_size", "layout", *SparseLayout.ROUTE_FIELDS) if n not in data]
+    if missing:
+        raise ValueError(f"sparse layout lacks field {missing[0]!r}")
+    shapes = data["chunk_mask_shapes"]
+    if not isinstance(shapes, list):
+        raise ValueError("sparse layout field 'chunk_mask_shapes' must be a list")
+    route = data["route"]
+    if not isinstance(route, str):
+        raise ValueError("sparse layout field 'route' must be a string")
+    return SparseLayout(
+        workspace_size=_json_int(data["workspace_size"], "workspace_size"),
+        layout=layout_from_json(data["layout"], max_rows=max_rows, max_chunks=max_chunks),
+        prefill_max_query_len=_json_int(data["prefill_max_query_len"], "prefill_max_query_len"),
+        prefill_max_seq_len=_json_int(data["prefill_max_seq_len"], "prefill_max_seq_len"),
+        use_dense_mha=bool(_json_flag(data["use_dense_mha"], "use_dense_mha")),
+        masked_threshold=bool(_json_flag(data["masked_threshold"], "masked_threshold")),
+        masks_fit=_json_flag(data["masks_fit"], "masks_fit", optional=True),
+        use_masked_mha=bool(_json_flag(data["use_masked_mha"], "use_masked_mha")),
+        route=route,
+        global_mask_shape=_json_shape(data["global_mask_shape"], "global_mask_shape", optional=True),
+        global_mask_fits=_json_flag(data["global_mask_fits"], "global_mask_fits", optional=True),
+        suffix_mask_shape=_json_shape(data["suffix_mask_shape"], "suffix_mask_shape"),  # type: ignore[arg-type]
+        chunk_mask_shapes=tuple(_json_shape(s, "chunk_mask_shapes") for s in shapes),  # type: ignore[misc]
+    )

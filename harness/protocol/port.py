@@ -1,0 +1,214 @@
+"""The interface every side of a comparison implements: the levels, the methods
+that enable each, and the checks on what a port returns.
+
+A port is any object with a ``name`` and the two methods of :class:`Port`. The
+harness names built-in ports by short name (``per_request``, ``equal_share``)
+and a user's port by import path (``package.module:attr``, where ``attr`` is a
+port object, or a class or factory that takes no arguments and returns one).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Protocol, runtime_checkable
+
+from harness.model import Case, Chunk, Layout, WorkspaceConfig
+
+
+@runtime_checkable
+class Port(Protocol):
+    """What the harness asks of a side.
+
+    ``plan_layout`` must be a pure function of the case: the same case gives the
+    same layout. It may raise for a case it cannot plan; the harness reports that
+    case as ``port-error`` and goes on.
+    """
+
+    name: str
+
+    def plan_layout(self, case: Case) -> Layout: ...
+
+    def workspace_size(self, config: WorkspaceConfig) -> int: ...
+
+
+# Every level a side can be compared at (SPEC section 3), in suite order.
+ALL_LEVELS: tuple[str, ...] = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill")
+
+# The methods that make a port implement each level (SPEC 1d for the sparse ones).
+LEVEL_METHODS: dict[str, tuple[str, ...]] = {
+    "layout": ("plan_layout", "workspace_size"),
+    "merge": ("merge_states",),
+    "prefill": ("prefill",),
+    "sparse-layout": ("plan_sparse", "sparse_workspace_size"),
+    "sparse-mask": ("build_topk_mask", "remap_topk"),
+    "sparse-prefill": ("sparse_prefill",),
+}
+
+
+def port_levels(port: Any) -> tuple[str, ...]:
+    """The levels ``port`` implements.
+
+    A port may declare them (``levels``, a tuple of level names: an external
+    ``cmd:`` port lists them in its hello). Otherwise they follow from its
+    methods (:data:`LEVEL_METHODS`): ``layout`` always (the protocol's two
+    methods), ``merge`` with ``merge_states``, ``prefill`` with ``prefill``,
+    ``sparse-layout`` with ``plan_sparse`` and ``sparse_workspace_size``,
+    ``sparse-mask`` with ``build_topk_mask`` and ``remap_topk``, ``sparse-prefill``
+    with ``sparse_prefill``. Items at any other level are
+    ``not-run`` for it, never silently dropped.
+    """
+    declared = getattr(port, "levels", None)
+    if declared is not None:
+        check_declared_levels(declared)
+        return tuple(lv for lv in ALL_LEVELS if lv in declared)
+    return tuple(lv for lv in ALL_LEVELS if all(callable(getattr(port, method, None)) for method in LEVEL_METHODS[lv]))
+
+
+def check_declared_levels(declared: Any) -> None:
+    """A port's ``levels`` is a tuple or list of level names; anything else is
+    a port that cannot be run (:class:`PortLoadError`, exit 2)."""
+    if not isinstance(declared, tuple | list) or not all(isinstance(lv, str) for lv in declared):
+        raise PortLoadError(f"port levels must be a tuple of level names, got {_type_name(declared)} {declared!r:.60}")
+    unknown = [lv for lv in declared if lv not in ALL_LEVELS]
+    if unknown:
+        raise PortLoadError(f"port declares unknown level {unknown[0]!r} (levels: {', '.join(ALL_LEVELS)})")
+
+
+# -- the one rule for the values a port returns ------------------------------------------
+#
+# A port's values are checked by type before they are compared, with no
+# coercion: an integer is a Python ``int`` (not ``bool``, not a float, not a
+# numpy scalar), a flag is a Python ``bool``, a sequence is a ``tuple`` of those,
+# a layout is a :class:`~harness.model.Layout` of :class:`~harness.model.Chunk`
+# objects, and a tensor is a ``torch.Tensor``. ``3.0 == 3`` and ``True == 1``
+# hold in Python; neither is parity. A value that breaks the rule makes the item
+# ``port-error`` with the offending field named.
+
+
+class PortValueError(TypeError):
+    """A port returned a value of the wrong type; the message names the field."""
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def check_int(value: Any, where: str) -> int:
+    if type(value) is not int:
+        raise PortValueError(f"{where}: {_type_name(value)} {value!s:.40}, not int")
+    return value
+
+
+def _check_ints(value: Any, where: str) -> None:
+    if type(value) is not tuple:
+        raise PortValueError(f"{where}: {_type_name(value)}, not a tuple of int")
+    # One pass in C over what can be 65,536 row indices; the element loop only
+    # runs to name the first offender.
+    if not set(map(type, value)) <= {int}:
+        for i, item in enumerate(value):
+            check_int(item, f"{where}[{i}]")
+
+
+@functools.cache
+def _chunk_field_kinds() -> tuple[tuple[str, str, bool], ...]:
+    """Each chunk field with the rule it follows (bool, int, ints or ranks) and
+    whether it may be None (DCP)."""
+    sequences, optional = set(Chunk.sequence_field_names()), set(Chunk.optional_field_names())
+    kinds = []
+    for name in Chunk.field_names():
+        if name == "is_continuation":
+            kind = "bool"
+        elif name == "local_context_lens_allranks":
+            kind = "ranks"
+        else:
+            kind = "ints" if name in sequences else "int"
+        kinds.append((name, kind, name in optional))
+    return tuple(kinds)
+
+
+def check_chunk(chunk: Any, where: str) -> None:
+    """Every field of one chunk, by the rule above (DCP fields may be None)."""
+    if type(chunk) is not Chunk:
+        raise PortValueError(f"{where}: {_type_name(chunk)}, not a harness.model.Chunk")
+    for name, kind, optional in _chunk_field_kinds():
+        value = getattr(chunk, name)
+        if value is None and optional:
+            continue
+        # Runs for every chunk of every layout: the location string is built
+        # only to name an offender.
+        if kind == "ints":
+            if type(value) is not tuple or not set(map(type, value)) <= {int}:
+                _check_ints(value, f"{where}.{name}")
+        elif kind == "int":
+            if type(value) is not int:
+                check_int(value, f"{where}.{name}")
+        elif kind == "bool":
+            if type(value) is not bool:
+                raise PortValueError(f"{where}.{name}: {_type_name(value)} {value!s:.40}, not bool")
+        else:
+            if type(value) is not tuple:
+                raise PortValueError(f"{where}.{name}: {_type_name(value)}, not a tuple of tuples of int")
+            for i, ranks in enumerate(value):
+                _check_ints(ranks, f"{where}.{name}[{i}]")
+
+
+def check_layout(layout: Any) -> Layout:
+    """``layout`` as returned by ``plan_layout``, checked field by field."""
+    where = "plan_layout"
+    if type(layout) is not Layout:
+        raise PortValueError(f"{where} returned {_type_name(layout)}, not a Layout")
+    if type(layout.chunks) is not tuple:
+        raise PortValueError(f"{where}: chunks: {_type_name(layout.chunks)}, not a tuple of Chunk")
+    for i, chunk in enumerate(layout.chunks):
+        check_chunk(chunk, f"{where}: chunks[{i}]")
+    slices = layout.empty_token_slices
+    if type(slices) is not tuple:
+        raise PortValueError(f"{where}: empty_token_slices: {_type_name(slices)}, not a tuple of (int, int)")
+    for i, pair in enumerate(slices):
+        _check_ints(pair, f"{where}: empty_token_slices[{i}]")
+        if len(pair) != 2:
+            raise PortValueError(f"{where}: empty_token_slices[{i}]: {len(pair)} values, not (start, stop)")
+    return layout
+
+
+def check_tensor(value: Any, where: str, device: Any = None) -> Any:
+    """A plain ``torch.Tensor`` (no subclass) on ``device`` (the oracle's, when
+    given): a port that computes L2/L3 elsewhere has not run where it was asked."""
+    import torch
+
+    if type(value) is not torch.Tensor:
+        raise PortValueError(f"{where}: {_type_name(value)}, not a torch.Tensor")
+    if device is not None and value.device != device:
+        raise PortValueError(f"{where}: on {value.device}, but the run is on {device}")
+    return value
+
+
+# Seconds one port call may take unless the caller says otherwise (the CLI's --timeout).
+DEFAULT_PORT_TIMEOUT_S = 300.0
+
+# What the L3 levels (prefill, sparse-prefill) compare of a port that runs in this
+# process, and the attribute through which a port says otherwise (an external port:
+# harness/protocol/external.py).
+WHOLE_LOOP_COMPARED = {
+    "prefill": "the port's whole context loop: its layout, gather and attention on the shared kernels, fold and merge",
+    "sparse-prefill": (
+        "the port's whole sparse loop: its route, layout and selections, attention on the shared masked kernel, "
+        "fold and merge"
+    ),
+}
+
+
+def l3_compares(port: object) -> dict[str, str]:
+    """What the L3 items of ``port`` compare, per level, as the outputs say it."""
+    return {**WHOLE_LOOP_COMPARED, **dict(getattr(port, "l3_compares", {}))}
+
+
+class HarnessFault(Exception):
+    """The harness's own work inside a port call failed (an external port's chunk
+    partials, computed here on the port's layout, ran out of memory): the item
+    is not run, never blamed on the port."""
+
+
+class PortLoadError(Exception):
+    """A port name that cannot be resolved; the message is one line."""

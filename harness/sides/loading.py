@@ -1,0 +1,82 @@
+"""How a port is named and loaded: a built-in short name (``per_request``,
+``equal_share``), ``mutant:NAME``, ``cmd:COMMAND`` (an external process) or a
+user's import path (``package.module:attr``, where ``attr`` is a port object, or
+a class or factory that takes no arguments and returns one).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port, PortLoadError, port_levels
+
+BUILTIN_PORTS: dict[str, str] = {
+    "per_request": "ports.per_request:PORT",
+    "equal_share": "ports.equal_share:PORT",
+}
+
+
+def load_port(spec: str, timeout_s: float = DEFAULT_PORT_TIMEOUT_S) -> Port:
+    """Resolve a built-in name, ``mutant:NAME``, ``cmd:COMMAND`` (an external
+    process speaking docs/external-port-protocol.md, each request limited to
+    ``timeout_s`` seconds) or ``package.module:attr``."""
+    if spec.startswith("cmd:"):
+        from harness.protocol.errors import ExternalPortError
+        from harness.protocol.external import ExternalPort
+
+        try:
+            return ExternalPort(spec.removeprefix("cmd:"), timeout_s)
+        except (ExternalPortError, ValueError) as exc:
+            raise PortLoadError(f"port {spec!r}: {exc}") from None
+    if spec.startswith("mutant:"):
+        from ports.mutants import MUTANTS
+
+        name = spec.removeprefix("mutant:")
+        if name not in MUTANTS:
+            raise PortLoadError(f"unknown mutant {name!r} (known: {', '.join(MUTANTS)})")
+        return MUTANTS[name]()
+    target = BUILTIN_PORTS.get(spec, spec)
+    if ":" not in target:
+        known = ", ".join(sorted(BUILTIN_PORTS))
+        raise PortLoadError(
+            f"unknown port {spec!r}: use one of {known}, mutant:NAME, cmd:COMMAND or an import path "
+            "'package.module:attr' (parity list ports)"
+        )
+    try:
+        return _load_python_port(spec, target)
+    except PortLoadError:
+        raise
+    except BaseException as exc:
+        # Importing or building a user's port runs its code: a sys.exit(0) or an
+        # error there is a port that cannot be loaded, never a finished run.
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        text = " ".join(str(exc).split())
+        raise PortLoadError(f"port {spec!r}: loading it raised {type(exc).__name__}: {text}"[:300]) from None
+
+
+def _load_python_port(spec: str, target: str) -> Port:
+    module_name, _, attr = target.partition(":")
+    # As `python -m` does: a port module in the working directory imports from the
+    # `parity` console script too, so a printed `parity ...` line runs as printed.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PortLoadError(f"port {spec!r}: cannot import module {module_name!r} ({exc})") from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise PortLoadError(f"port {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Port)):
+        obj = obj()
+    if not isinstance(obj, Port):
+        raise PortLoadError(f"port {spec!r}: {attr!r} lacks name, plan_layout and workspace_size")
+    try:
+        port_levels(obj)
+    except PortLoadError as exc:
+        raise PortLoadError(f"port {spec!r}: {exc}") from None
+    return obj

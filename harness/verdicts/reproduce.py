@@ -1,0 +1,532 @@
+"""Item ids as every output prints them, and the ``parity diff`` command that
+reproduces one item.
+
+What :func:`resolve_item` accepts (``parity diff``'s CASE):
+
+- an id as outputs print it (:func:`printed_id`), carrying what defines the
+  item: ``SUITE/NAME[KIND]`` (``ci/skew-0031[prefill]``), with the generated
+  size when the run set one (``nightly:size=200/skew-0031[layout]``), or for a
+  ``--cases`` run ``FILE.json:NAME[KIND]``; a workspace item's name may drop its
+  ``workspace/`` prefix (the plugin's ``smoke/len2048-seqs1-blk16-dcp4x64[workspace]``);
+- a results table's bare id ``NAME[KIND]`` (``skew-0031[prefill]``,
+  ``workspace/len2048-seqs1-blk16-dcp4x64[workspace]``) or a bare name
+  (``smoke-upstream-worst-case``), or the stem of a case
+  file under ``cases/`` (``upstream-worst-case``) when no two places define it differently;
+- a path to an item file (:func:`harness.cases.files.load_item_file`): a case file, a
+  shrunk case, or a layout, prefill, merge or workspace find of ``parity explore``.
+
+``KIND`` (layout, workspace, merge, prefill, and the sparse kinds) selects the
+level when ``--level`` does not. A workspace item's name is its whole
+configuration, so it resolves without loading any suite. A name is looked up
+in the suite the id or ``--suite`` names, else in every suite and the case file
+stems: a bare name that names different items in two places (a generated
+``skew-0031`` of ci and of nightly) is refused, never resolved to one of them.
+
+:func:`reproduce_command` is the inverse: the command, runnable as printed,
+that compares one item of a run again, with the ``--port`` spelling the run was
+given (a built-in name, ``mutant:NAME``, ``cmd:COMMAND``, ``package.module:attr``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.cases.fields import CaseError
+from harness.cases.files import load_case_file, load_cases, load_item_file
+from harness.model import Case, MergeCase, WorkspaceConfig
+from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
+from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
+from oracle.pin import load_pin
+
+ITEM_KINDS = (
+    "layout",
+    "workspace",
+    "merge",
+    "prefill",
+    "sparse-layout",
+    "sparse-workspace",
+    "sparse-mask",
+    "sparse-prefill",
+)
+# The suite name of a run over ``--cases`` files (harness.commands.common.select_suite).
+CASES_SUITE = "cases"
+# The PATH a fresh shell has (what every printed line must run with).
+FRESH_SHELL_PATH = ("/usr/bin", "/bin")
+# Where a bare name is looked up when neither the id nor --suite names a suite: every
+# suite, so a name two suites give different items is refused, never resolved to one.
+DEFAULT_SUITES = ("smoke", "ci", "nightly", "gpu")
+
+_KIND_SUFFIX = re.compile(r"^(?P<name>.+)\[(?P<kind>[^\[\]]*)\]$")
+_WORKSPACE_NAME = re.compile(
+    r"^(?:workspace/)?len(?P<len>\d+)-seqs(?P<seqs>\d+)-blk(?P<blk>\d+)-dcp(?P<dcp>\d+)x(?P<il>\d+)$"
+)
+
+Item = Case | MergeCase | WorkspaceConfig | SparseCase | SparseWorkspaceConfig | TopkMaskCase
+
+
+def level_of(kind: str) -> str:
+    """The parity level an item kind belongs to (workspace items are layout's,
+    sparse-workspace items sparse-layout's)."""
+    from harness.sides.items import level_of as runner_level_of
+
+    return runner_level_of(kind)
+
+
+@dataclass(frozen=True)
+class ResolvedItem:
+    """What an id names. ``kind`` is the item's own (a case is ``layout``, its
+    prefill item included when it has a numeric section); ``wanted`` is the
+    ``[KIND]`` the id carried, None when it carried none."""
+
+    kind: str
+    item: Item
+    source: str
+    wanted: str | None = None
+    suite: str | None = None
+
+
+def split_kind(text: str) -> tuple[str, str | None]:
+    """``NAME[KIND]`` into ``(NAME, KIND)``; text without a suffix is ``(text, None)``."""
+    match = _KIND_SUFFIX.match(text)
+    if match is None:
+        return text, None
+    kind = match["kind"]
+    if kind not in ITEM_KINDS:
+        raise CaseError(text, None, f"unknown item kind [{kind}] (known: {', '.join(ITEM_KINDS)})")
+    return match["name"], kind
+
+
+def workspace_config_named(name: str) -> WorkspaceConfig | None:
+    """The configuration a workspace item's name spells
+    (``[workspace/]lenL-seqsS-blkB-dcpDxI``), or None if ``name`` is not one."""
+    match = _WORKSPACE_NAME.match(name)
+    if match is None:
+        return None
+    values = [int(match[g]) for g in ("len", "seqs", "blk", "dcp", "il")]
+    config = WorkspaceConfig(*values)
+    # Only the spelling the harness prints (no leading zeros) names a configuration.
+    if config.name != "workspace/" + name.removeprefix("workspace/"):
+        return None
+    if min(values) < 1:
+        raise CaseError(name, None, "every field of a workspace configuration must be >= 1")
+    return config
+
+
+_SPARSE_WORKSPACE_NAME = re.compile(
+    r"^sparse-workspace/len(?P<len>\d+)-seqs(?P<seqs>\d+)-blk(?P<blk>\d+)-topk(?P<topk>\d+)-dcp(?P<dcp>\d+)x(?P<il>\d+)$"
+)
+
+
+def sparse_workspace_config_named(name: str) -> SparseWorkspaceConfig | None:
+    """The configuration a sparse workspace item's name spells, or None."""
+    match = _SPARSE_WORKSPACE_NAME.match(name)
+    if match is None:
+        return None
+    values = [int(match[g]) for g in ("len", "seqs", "blk", "topk", "dcp", "il")]
+    config = SparseWorkspaceConfig(*values)
+    if config.name != name:
+        return None
+    from harness.cases.sparse_inputs import sparse_workspace_config_from_json
+
+    # The item file's limits hold for a configuration named by its id too.
+    return sparse_workspace_config_from_json(config.to_json(), name)
+
+
+def _known_suites() -> list[str]:
+    from harness.cases.suites import suite_names
+
+    return suite_names()
+
+
+def resolve_item(
+    spec: str, suite: str | None = None, size: int | None = None, case_paths: Sequence[str] | None = None
+) -> ResolvedItem:
+    """The item ``spec`` names (see the module docstring). ``suite`` is
+    ``--suite``, ``size`` its ``--size``; ``case_paths`` (``--cases``) replace
+    the suites as where names are looked up. Raises :class:`CaseError` (one
+    line, exit 2) for anything it cannot name exactly one item of."""
+    path = Path(spec)
+    if path.is_file():
+        return _from_file(path, None)
+    name, wanted = split_kind(spec)
+    if wanted is not None and Path(name).is_file():
+        return _from_file(Path(name), wanted)
+    if name.endswith(".json"):
+        raise CaseError(name, None, "no such file")
+    file_part, sep, case_name = name.rpartition(".json:")
+    if sep:
+        # FILE.json:NAME, as a --cases run prints its ids.
+        if case_paths:
+            raise CaseError(spec, None, "names its case file; leave --cases out")
+        file = f"{file_part}.json"
+        if not Path(file).is_file():
+            raise CaseError(file, None, "no such file")
+        return resolve_item(f"{case_name}[{wanted}]" if wanted else case_name, None, None, [file])
+    id_suite, id_size, name = _split_suite(name, spec)
+    if id_suite and suite and id_suite != suite:
+        raise CaseError(spec, None, f"names suite {id_suite} but --suite is {suite}")
+    if id_size is not None and size is not None and id_size != size:
+        raise CaseError(spec, None, f"names size {id_size} but --size is {size}")
+    suite = suite or id_suite
+    size = size if size is not None else id_size
+    if wanted in (None, "sparse-workspace"):
+        sparse_config = sparse_workspace_config_named(name)
+        if sparse_config is not None:
+            return ResolvedItem("sparse-workspace", sparse_config, "its name", wanted, suite)
+    if wanted in (None, "workspace"):
+        config = workspace_config_named(name)
+        if config is not None:
+            return ResolvedItem("workspace", config, "its name", wanted, suite)
+        if wanted == "workspace":
+            raise CaseError(spec, None, "is not a workspace item name (workspace/lenL-seqsS-blkB-dcpDxI)")
+    matches: list[ResolvedItem] = []
+    for where, lookup in _lookups(suite, size, case_paths):
+        found = lookup(name, wanted)
+        if found is not None:
+            kind, item = found
+            found_in = where.removeprefix("suite ") if where.startswith("suite ") else None
+            if not any(m.item == item for m in matches):
+                matches.append(ResolvedItem(kind, item, where, wanted, found_in))
+    if len(matches) > 1:
+        # A bare name two places give different items (generated merge cases of smoke and ci
+        # share names): diffing the first would silently compare another item than the run did.
+        places = " and ".join(m.source for m in matches)
+        raise CaseError(spec, None, f"names different items in {places}: say which (SUITE/NAME, --suite or --cases)")
+    if matches:
+        return matches[0]
+    places = (
+        f"--cases {' '.join(case_paths)}"
+        if case_paths
+        else f"suite {suite}"
+        if suite
+        else f"suite {' or '.join(DEFAULT_SUITES)}"
+    )
+    raise CaseError(name, None, f"no such case file, and no item or case file stem of that name in {places}")
+
+
+_SIZED_SUITE = re.compile(r"^(?P<suite>[^/:]+):size=(?P<size>\d+)$")
+
+
+def _split_suite(name: str, spec: str) -> tuple[str | None, int | None, str]:
+    """``SUITE/NAME`` or ``SUITE:size=N/NAME`` into (suite, size, name); a name
+    without a known suite in front is (None, None, name)."""
+    head, sep, rest = name.partition("/")
+    if not sep:
+        return None, None, name
+    sized = _SIZED_SUITE.match(head)
+    suite, size = (sized["suite"], int(sized["size"])) if sized else (head, None)
+    if suite not in _known_suites():
+        if sized:
+            raise CaseError(spec, None, f"names no suite {suite!r} (known: {', '.join(_known_suites())})")
+        return None, None, name
+    if not rest:
+        raise CaseError(spec, None, f"names suite {suite} but no item in it")
+    return suite, size, rest
+
+
+def printed_id(
+    item_id: str, suite: str | None, size: int | None = None, case_paths: Sequence[str] | None = None
+) -> str:
+    """An item id as outputs print it, carrying what defines the item: its
+    suite and generated size (``ci/skew-0031[layout]``,
+    ``nightly:size=200/skew-0031[layout]``), or for a ``--cases`` run its case
+    file (``cases/x.json:NAME[layout]``). :func:`resolve_item` reads each back
+    to the same item. A workspace item's name keeps its ``workspace/`` prefix."""
+    if suite == CASES_SUITE or (suite is None and case_paths):
+        name, _ = split_kind(item_id)
+        holder = case_file_holding(name, case_paths or ())
+        return f"{holder[0]}:{item_id}" if holder else item_id
+    if suite is None:
+        return item_id
+    return f"{suite}{'' if size is None else f':size={size}'}/{item_id}"
+
+
+def _from_file(path: Path, wanted: str | None) -> ResolvedItem:
+    kind, loaded = load_item_file(path)
+    if isinstance(loaded, list):
+        if len(loaded) != 1:
+            raise CaseError(
+                str(path),
+                None,
+                f"holds {len(loaded)} cases; diff takes one (name it: parity diff NAME --cases {path})",
+            )
+        return ResolvedItem(kind, loaded[0], str(path), wanted)
+    return ResolvedItem(kind, loaded, str(path), wanted)
+
+
+Lookup = Callable[[str, str | None], tuple[str, Item] | None]
+
+
+def _lookups(suite: str | None, size: int | None, case_paths: Sequence[str] | None) -> Iterator[tuple[str, Lookup]]:
+    """Where a name is looked up, in order; each place is loaded only when reached
+    (a bare name is looked up in every default place, to refuse an ambiguous one)."""
+    if case_paths:
+        yield f"--cases {' '.join(case_paths)}", _in_cases(load_cases([Path(p) for p in case_paths]), [])
+        return
+    suites = [suite] if suite else list(DEFAULT_SUITES)
+    yield f"suite {suites[0]}", _in_suite(suites[0], size)
+    yield "the case files under cases/", _by_stem
+    for other in suites[1:]:
+        yield f"suite {other}", _in_suite(other, size)
+
+
+@functools.lru_cache(maxsize=4)
+def _suite_items(name: str, size: int | None) -> tuple[list[Case], list[MergeCase], list[Any]]:
+    """A suite's cases, merge cases and sparse items, loaded once per process
+    (suites are deterministic; resolving many ids must not regenerate one per id)."""
+    from harness.cases.suites import load_suite
+
+    loaded = load_suite(name, size=size)
+    sparse = [*loaded.sparse_cases, *loaded.mask_cases]
+    return list(loaded.cases), list(loaded.merge_cases), sparse
+
+
+def _in_suite(name: str, size: int | None) -> Lookup:
+    def lookup(item_name: str, wanted: str | None) -> tuple[str, Item] | None:
+        return _in_cases(*_suite_items(name, size))(item_name, wanted)
+
+    return lookup
+
+
+def _in_cases(cases: list[Case], merge_cases: list[MergeCase], sparse: Sequence[Any] = ()) -> Lookup:
+    def lookup(item_name: str, wanted: str | None) -> tuple[str, Item] | None:
+        found = next((s for s in sparse if s.name == item_name), None)
+        if found is not None:
+            if isinstance(found, TopkMaskCase):
+                return "sparse-mask", found
+            return ("sparse-prefill" if wanted == "sparse-prefill" and found.numeric else "sparse-layout"), found
+        # The kind the id asked for decides a tie; a mismatch is reported by the caller.
+        case = next((c for c in cases if c.name == item_name), None)
+        merge = next((m for m in merge_cases if m.name == item_name), None)
+        if merge is not None and (case is None or wanted == "merge"):
+            return "merge", merge
+        return ("layout", case) if case is not None else None
+
+    return lookup
+
+
+def _by_stem(stem: str, wanted: str | None) -> tuple[str, Item] | None:
+    """A case file under ``cases/`` whose stem is ``stem`` (a relative path
+    without ``.json``, such as ``smoke/upstream-worst-case``, works too)."""
+    from harness.cases.suites import CASES_DIR
+
+    if not stem or stem.startswith(("/", ".")):
+        return None
+    matches = sorted(p for p in CASES_DIR.rglob(f"{Path(stem).name}.json") if p.as_posix().endswith(f"/{stem}.json"))
+    if not matches:
+        return None
+    if len(matches) > 1:
+        raise CaseError(stem, None, f"is the stem of {len(matches)} case files ({', '.join(map(str, matches))})")
+    cases = load_case_file(matches[0])
+    if len(cases) != 1:
+        raise CaseError(str(matches[0]), None, f"holds {len(cases)} cases; name one of them")
+    return "layout", cases[0]
+
+
+# -- the command that reproduces an item ---------------------------------------------------
+
+
+def harness_root() -> Path:
+    """The checkout this harness runs from (where printed commands are pasted)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def program_words(port_spec: str | None = None) -> list[str]:
+    """How a printed command starts, so that it runs when pasted into a fresh
+    shell (no environment activated, ``PATH=/usr/bin:/bin``) at the harness
+    root: this process's interpreter by path (relative to the root when it lies
+    inside it), ``-m harness``, and before them ``env`` with what the run's
+    imports depended on: ``PYTHONPATH`` holding the folder a Python port spec
+    was imported from and the run's own ``PYTHONPATH``, and ``-C DIR`` when the
+    run's working directory (against which relative case files and ``cmd:``
+    ports are resolved) is not the root. Never the ``parity`` console script:
+    it is found only inside an activated environment."""
+    root = harness_root()
+    cwd = Path.cwd().resolve()
+    # Not resolved: a virtual environment's python is a link that must stay one to find its packages.
+    interpreter = Path(os.path.abspath(sys.executable))
+    shown = interpreter.relative_to(root) if cwd == root and interpreter.is_relative_to(root) else interpreter
+    env_words: list[str] = []
+    search_path: list[str] = []
+    if cwd != root:
+        env_words += ["-C", str(cwd)]
+        # The harness the run used, not whichever checkout an editable install points at.
+        search_path.append(str(root))
+    port_root = port_import_root(port_spec)
+    if port_root is not None:
+        search_path.append(port_root)
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if entry:
+            search_path.append(str(Path(entry).resolve()))
+    search_path = [p for i, p in enumerate(search_path) if p not in search_path[:i]]
+    if search_path:
+        env_words.append("PYTHONPATH=" + os.pathsep.join(search_path))
+    program_dir = cmd_program_dir(port_spec)
+    if program_dir is not None:
+        env_words.append(f"PATH={program_dir}{os.pathsep}{os.pathsep.join(FRESH_SHELL_PATH)}")
+    launcher = ["env", *env_words] if env_words else []
+    return [*launcher, str(shown), "-m", "harness"]
+
+
+def cmd_program_dir(port_spec: str | None) -> str | None:
+    """The folder a ``cmd:`` port's program was found in on this run's PATH, when
+    a fresh shell's PATH (:data:`FRESH_SHELL_PATH`) would not find it there (a
+    virtual environment's ``python``, ``~/.cargo/bin/...``); None otherwise."""
+    if not port_spec or not port_spec.startswith("cmd:"):
+        return None
+    try:
+        words = shlex.split(port_spec.removeprefix("cmd:"))
+    except ValueError:
+        return None
+    program = next((w for w in words if "=" not in w or w.startswith(("/", "."))), None)
+    if program is None or "/" in program:
+        return None
+    found = shutil.which(program)
+    if found is None or shutil.which(program, path=os.pathsep.join(FRESH_SHELL_PATH)) == found:
+        return None
+    return str(Path(found).parent)
+
+
+def port_import_root(port_spec: str | None) -> str | None:
+    """The folder on ``sys.path`` that a ``package.module:attr`` port spec's
+    top-level package is found in, when a fresh interpreter at the harness root
+    would not find it by itself (not the root, not the environment); None for
+    built-in, ``mutant:`` and ``cmd:`` ports."""
+    from harness.sides.loading import BUILTIN_PORTS
+
+    if not port_spec or port_spec.startswith(("cmd:", "mutant:")) or port_spec in BUILTIN_PORTS:
+        return None
+    top = port_spec.partition(":")[0].split(".")[0]
+    if not top:
+        return None
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        location = Path(next(iter(spec.submodule_search_locations)))
+    elif spec.origin and spec.has_location:
+        location = Path(spec.origin)
+    else:
+        return None
+    base = location.resolve().parent
+    prefix = Path(sys.prefix).resolve()
+    if base == harness_root() or base.is_relative_to(prefix):
+        return None
+    return str(base)
+
+
+def case_file_holding(name: str, case_paths: Sequence[str]) -> tuple[str, int] | None:
+    """The case file among ``case_paths`` (files and folders, as ``--cases``
+    takes them) that defines case ``name``, and how many cases it holds."""
+    return _case_file_index(tuple(case_paths)).get(name)
+
+
+@functools.lru_cache(maxsize=8)
+def _case_file_index(case_paths: tuple[str, ...]) -> dict[str, tuple[str, int]]:
+    """Each case name of ``case_paths`` to its file (the first that defines it) and
+    the file's case count, read once per process: a table prints an id per row."""
+    index: dict[str, tuple[str, int]] = {}
+    for given in case_paths:
+        path = Path(given)
+        files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
+        for file in files:
+            try:
+                cases = load_case_file(file)
+            except CaseError:
+                continue
+            for case in cases:
+                index.setdefault(case.name, (str(file), len(cases)))
+    return index
+
+
+def reproduce_command(
+    name: str,
+    kind: str,
+    suite: str | None,
+    port_spec: str,
+    device: str = "cpu",
+    *,
+    size: int | None = None,
+    case_paths: Sequence[str] | None = None,
+    allow_oracle_drift: bool = False,
+    timeout_s: float | None = None,
+    program: Sequence[str] | None = None,
+    oracle: str | None = None,
+) -> str:
+    """The ``parity diff`` command, quoted for a POSIX shell, that compares
+    item ``name`` (a bare name or its id ``NAME[KIND]``) of kind ``kind`` again
+    as the run did: ``port_spec`` exactly as ``--port`` was given, ``suite`` the
+    run's suite (:data:`CASES_SUITE` for a ``--cases`` run, whose
+    ``case_paths`` locate the case's file), its ``--size``, ``device`` and
+    drift override, its ``--timeout`` when it was not the default (a port
+    that needed longer, or was stopped sooner, is diffed with the same limit),
+    and its ``--oracle`` (``vllm==X``) when that is not the pin.
+    ``program`` defaults to :func:`program_words` for ``port_spec`` (a run that
+    is rendered later records it when it runs: its ``launch`` meta)."""
+    bare = name.removesuffix(f"[{kind}]")
+    argv = [*(program or program_words(port_spec)), "diff"]
+    if suite == CASES_SUITE or (suite is None and case_paths):
+        holder = case_file_holding(bare, case_paths or ())
+        if holder is not None and holder[1] == 1:
+            argv.append(holder[0])
+        elif holder is not None:
+            argv += [bare, "--cases", holder[0]]
+        elif case_paths:
+            argv += [bare, "--cases", *case_paths]
+        else:
+            # The run's case files are not known: diff looks the name up in every suite.
+            argv.append(bare)
+    else:
+        argv.append(bare)
+        if suite:
+            argv += ["--suite", suite]
+        if size is not None:
+            argv += ["--size", str(size)]
+    argv += ["--port", port_spec, "--level", level_of(kind)]
+    if device != "cpu":
+        argv += ["--device", device]
+    if timeout_s is not None and timeout_s != DEFAULT_PORT_TIMEOUT_S:
+        argv += ["--timeout", f"{timeout_s:g}"]
+    if oracle is not None and oracle != load_pin()["release"]:
+        argv += ["--oracle", oracle]
+    if allow_oracle_drift:
+        argv.append("--allow-oracle-drift")
+    return shlex.join(argv)
+
+
+def reproduce_from_meta(name: str, kind: str, meta: dict[str, Any]) -> str:
+    """:func:`reproduce_command` for an item of a run whose outputs (a gate's
+    ``gate.json``, a night's port result) recorded how it ran: its suite,
+    ``--port`` spelling, device, size, case files, timeout, oracle, drift
+    override, and ``launch`` (:func:`program_words` as the run saw them)."""
+    return reproduce_command(
+        name,
+        kind,
+        meta.get("suite"),
+        meta.get("port_spec") or meta["port"],
+        meta.get("device") or "cpu",
+        size=meta.get("size"),
+        case_paths=meta.get("cases"),
+        allow_oracle_drift=bool(meta.get("oracle_drift_overridden")),
+        timeout_s=meta.get("timeout"),
+        oracle=oracle_of_pin(meta.get("pin")),
+        program=meta.get("launch"),
+    )
+
+
+def oracle_of_pin(pin: str | None) -> str | None:
+    """The release of a run's ``pin`` identity (``vllm==X @ COMMIT``)."""
+    return pin.split(" @ ", 1)[0] if pin else None
