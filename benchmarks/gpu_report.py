@@ -89,7 +89,7 @@ def parity_section(kernels: SharedKernels) -> dict[str, Any]:
     """Every L2/L3 item of the gpu suite and the benchmark batches, per port."""
     from harness.cases.files import load_cases
     from harness.cases.suites import Suite, load_suite
-    from harness.commands.common import open_oracle
+    from harness.engine import open_oracle
     from harness.sides.loading import load_port
     from harness.sides.runner import run_items
     from harness.verdicts.summary import results_table, summarise_table

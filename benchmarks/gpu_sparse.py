@@ -164,7 +164,7 @@ def timing_rows(
 
 
 def sparse_section(kernels: Any, warmup: int, repeats: int, device: str = "cuda", scale: int = 1) -> dict[str, Any]:
-    from harness.commands.common import open_oracle
+    from harness.engine import open_oracle
 
     oracle, provenance = open_oracle(allow_drift=False)
     spec = DEEPSEEK_V32 if scale == 1 else dataclasses.replace(PRESETS["tiny"], seed=29)

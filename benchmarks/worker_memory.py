@@ -1,6 +1,7 @@
 """A pool worker's memory: the figure ``--jobs`` caps the workers with.
 
-Runs ``parity run --suite smoke --jobs 2`` in this process and samples, every
+Runs the smoke suite on two workers in this process (the engine's
+:func:`~harness.engine.execute`, as ``parity run --suite smoke --jobs 2`` does) and samples, every
 50 ms, the peak resident memory (``VmHWM``) of each worker process it starts;
 prints the largest, beside harness.sides.pool.WORKER_MEMORY_BYTES. Printed, never
 asserted: run it with nothing else on the machine.
@@ -15,7 +16,7 @@ import os
 import threading
 from pathlib import Path
 
-from harness.cli import main as parity
+from harness.engine import RunRequest, close_port, execute
 from harness.sides.pool import WORKER_MEMORY_BYTES
 
 
@@ -54,12 +55,13 @@ def main() -> None:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        code = parity(["run", "--suite", args.suite, "--jobs", "2", "--show", "0"])
+        done = execute(RunRequest(port="per_request", suite=args.suite, jobs=2), keep_layouts=False)
+        close_port(done.port)
     finally:
         stop.set()
         sampler.join()
     workers = sorted(peaks.values(), reverse=True)[:2]
-    print(f"\nparity run --suite {args.suite} --jobs 2: exit {code}")
+    print(f"\n{args.suite} on 2 workers: {len(done.table)} items")
     for number, peak in enumerate(workers, 1):
         print(f"worker {number}: peak resident {peak / 2**20:.0f} MiB")
     print(f"harness.sides.pool.WORKER_MEMORY_BYTES: {WORKER_MEMORY_BYTES / 2**20:.0f} MiB")

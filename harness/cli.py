@@ -118,7 +118,7 @@ def _main(argv: list[str] | None) -> int:
     import threading
 
     from harness.cases.fields import CaseError
-    from harness.commands.common import UsageError
+    from harness.engine import UsageError
     from harness.protocol.port import PortLoadError
 
     # Triton's interpreter evaluates -inf - -inf in numpy before the kernel selects

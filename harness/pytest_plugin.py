@@ -31,7 +31,7 @@ Rules (the same as ``parity gate``'s, by construction):
 Under pytest-xdist (``-n N``) each xdist worker is one process that compares
 the items it is given in-process: the plugin never starts a worker pool of its
 own (``--jobs`` is the CLI's, :mod:`harness.sides.pool`), and torch runs on one thread
-in every process that compares (:func:`harness.commands.common.select_device`),
+in every process that compares (:func:`harness.engine.select_device`),
 so ``-n N`` keeps N cores busy without oversubscribing them and gives the same
 verdicts and figures as one process.
 
@@ -41,7 +41,6 @@ package is installed; without any ``--parity-*`` option it does nothing.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,7 +157,7 @@ class _BadOption(Exception):
 def _option_value(config: pytest.Config, option: str, parse: Callable[[str], _T]) -> _T:
     try:
         return parse(_option(config, option))
-    except (ValueError, argparse.ArgumentTypeError) as exc:
+    except ValueError as exc:
         raise _BadOption(option, exc) from None
 
 
@@ -186,8 +185,8 @@ def _make_plan(config: pytest.Config) -> _Plan:
     baseline against both."""
     from harness.cases.fields import CaseError
     from harness.cases.suites import load_suite
-    from harness.commands.common import UsageError, describe_selection, refuse_empty
-    from harness.commands.options import non_negative_int, positive_seconds
+    from harness.engine import UsageError, describe_selection, refuse_empty
+    from harness.engine.values import non_negative_int, positive_seconds
     from harness.protocol.port import PortLoadError
     from harness.sides.items import selected_levels
     from harness.sides.loading import load_port
@@ -235,7 +234,7 @@ def _make_plan(config: pytest.Config) -> _Plan:
 
 def _close(port: Port) -> None:
     """An external port's processes end with the session that started them."""
-    from harness.commands.common import close_port
+    from harness.engine import close_port
 
     close_port(port)
 
@@ -323,7 +322,7 @@ class _Session:
     """Per-process state: the oracle (checked once) and the plan's port."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from harness.commands.common import UsageError, open_oracle, select_device
+        from harness.engine import UsageError, open_oracle, select_device
 
         plan: _Plan = config._parity_plan  # type: ignore[attr-defined]
         self.device: str = _option(config, "--parity-device")

@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     # One intra-op thread, as in every process of the harness that compares
-    # (harness.commands.common.NUMERIC_THREADS): an fp32 matmul's bits depend on it.
+    # (harness.engine.device.NUMERIC_THREADS): an fp32 matmul's bits depend on it.
     torch.set_num_threads(1)
     # Only protocol replies go to the real stdout; anything vLLM or torch print
     # goes to stderr, where the harness keeps its tail for error messages.

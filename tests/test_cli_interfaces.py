@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import build_parser, main
-from harness.commands import common
 from harness.commands.options import PORT_FORMS
+from harness.engine import progress
 from harness.sides.items import CaseResult
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,17 +123,17 @@ def test_bad_limits_are_usage(capsys: pytest.CaptureFixture[str], argv: list[str
 
 def test_progress_lines_in_a_log_without_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
     clock = [0.0]
-    lines = common.ProgressLines(100, clock=lambda: clock[0])
+    lines = progress.ProgressLines(100, clock=lambda: clock[0])
     ok, bad = CaseResult("a", "f", "layout", "parity"), CaseResult("b", "f", "layout", "divergent")
     for _ in range(10):  # a tenth done, but within the quiet gap: nothing yet
         lines.advance(ok)
     assert capsys.readouterr().err == ""
-    clock[0] = common.PROGRESS_QUIET_S
+    clock[0] = progress.PROGRESS_QUIET_S
     lines.advance(bad)  # past a tenth and quiet long enough: one line
     for _ in range(8):
         lines.advance(bad)  # the same tenth: nothing more
     assert capsys.readouterr().err == "parity: 11/100 items (11%), 5 s, 1 not at parity\n"
-    clock[0] += common.PROGRESS_EVERY_S  # no new tenth, but a minute of silence
+    clock[0] += progress.PROGRESS_EVERY_S  # no new tenth, but a minute of silence
     lines.advance(ok)
     assert capsys.readouterr().err == "parity: 20/100 items (20%), 65 s, 9 not at parity\n"
 

@@ -295,8 +295,8 @@ def test_an_item_the_night_loses_is_not_run(
 def test_progress_names_the_port_it_counts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], oracle: Port, per_request: Port, equal_share: Port
 ) -> None:
-    from harness.commands.common import ProgressLines
     from harness.commands.nightly import port_progress
+    from harness.engine import ProgressLines
 
     asked: list[tuple[int, str]] = []
 

@@ -136,7 +136,7 @@ PINNED_ITEMS: list[tuple[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def provenance() -> dict[str, Any]:
-    from harness.commands.common import open_oracle
+    from harness.engine import open_oracle
 
     _, provenance = open_oracle(allow_drift=False)
     return provenance

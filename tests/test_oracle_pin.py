@@ -13,7 +13,7 @@ import pytest
 
 import oracle.pin
 from harness.cli import main
-from harness.commands.common import UsageError, open_oracle
+from harness.engine import UsageError, open_oracle
 from oracle.environment import OracleUnavailable, import_vllm_module
 from oracle.pin import RELEASE, SYMBOLS, check_fingerprints, check_release, load_pin
 from oracle.trace import record_fingerprints

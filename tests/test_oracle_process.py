@@ -18,7 +18,7 @@ import pytest
 
 from harness.cases.suites import load_suite
 from harness.cli import main
-from harness.commands.common import UsageError, open_oracle
+from harness.engine import UsageError, open_oracle
 from harness.kernels import CpuKernels
 from harness.protocol.port import Port
 from harness.sides.items import PARITY

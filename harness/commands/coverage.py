@@ -7,16 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases.suites import load_suite, suite_names
-from harness.commands.common import (
-    EXIT_DIVERGENT,
-    EXIT_PARITY,
-    EXIT_USAGE,
-    UsageError,
-    drift_banner,
-    open_oracle,
-    write_output,
-)
+from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, EXIT_USAGE, write_output
 from harness.commands.options import oracle_options
+from harness.engine import UsageError, drift_banner, open_oracle
 
 
 def register(sub: Any) -> None:

@@ -18,14 +18,7 @@ from harness.commands.common import (
     EXIT_DIVERGENT,
     EXIT_PARITY,
     EXIT_USAGE,
-    UsageError,
-    close_port,
-    dcp_settings,
-    drift_banner,
-    open_oracle,
-    prepare_device,
-    real_ranks_of,
-    select_device,
+    run_request,
     wants_oracle_cache,
     write_output,
 )
@@ -36,6 +29,16 @@ from harness.commands.options import (
     oracle_cache_option,
     port_options,
     positive_seconds,
+)
+from harness.engine import (
+    UsageError,
+    close_port,
+    dcp_settings,
+    drift_banner,
+    open_oracle,
+    prepare_device,
+    real_ranks_of,
+    select_device,
 )
 from harness.kernels import SharedKernels
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
@@ -91,7 +94,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     json_path = Path(args.json) if args.json else None
     if json_path is not None and not json_path.parent.is_dir():
         raise UsageError(f"--json {json_path}: folder {json_path.parent} does not exist")
-    real_ranks = real_ranks_of(args)
+    real_ranks = real_ranks_of(run_request(args))
     prepare_device(args.device)
     port = load_port(args.port, args.timeout)
     try:
@@ -125,7 +128,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             "port": port.name,
             "port_spec": args.port,
             "device": args.device,
-            **dcp_settings(args),
+            **dcp_settings(run_request(args)),
             "provenance": provenance,
             "exit_code": code,
         }

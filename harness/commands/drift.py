@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, EXIT_USAGE, UsageError, close_port, write_output
+from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, EXIT_USAGE, write_output
 from harness.commands.options import DefaultsHelpFormatter, non_negative_int
+from harness.engine import UsageError, close_port
 from harness.sides.items import LEVELS, selected_levels
 
 DEFAULT_OUT = Path("reports") / "drift"
@@ -142,7 +143,7 @@ def release_pythons(releases: list[str]) -> dict[str, Path]:
 
 def measure(releases: list[str], suite: Any, levels: tuple[str, ...]) -> dict[str, Any]:
     """Every release's source drift and parity, as :func:`harness.night.drift.drift_record`."""
-    from harness.commands.common import open_oracle, select_device
+    from harness.engine import open_oracle, select_device
 
     pythons = release_pythons(releases)
     kernels = select_device("cpu")
@@ -162,7 +163,7 @@ def _measure(
     pinned_oracle: Any,
     provenance: dict[str, Any],
 ) -> dict[str, Any]:
-    from harness.commands.common import progress_bar
+    from harness.engine import progress_bar
     from harness.night.drift import (
         DriftError,
         SourceSnapshot,

@@ -9,17 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.commands.common import (
-    UsageError,
-    close_port,
-    open_oracle,
-    pool_failure,
-    select_device,
-    wants_oracle_cache,
-    worker_spec,
-)
+from harness.commands.common import run_request, wants_oracle_cache
 from harness.commands.diff import compare_and_print
 from harness.commands.options import PORT_HELP, jobs_options, oracle_options
+from harness.engine import UsageError, close_port, open_oracle, pool_failure, select_device, worker_spec
 from harness.kernels import SharedKernels
 from harness.protocol.port import Port, port_levels
 from harness.search.explore import EXIT_CLEAN, EXIT_FOUND, explore, load_find, replay_kinds
@@ -127,7 +120,7 @@ def explore_pool(args: argparse.Namespace, port: Port, levels: tuple[str, ...]) 
     jobs = resolve_jobs(args.jobs, args.budget_s, len(searched))
     if jobs <= 1:
         return None
-    pool = WorkerPool(jobs, worker_spec(args, [args.port]))
+    pool = WorkerPool(jobs, worker_spec(run_request(args), [args.port]))
     pool.start()
     return pool
 

@@ -9,11 +9,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.commands.common import (
-    EXIT_DIVERGENT,
-    EXIT_INTERRUPTED,
-    EXIT_PARITY,
-    EXIT_USAGE,
+from harness.commands.common import EXIT_DIVERGENT, EXIT_INTERRUPTED, EXIT_PARITY, EXIT_USAGE, run_request, write_output
+from harness.commands.options import (
+    dcp_backend_option,
+    device_option,
+    jobs_options,
+    non_negative_seconds,
+    port_options,
+    selection_options,
+)
+from harness.engine import (
     Execution,
     UsageError,
     close_port,
@@ -23,15 +28,6 @@ from harness.commands.common import (
     harness_identity,
     release_of,
     reproduce_meta,
-    write_output,
-)
-from harness.commands.options import (
-    dcp_backend_option,
-    device_option,
-    jobs_options,
-    non_negative_seconds,
-    port_options,
-    selection_options,
 )
 
 if TYPE_CHECKING:
@@ -81,7 +77,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     oracle = f"vllm=={release_of(args.oracle)}"
     # The gate writes tables and summaries, never the layouts' chunks.
     done = execute(
-        args,
+        run_request(args),
         before_run=lambda port, suite: check_gate_baseline(entries, suite, port.name, args.port, oracle),
         keep_layouts=False,
     )
@@ -199,10 +195,10 @@ def _gate_meta(args: argparse.Namespace, done: Execution) -> dict[str, Any]:
         "size": args.size,
         "shard": args.shard,
         "device": args.device,
-        **dcp_settings(args),
+        **dcp_settings(run_request(args)),
         # Case files a --cases run read (so its reproduce lines can name them), the port spec,
         # timeout, and how a pasted reproduce line starts (interpreter, PYTHONPATH).
-        **reproduce_meta(args, result.suite, provenance),
+        **reproduce_meta(run_request(args), result.suite, provenance),
         # Which expected divergences judged it: parity merge must judge the shards alike.
         "baseline": baseline_identity(args.baseline),
         # The port's code and the case files by content: shards of two commits are not one run.

@@ -6,8 +6,9 @@ import argparse
 from typing import Any
 
 from harness.cases.suites import load_suite, suite_names
-from harness.commands.common import EXIT_PARITY, UsageError
+from harness.commands.common import EXIT_PARITY
 from harness.commands.options import PORT_FORMS, non_negative_int
+from harness.engine import UsageError
 
 WHAT = ("suites", "cases", "mutants", "ports")
 

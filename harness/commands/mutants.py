@@ -7,19 +7,17 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases.suites import load_suite
-from harness.commands.common import (
-    EXIT_DIVERGENT,
-    EXIT_PARITY,
+from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, run_request, wants_oracle_cache
+from harness.commands.options import jobs_options, non_negative_int, oracle_options, positive_seconds
+from harness.engine import (
     UsageError,
     guarded_shrink,
     open_oracle,
     pool_failure,
     prepare_device,
     select_device,
-    wants_oracle_cache,
     worker_spec,
 )
-from harness.commands.options import jobs_options, non_negative_int, oracle_options, positive_seconds
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
 from harness.sides.items import LEVELS, selected_levels
 
@@ -70,7 +68,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     levels = selected_levels(args.level)
     searches = len(names) * len(levels)
     jobs = resolve_jobs(args.jobs, estimated_matrix_seconds(suite, levels, len(names)), searches)
-    pool = WorkerPool(jobs, worker_spec(args)) if jobs > 1 else None
+    pool = WorkerPool(jobs, worker_spec(run_request(args))) if jobs > 1 else None
     try:
         if pool is not None:
             pool.start()

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases.suites import Suite, load_suite
-from harness.commands.common import (
-    EXIT_USAGE,
+from harness.commands.common import EXIT_USAGE, run_request, wants_oracle_cache
+from harness.commands.options import jobs_options, non_negative_int, non_negative_seconds, oracle_options
+from harness.engine import (
     ProgressLines,
     UsageError,
     close_port,
@@ -22,10 +23,8 @@ from harness.commands.common import (
     prepare_device,
     refuse_empty,
     select_device,
-    wants_oracle_cache,
     worker_spec,
 )
-from harness.commands.options import jobs_options, non_negative_int, non_negative_seconds, oracle_options
 from harness.night.history import DEFAULT_EXPLORE_BUDGET_S
 from harness.sides.items import LEVELS, selected_levels
 from harness.sides.loading import load_port
@@ -210,6 +209,6 @@ def nightly_pool(
     jobs = resolve_jobs(args.jobs, estimate, max(len(planned), len(MUTANTS)))
     if jobs <= 1:
         return None
-    pool = WorkerPool(jobs, worker_spec(args, port_specs))
+    pool = WorkerPool(jobs, worker_spec(run_request(args), port_specs))
     pool.start()
     return pool

@@ -4,11 +4,14 @@ spells them alike and refuses the same bad values (argparse: exit 2, one line)."
 from __future__ import annotations
 
 import argparse
-import math
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 from harness.cases.suites import suite_names
+from harness.engine import values
 from harness.sides.items import LEVELS
+
+_T = TypeVar("_T")
 
 # Every form ``--port`` accepts, as ``parity list ports`` and each command's help name them.
 PORT_FORMS = (
@@ -129,50 +132,22 @@ def oracle_cache_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def non_negative_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
-    return value
+def _for_argparse(parse: Callable[[str], _T]) -> Callable[[str], _T]:
+    """``parse`` (:mod:`harness.engine.values`) as an argparse ``type=``: its
+    ValueError becomes the one line argparse prints after the option's name."""
+
+    def checked(text: str) -> _T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    checked.__name__ = parse.__name__
+    return checked
 
 
-def positive_seconds(text: str) -> float:
-    """A finite number of seconds > 0: a limit of 0 would mean none for a Python
-    port and an instant failure for an external one, so neither is accepted."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
-    return value
-
-
-def _int_at_least(text: str, least: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"must be >= {least}, got {text!r}")
-    return value
-
-
-def jobs_count(text: str) -> int:
-    """``--jobs``: a count >= 1, or ``auto`` (:func:`harness.sides.pool.machine_workers`)."""
-    if text.strip().lower() == "auto":
-        from harness.sides.pool import machine_workers
-
-        return machine_workers()
-    return positive_int(text)
-
-
-def positive_int(text: str) -> int:
-    return _int_at_least(text, 1)
-
-
-def non_negative_int(text: str) -> int:
-    return _int_at_least(text, 0)
+non_negative_seconds = _for_argparse(values.non_negative_seconds)
+positive_seconds = _for_argparse(values.positive_seconds)
+jobs_count = _for_argparse(values.jobs_count)
+positive_int = _for_argparse(values.positive_int)
+non_negative_int = _for_argparse(values.non_negative_int)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, UsageError
+from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY
+from harness.engine import UsageError
 
 
 def register(sub: Any) -> None:

@@ -9,11 +9,8 @@ from typing import Any
 from harness.commands.common import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
-    close_port,
     dcp_backend_of,
-    drift_banner,
-    execute,
-    reproduce_meta,
+    run_request,
     verdict_code,
     write_output,
 )
@@ -25,6 +22,7 @@ from harness.commands.options import (
     port_options,
     selection_options,
 )
+from harness.engine import close_port, drift_banner, execute, reproduce_meta
 from reports.run_summary import format_summary
 
 
@@ -46,13 +44,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.verdicts.summary import layout_causes, summarise_table
 
     # Only the JSON report writes every layout's chunks; without it workers send figures.
-    done = execute(args, keep_layouts=bool(args.json))
+    done = execute(run_request(args), keep_layouts=bool(args.json))
     close_port(done.port)
     banner = drift_banner(done.provenance)
     # An interrupted run's not-run rows are what it did not reach, not findings.
     shown = ("parity", "not-run") if done.interrupted else ("parity",)
     failing = done.table[~done.table["status"].isin(shown)].head(args.show)
-    meta = reproduce_meta(args, done.result.suite, done.provenance)
+    meta = reproduce_meta(run_request(args), done.result.suite, done.provenance)
     causes = layout_causes(done.table)
     failures = [
         (

@@ -7,8 +7,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, UsageError, open_oracle
+from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY
 from harness.commands.options import port_options, positive_int
+from harness.engine import UsageError, open_oracle
 from harness.model import Case
 from harness.sides.loading import load_port
 

@@ -1,1 +1,67 @@
-"""engine"""
+"""The engine: the library every entry point runs the harness through.
+
+A :class:`RunRequest` (frozen: what to run, on which port and oracle, where
+rows go, in how many processes, on which device, under which limits) goes in;
+:func:`execute` loads the port and the suite, opens the oracle behind its
+fingerprint check (:func:`open_oracle`), prepares the device
+(:func:`select_device`), runs the selected items in this process or in worker
+processes (:func:`start_pool`) and returns the table every output is made
+from. :func:`shrink_to_file` and :func:`guarded_shrink` shrink a kill within a
+time box; :func:`close_port` ends a port's processes. A refusal is a
+:class:`UsageError` with one line to print.
+
+The command line (:mod:`harness.commands`), the pytest plugin, the benchmarks
+and the tools call this package; it imports the layers below it (sides,
+verdicts, search) and never the command line, argparse, or the reports.
+"""
+
+from harness.engine.device import prepare_device, select_device
+from harness.engine.errors import UsageError
+from harness.engine.execution import Execution, execute, harness_identity, reproduce_meta
+from harness.engine.oracles import drift_banner, open_oracle, release_of
+from harness.engine.progress import ProgressLines, progress_bar
+from harness.engine.request import RunRequest
+from harness.engine.selection import (
+    dcp_settings,
+    describe_selection,
+    largest_dcp_world,
+    note_unimplemented,
+    parse_shard,
+    real_ranks_of,
+    refuse_empty,
+    select_suite,
+)
+from harness.engine.shrinking import guarded_shrink, shrink_to_file
+from harness.engine.workers import open_worker_sides, pool_failure, start_pool, worker_spec
+from harness.sides.loading import close_port
+
+__all__ = [
+    "Execution",
+    "ProgressLines",
+    "RunRequest",
+    "UsageError",
+    "close_port",
+    "dcp_settings",
+    "describe_selection",
+    "drift_banner",
+    "execute",
+    "guarded_shrink",
+    "harness_identity",
+    "largest_dcp_world",
+    "note_unimplemented",
+    "open_oracle",
+    "open_worker_sides",
+    "parse_shard",
+    "pool_failure",
+    "prepare_device",
+    "progress_bar",
+    "real_ranks_of",
+    "refuse_empty",
+    "release_of",
+    "reproduce_meta",
+    "select_device",
+    "select_suite",
+    "shrink_to_file",
+    "start_pool",
+    "worker_spec",
+]

@@ -1,4 +1,8 @@
 """The shared kernels: the device work both sides run, on identical inputs.
+This package: the interface and its CPU and CUDA sets here; the L3 inputs and
+the context loop's steps in :mod:`.numeric` and :mod:`.context_chunks`; the
+masked (sparse) kernel in :mod:`.masked_attention` and the sparse L3 inputs in
+:mod:`.sparse_prefill`. Imports: the data model only; ports may import it.
 
 The oracle's context loop and every port's call these same functions for the
 paged gather, the up-projection (``kv_b_proj``) and attention, so when two sides'

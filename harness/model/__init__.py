@@ -1,4 +1,6 @@
-"""The data model that flows through the harness.
+"""The data model that flows through the harness. This package: the dense
+model here, the sparse one in :mod:`.sparse`, DCP's rank views in :mod:`.dcp`;
+it imports nothing of the harness, and ports may import it.
 
 A :class:`Case` goes in; each side (the oracle and the port under test) turns it
 into a :class:`Layout`; :mod:`harness.compare.dense` turns two layouts into a

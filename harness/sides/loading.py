@@ -11,6 +11,7 @@ import os
 import sys
 
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port, PortLoadError, port_levels
+from harness.sides.items import printable, reraise_interrupt
 
 BUILTIN_PORTS: dict[str, str] = {
     "per_request": "ports.per_request:PORT",
@@ -80,3 +81,15 @@ def _load_python_port(spec: str, target: str) -> Port:
     except PortLoadError as exc:
         raise PortLoadError(f"port {spec!r}: {exc}") from None
     return obj
+
+
+def close_port(port: Port) -> None:
+    """An external port's processes end with the command that used it. What
+    ``close`` raises (``sys.exit`` included) is reported, never the exit code."""
+    close = getattr(port, "close", None)
+    if callable(close):
+        try:
+            close()
+        except BaseException as exc:
+            reraise_interrupt(exc)
+            print(f"parity: warning: port {port.name}: close() raised {printable(repr(exc))}", file=sys.stderr)

@@ -118,7 +118,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # and the other releases' requirements.
 SOURCE_GLOBS = (("harness", "*.py"), ("oracle", "*.py"), ("oracle", "*.json"), ("requirements", "*.txt"))
 
-# What of the oracle's provenance (harness.commands.common.open_oracle) says
+# What of the oracle's provenance (harness.engine.open_oracle) says
 # which oracle it is; anything a caller adds about the run is not identity.
 IDENTITY_KEYS = (
     "release",

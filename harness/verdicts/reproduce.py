@@ -58,7 +58,7 @@ ITEM_KINDS = (
     "sparse-mask",
     "sparse-prefill",
 )
-# The suite name of a run over ``--cases`` files (harness.commands.common.select_suite).
+# The suite name of a run over ``--cases`` files (harness.engine.select_suite).
 CASES_SUITE = "cases"
 # The PATH a fresh shell has (what every printed line must run with).
 FRESH_SHELL_PATH = ("/usr/bin", "/bin")

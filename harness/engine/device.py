@@ -1,0 +1,53 @@
+"""The device a run compares on: its recipe set before anything imports Triton
+or vLLM, torch's threads fixed, and its shared kernels."""
+
+from __future__ import annotations
+
+from harness.engine.errors import UsageError
+from harness.kernels import SharedKernels
+
+# Torch's intra-op threads in every process that compares. The shared kernels'
+# float results depend on the thread count (a divergent item's ULP figures
+# differ between 1 and 2 threads), so it is fixed: the same figures for any
+# --jobs and any machine's core count, and N workers never oversubscribe N cores.
+NUMERIC_THREADS = 1
+
+
+def prepare_device(device: str) -> None:
+    """Set ``device``'s recipe in this process before any port is loaded: a port
+    module that imports Triton (the mutants do) fixes Triton's mode at import, and
+    the oracle's interpreted kernels call Triton's library helpers, which must be
+    built in the same mode."""
+    from oracle.environment import OracleUnavailable, prepare_environment, use_device
+
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine")
+    try:
+        use_device(device)
+    except OracleUnavailable as exc:
+        raise UsageError(f"--device {device}: {exc}") from None
+    prepare_environment()
+
+
+def select_device(device: str) -> SharedKernels:
+    """Prepare the oracle's recipe for ``device``, fix torch's threads at
+    :data:`NUMERIC_THREADS` and return that device's shared kernels. Call
+    before the oracle is opened (vLLM reads the recipe on import)."""
+    import torch
+
+    from harness.kernels import kernels_for
+    from oracle.environment import OracleUnavailable, use_device
+
+    torch.set_num_threads(NUMERIC_THREADS)
+
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine")
+    try:
+        use_device(device)
+    except OracleUnavailable as exc:
+        raise UsageError(f"--device {device}: {exc}") from None
+    return kernels_for(device)

@@ -1,0 +1,81 @@
+"""Worker processes (:mod:`harness.sides.pool`) as a request starts them, what
+each opens, and closing a port's processes when the run ends."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from harness.cases.suites import Suite
+from harness.engine.device import select_device
+from harness.engine.errors import UsageError
+from harness.engine.oracles import open_oracle
+from harness.engine.request import RunRequest
+from harness.kernels import SharedKernels
+from harness.protocol.port import Port
+from harness.sides.runner import Shard
+
+if TYPE_CHECKING:
+    from harness.sides.pool import PoolError, WorkerPool, WorkerSpec
+
+
+def open_worker_sides(spec: WorkerSpec) -> tuple[Port, dict[str, Any], SharedKernels]:
+    """A worker's oracle, its provenance and the device's kernels, opened as
+    :func:`execute` opens them in one process (:class:`harness.sides.pool.WorkerSpec`)."""
+    from harness.sides.pool import SidesRefused
+
+    try:
+        kernels = select_device(spec.device)
+        oracle, provenance = open_oracle(spec.allow_drift, spec.oracle, not spec.no_oracle_cache)
+    except UsageError as exc:
+        raise SidesRefused(str(exc)) from None
+    return oracle, provenance, kernels
+
+
+def worker_spec(
+    request: RunRequest, ports: list[str] | tuple[str, ...] = (), timeout_s: float | None = None
+) -> WorkerSpec:
+    """The spec workers open their sides from, for a command's parsed ``args``
+    (options it lacks take their defaults) and the ports its tasks name."""
+    from harness.sides.pool import WorkerSpec
+
+    return WorkerSpec(
+        open_sides=open_worker_sides,
+        oracle=request.oracle,
+        allow_drift=bool(request.allow_oracle_drift),
+        device=request.device,
+        timeout_s=timeout_s if timeout_s is not None else request.timeout,
+        ports=tuple(ports),
+        no_oracle_cache=not request.oracle_cache,
+    )
+
+
+def pool_failure(exc: PoolError) -> UsageError:
+    """What the user reads when the workers cannot go on: a usage error a
+    worker met opening the oracle (a drifted fingerprint, say) as the command
+    words it in one process; anything else, one line naming ``--jobs``."""
+    from harness.sides.pool import PoolStartError
+
+    if isinstance(exc, PoolStartError):
+        return UsageError(str(exc) if exc.usage else f"--jobs: a worker process could not start: {exc}")
+    return UsageError(f"--jobs: {exc}")
+
+
+def start_pool(
+    request: RunRequest, suite: Suite | None, levels: tuple[str, ...], shard: Shard | None, port_specs: list[str]
+) -> WorkerPool | None:
+    """The run's worker processes, started (not yet ready), or None for one
+    process: ``--jobs`` for these items (:func:`harness.sides.pool.resolve_jobs`), or
+    without a ``suite`` (not loaded yet) an explicit ``--jobs`` as given."""
+    from harness.sides.pool import WorkerPool, capped_jobs, estimated_seconds, planned_items, resolve_jobs
+
+    if suite is None:
+        jobs = capped_jobs(request.jobs or 1)
+    else:
+        planned = planned_items(suite, levels, shard)
+        estimate = estimated_seconds(k for _, k, _ in planned) * len(port_specs)
+        jobs = resolve_jobs(request.jobs, estimate, len(planned))
+    if jobs <= 1:
+        return None
+    pool = WorkerPool(jobs, worker_spec(request, port_specs))
+    pool.start()
+    return pool
