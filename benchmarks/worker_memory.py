@@ -3,7 +3,7 @@
 Runs the smoke suite on two workers in this process (the engine's
 :func:`~harness.engine.execute`, as ``parity run --suite smoke --jobs 2`` does) and samples, every
 50 ms, the peak resident memory (``VmHWM``) of each worker process it starts;
-prints the largest, beside harness.sides.pool.WORKER_MEMORY_BYTES. Printed, never
+prints the largest, beside harness.sides.job_sizing.WORKER_MEMORY_BYTES. Printed, never
 asserted: run it with nothing else on the machine.
 
     .tox/oracle/bin/python -m benchmarks.worker_memory
@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from harness.engine import RunRequest, close_port, execute
-from harness.sides.pool import WORKER_MEMORY_BYTES
+from harness.sides.job_sizing import WORKER_MEMORY_BYTES
 
 
 def _children(pid: int) -> list[int]:
@@ -64,7 +64,7 @@ def main() -> None:
     print(f"\n{args.suite} on 2 workers: {len(done.table)} items")
     for number, peak in enumerate(workers, 1):
         print(f"worker {number}: peak resident {peak / 2**20:.0f} MiB")
-    print(f"harness.sides.pool.WORKER_MEMORY_BYTES: {WORKER_MEMORY_BYTES / 2**20:.0f} MiB")
+    print(f"harness.sides.job_sizing.WORKER_MEMORY_BYTES: {WORKER_MEMORY_BYTES / 2**20:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ decode context parallelism its loop all-gathers across ranks
 At the layout level that stand-in only needs the shape (every rank gathers the
 same number of rows, so the gathered buffer has ``D`` times the local rows: the
 shape is all its assertions read). At L3 it is numeric
-(:class:`_NumericDcpGroup`): the rank-major concatenation of every rank's local
+(:class:`oracle.legacy_prefill._NumericDcpGroup`): the rank-major concatenation of every rank's local
 gather of the chunk, each from that rank's own cache; 0.27.1's
 ``_context_parallel_compute_prefill_context`` and its ``reorg_kvcache`` run once
 per rank, and every rank must give the same bits.
@@ -45,24 +45,27 @@ its class (:data:`REFUSALS` names the classes; a baseline matches them):
   context rows: 0.27.1 would run, silently dropping that context.
 
 The translation, field by field (:data:`FIELD_SOURCES`), is what the README lists.
+
+This module holds the side (:class:`LegacyOracleSide`: L1, the workspace size,
+L2), its refusals and the shape-only run of its DCP loop; L3 (0.27.1's
+``forward_mha`` on the shared kernels, its numeric DCP group) is
+:mod:`oracle.legacy_prefill`, and what the side executes of 0.27.1 (the trace
+and the pin of ``oracle/pins/vllm-0.27.1.json``) is :mod:`oracle.legacy_pin`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 import traceback
 import types
 from collections.abc import Iterator
-from dataclasses import replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig
 from oracle.environment import import_vllm_module
-from oracle.legacy_gather import LegacyGatherOps
-from oracle.numeric import _Observed, _SharedAttentionBackend, _SharedProjection
+from oracle.legacy_prefill import legacy_prefill
 from oracle.pin import MLA
 from oracle.side import SparseSideMixin
 
@@ -417,296 +420,3 @@ class _ZeroProjection:
 
     def __call__(self, x: Any) -> tuple[Any, None]:
         return self._torch.zeros((x.shape[0], self.weight.shape[0])), None
-
-
-# -- L3: 0.27.1's forward_mha on the shared kernels ---------------------------------------
-
-
-class _LegacySharedBackend(_SharedAttentionBackend):
-    """0.27.1's prefill backend interface on the shared kernels: its context
-    chunks are named by index, and a backend reads the chunk's key offsets and
-    longest span from the chunked-context metadata (as its FlashAttention
-    backend does) and the query offsets from the prefill metadata."""
-
-    chunked: Any = None
-
-    def run_prefill_context_chunk(  # type: ignore[override]
-        self, chunk_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        chunked = self.chunked
-        return self._kernels.attention(
-            q,
-            k,
-            v,
-            self._query_start_loc,
-            chunked.cu_seq_lens[chunk_idx],
-            False,
-            self._scale,
-            self._max_query_len,
-            int(chunked.max_seq_lens[chunk_idx]),
-        )
-
-
-class _NumericDcpGroup:
-    """0.27.1's DCP group as its context loop uses it, for rank ``rank``:
-    ``all_gather(local, dim=0)`` returns the rank-major concatenation of every
-    rank's local gather of the same chunk.
-
-    The calling rank's buffer is the one 0.27.1's loop gathered; every other
-    rank's is that rank's gather of the chunk (its own cache and block table,
-    0.27.1's own local metadata of the chunk, the shared gather), or, with real
-    ranks, what the collective brings back. 0.27.1's builder takes no rank, so
-    every rank's metadata is the same one. Its loop skips a chunk with no
-    local rows (``toks == 0``) without calling the group, so the ``k``-th call
-    is the ``k``-th chunk with rows.
-    """
-
-    def __init__(self, inputs: PrefillInputs, kernels: SharedKernels, rank: int, chunked: Any) -> None:
-        assert inputs.dcp is not None
-        self.world_size = inputs.dcp.world_size
-        self._inputs, self._kernels, self._rank, self._chunked = inputs, kernels, rank, chunked
-        self._chunk_of_call = [j for j, toks in enumerate(chunked.seq_tot) if int(toks) != 0]
-        self.calls = 0
-
-    def _rank_local(self, rank: int, chunk: int) -> torch.Tensor:
-        import torch
-
-        assert self._inputs.dcp is not None
-        cache = self._inputs.dcp.cache(rank)
-        chunked, toks = self._chunked, int(self._chunked.seq_tot[chunk])
-        local = torch.empty((toks, cache.kv_cache.shape[-1]), dtype=cache.kv_cache.dtype, device=cache.kv_cache.device)
-        self._kernels.gather(
-            cache.kv_cache,
-            local,
-            cache.block_table,
-            chunked.padded_local_cu_seq_lens[chunk],
-            chunked.padded_local_token_to_seq[chunk],
-            chunked.starts[chunk],
-            toks,
-        )
-        return local
-
-    def all_gather(self, tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
-        assert self._inputs.dcp is not None
-        assert dim == 0, f"0.27.1's DCP loop all-gathers along dim 0, not {dim}"
-        assert self.calls < len(self._chunk_of_call), "all_gather called more often than there are chunks with rows"
-        chunk = self._chunk_of_call[self.calls]
-        self.calls += 1
-        assert tensor.shape[0] == int(self._chunked.seq_tot[chunk]), "the local buffer is not the chunk's rows"
-        return self._inputs.dcp.collective.all_gather(
-            lambda rank: tensor if rank == self._rank else self._rank_local(rank, chunk)
-        )
-
-
-def legacy_prefill(
-    side: LegacyOracleSide, case: Case, inputs: PrefillInputs, kernels: SharedKernels
-) -> dict[str, torch.Tensor]:
-    """0.27.1's ``forward_mha`` for ``case``, keys as :func:`oracle.numeric.prefill`:
-    ``context_output``/``context_lse`` (its ``_compute_prefill_context``'s
-    result, or under DCP its ``_context_parallel_compute_prefill_context``'s;
-    absent without context) and ``output``/``lse`` after its final merge.
-
-    Under DCP a plan 0.27.1 refuses at the layout level is refused here with
-    the same class (its builder, then the shape-only run of its loop,
-    :meth:`LegacyOracleSide.check_dcp_loop`); otherwise every rank this
-    process holds runs 0.27.1's DCP loop on its own cache, every rank's
-    tensors must be the same bits (:func:`oracle.numeric.check_ranks_agree`),
-    and the result is this process's rank's.
-    """
-    from oracle.numeric import check_ranks_agree
-
-    if case.dcp_world_size == 1:
-        return _legacy_rank_prefill(side, case, inputs, kernels, 0)
-    if inputs.dcp is None or inputs.dcp.world_size != case.dcp_world_size:
-        raise ValueError(f"a DCP case (world {case.dcp_world_size}) needs per-rank inputs of that world")
-    metadata = side.upstream_metadata(case)
-    if metadata is not None:
-        side.check_dcp_loop(case, metadata)
-    own = inputs.dcp.rank
-    results = {
-        rank: _legacy_rank_prefill(side, case, inputs, kernels, rank)
-        for rank in range(case.dcp_world_size)
-        if inputs.dcp.collective.holds(rank)
-    }
-    for rank, tensors in results.items():
-        check_ranks_agree(results[own], tensors, own, rank)
-    return results[own]
-
-
-def _legacy_rank_prefill(
-    side: LegacyOracleSide, case: Case, inputs: PrefillInputs, kernels: SharedKernels, rank: int
-) -> dict[str, torch.Tensor]:
-    """0.27.1's ``forward_mha`` as DCP rank ``rank`` runs it (the only rank without DCP)."""
-    import torch
-
-    mla, spec, device = side._mla, inputs.spec, inputs.q.device
-    world = case.dcp_world_size
-    seen = _Observed()
-    kv_cache, block_table, rows = inputs.kv_cache, inputs.block_table, case.workspace_size
-    if world > 1:
-        assert inputs.dcp is not None
-        cache = inputs.dcp.cache(rank)
-        kv_cache, block_table = cache.kv_cache, cache.block_table
-        # Its builder's __init__ allocates W + W // D rows under DCP: W / D for
-        # the local gather, W for the all-gather.
-        rows = case.workspace_size + case.workspace_size // world
-    workspace = torch.empty((rows, spec.latent_dim), dtype=inputs.q.dtype, device=device)
-    chunked = side.upstream_metadata(case, workspace)
-    backend = _LegacySharedBackend(kernels, inputs.scale, inputs.query_start_loc, inputs.max_query_len, seen)
-    backend.chunked = chunked
-    prefill = mla.MLACommonPrefillMetadata(
-        block_table=block_table,
-        query_start_loc=inputs.query_start_loc,
-        max_query_len=inputs.max_query_len,
-        chunked_context=chunked,
-        q_data_type=inputs.q.dtype,
-        prefill_backend=backend,
-    )
-    impl = SimpleNamespace(
-        kv_cache_dtype="auto",
-        kv_lora_rank=spec.kv_lora_rank,
-        qk_rope_head_dim=spec.qk_rope_head_dim,
-        num_heads=spec.num_heads,
-        qk_nope_head_dim=spec.qk_nope_head_dim,
-        v_head_dim=spec.v_head_dim,
-        kv_b_proj=_SharedProjection(kernels, inputs.kv_b_weight),
-        # The copy fallback of _concat_k_nope_k_pe, as for the pinned oracle.
-        _use_flashinfer_concat_mla_k=False,
-        dcp_world_size=world,
-    )
-    base = mla.MLACommonBaseImpl
-    impl._concat_k_nope_k_pe = types.MethodType(base._concat_k_nope_k_pe, impl)
-
-    def compute_prefill_context(this: SimpleNamespace, q: torch.Tensor, cache: torch.Tensor, *args: Any) -> Any:
-        # 0.27.1's method, unchanged; its result is recorded on the way out.
-        output, lse = base._compute_prefill_context(this, q, cache, *args)
-        seen.context = (output, lse)
-        return output, lse
-
-    def context_parallel_compute_prefill_context(
-        this: SimpleNamespace, q: torch.Tensor, cache: torch.Tensor, *args: Any, **kwargs: Any
-    ) -> Any:
-        # 0.27.1's DCP twin, unchanged; its result is recorded on the way out.
-        output, lse = base._context_parallel_compute_prefill_context(this, q, cache, *args, **kwargs)
-        seen.context = (output, lse)
-        return output, lse
-
-    impl._compute_prefill_context = types.MethodType(compute_prefill_context, impl)
-    impl._context_parallel_compute_prefill_context = types.MethodType(context_parallel_compute_prefill_context, impl)
-    attn_metadata = SimpleNamespace(prefill=prefill, num_prefills=case.num_requests)
-    k_scale = torch.ones((), dtype=torch.float32, device=device)
-    output = torch.empty((inputs.num_tokens, spec.num_heads * spec.v_head_dim), dtype=inputs.q.dtype, device=device)
-    merge = mla.merge_attn_states
-
-    def merge_with_lse(**kwargs: Any) -> None:
-        # forward_mha's final merge passes no output_lse; a buffer for it only adds the store.
-        if kwargs.get("output_lse") is None:
-            kwargs["output_lse"] = torch.empty_like(kwargs["suffix_lse"])
-            seen.merged_lse.append(kwargs["output_lse"])
-        merge(**kwargs)
-
-    group = _NumericDcpGroup(inputs, kernels, rank, chunked) if world > 1 and chunked is not None else None
-    with contextlib.ExitStack() as patches:
-        patches.enter_context(mock.patch.object(mla, "ops", LegacyGatherOps(kernels)))
-        patches.enter_context(mock.patch.object(mla, "merge_attn_states", merge_with_lse))
-        if group is not None:
-            patches.enter_context(mock.patch.object(mla, "get_dcp_group", lambda: group))
-        base.forward_mha(impl, inputs.q, inputs.new_kv_c, inputs.new_k_pe, kv_cache, attn_metadata, k_scale, output)
-    if group is not None:
-        # Every chunk with local rows went through the all-gather, once.
-        assert group.calls == sum(1 for toks in chunked.seq_tot if int(toks) != 0), "a chunk skipped the all-gather"
-    result = {"output": output.view(-1, spec.num_heads, spec.v_head_dim)}
-    if chunked is None:
-        assert seen.suffix_lse is not None and seen.context is None and not seen.merged_lse
-        return {**result, "lse": seen.suffix_lse}
-    assert seen.context is not None and len(seen.merged_lse) == 1
-    context_output, context_lse = seen.context
-    return {"context_output": context_output, "context_lse": context_lse, **result, "lse": seen.merged_lse[0]}
-
-
-# -- what this side executes of 0.27.1 (its pin's fingerprint set) ---------------------------
-
-
-def refusal_cases() -> tuple[Case, ...]:
-    """Cases that reach each of 0.27.1's refusals: a share below one block, a
-    DCP share not a multiple of the world, a DCP plan whose local windows
-    overflow the all-gather slot, and a DCP workspace not a multiple of the world."""
-
-    def case(context: tuple[int, ...], **fields: Any) -> Case:
-        values: dict[str, Any] = {"name": "legacy-refusal", "block_size": 16, "workspace_size": 64, **fields}
-        return Case(context_lens=context, query_lens=tuple(1 for _ in context), **values)
-
-    return (
-        case((100, 37, 5, 9, 11)),
-        case((100, 37), dcp_world_size=4, align_to_block=False, workspace_size=68),
-        case((100, 37), dcp_world_size=2, cp_kv_cache_interleave_size=64, workspace_size=64),
-        case((100, 37), dcp_world_size=3),
-    )
-
-
-def trace_legacy() -> dict[str, list[str]]:
-    """Every 0.27.1 symbol this side enters at every level (the trace cases of
-    :mod:`oracle.trace` plus :func:`refusal_cases`), with the levels that enter it."""
-    from harness.kernels import CpuKernels
-    from harness.kernels.numeric import case_prefill_inputs, materialise_merge, materialise_prefill
-    from oracle.trace import layout_cases, merge_case, prefill_cases, tracing, workspace_configs
-
-    side = LegacyOracleSide()
-    with tracing() as trace:
-        trace.level = "layout"
-        for case in (*layout_cases(), *refusal_cases()):
-            with contextlib.suppress(LegacyRefusal):
-                side.plan_layout(case)
-        trace.level = "workspace"
-        for config in workspace_configs():
-            side.workspace_size(config)
-        trace.level = "merge"
-        side.merge_states(materialise_merge(merge_case()))
-        trace.level = "prefill"
-        kernels = CpuKernels()
-        for case in prefill_cases():
-            assert case.numeric is not None
-            inputs = materialise_prefill(case.context_lens, case.query_lens, case.block_size, case.numeric)
-            side.prefill(case, inputs, kernels)
-        # Its DCP loop on every rank's cache: two chunks over two ranks.
-        dcp = replace(prefill_cases()[-1], context_lens=(40, 23, 0), workspace_size=64, dcp_world_size=2)
-        side.prefill(dcp, case_prefill_inputs(dcp), kernels)
-    return {symbol: sorted(levels) for symbol, levels in sorted(trace.entered.items())}
-
-
-def legacy_pin() -> dict[str, Any]:
-    """The pin of 0.27.1 (schema of ``oracle/pin.json``): its version and commit
-    id, and a fingerprint of every symbol :func:`trace_legacy` enters."""
-    from oracle.pin import fingerprint, installed_version, resolve
-
-    version, commit = installed_version()
-    return {
-        "upstream_commit": None,
-        "upstream_pr": None,
-        "release": f"vllm=={version}",
-        "release_version": version,
-        "release_commit_id": commit,
-        "fingerprints": {symbol: fingerprint(resolve(symbol)) for symbol in trace_legacy()},
-    }
-
-
-def main(argv: list[str]) -> int:
-    """``python -m oracle.legacy --write-pin``: rewrite oracle/pins/vllm-0.27.1.json
-    from the installed 0.27.1 (maintainers only)."""
-    import json
-
-    from oracle.environment import prepare_cpu_environment
-    from oracle.pin import OTHER_PINS
-
-    if argv != ["--write-pin"]:
-        print("usage: python -m oracle.legacy --write-pin", file=sys.stderr)
-        return 2
-    prepare_cpu_environment()
-    path = OTHER_PINS / f"vllm-{LEGACY_VERSION}.json"
-    path.write_text(json.dumps(legacy_pin(), indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

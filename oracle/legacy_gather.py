@@ -1,5 +1,5 @@
 """The shared gather as 0.27.1 calls it, for the legacy oracle's dense loop
-(:mod:`oracle.legacy`) and its masked prefill (:mod:`oracle.sparse_legacy`)."""
+(:mod:`oracle.legacy_prefill`) and its masked prefill (:mod:`oracle.sparse_legacy`)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 """The coverage table as ``parity coverage`` prints it and the nightly report
-and the README show it, from :class:`harness.search.coverage.JudgedCoverage`."""
+and docs/search.md show it, from :class:`harness.search.coverage_verdicts.JudgedCoverage`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from harness.search.coverage import FEATURE_BY_ID, JudgedCoverage, Value, Verdict, beyond, verdict_word
+from harness.search.coverage import FEATURE_BY_ID, Value, beyond
+from harness.search.coverage_verdicts import JudgedCoverage, Verdict, verdict_word
 
 
 def format_measured(feature_id: str, value: Value) -> str:
@@ -79,7 +80,7 @@ def render_text(
 
 
 def render_markdown(judged: JudgedCoverage) -> str:
-    """A Markdown table (for the nightly report and the README)."""
+    """A Markdown table (for the nightly report and docs/search.md)."""
     lines = ["| feature | what | measured | target | verdict |", "|---|---|---|---|---|"]
     for r in table_rows(judged):
         cells = [r["feature"], r["what"], r["measured"], r["target"], r["verdict"]]

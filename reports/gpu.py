@@ -1,6 +1,6 @@
 """The GPU report (``reports/gpu/<date>.md``) from the JSON benchmarks/gpu_report.py
 writes, and the pieces of it the nightly report's GPU section shows (the latest
-such JSON, loaded by harness.night.nightly.latest_gpu_report; reports/nightly.py renders it).
+such JSON, loaded by harness.night.gpu_report.latest_gpu_report; reports/nightly.py renders it).
 
 Every figure comes from the JSON; nothing here measures or judges anything.
 """
@@ -13,15 +13,17 @@ from typing import Any
 
 import pandas as pd
 
+from reports.figures_page import FIGURES_PAGE, write_figures
+
 
 def __getattr__(name: str) -> Any:
     """``GPU_REPORTS`` and ``latest_gpu_report`` are the harness's (the night loads
     the report without importing reports/); re-exported lazily, so rendering a
     report here does not import the harness."""
     if name in ("GPU_REPORTS", "latest_gpu_report"):
-        import harness.night.nightly
+        import harness.night.gpu_report
 
-        return getattr(harness.night.nightly, name)
+        return getattr(harness.night.gpu_report, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -250,7 +252,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         f"- Machine: {environment_line(report)}.",
         f"- Oracle: {_oracle_line(report)}.",
-        f"- Reproduce: `{report.get('command', '?')}` (README, On the H200).",
+        f"- Reproduce: `{report.get('command', '?')}` (docs/gpu.md).",
         "- Shared kernels: harness.kernels.CudaKernels (tensor-indexing gather, cuBLAS projection, "
         "FlashAttention-2 varlen with LSE); both sides call the same object on identical inputs.",
         "",
@@ -262,16 +264,32 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def write_figures_block(path: Path, report: dict[str, Any], page: Path = FIGURES_PAGE) -> None:
+    """docs/figures.md's ``gpu`` block: this report's sections, from its JSON."""
+    link = f"[reports/gpu/{path.stem}.md](../reports/gpu/{path.stem}.md)"
+    markdown = "\n".join(
+        [f"Measured by `{report.get('command', '?')}` on {environment_line(report)}; the whole report: {link}.", ""]
+        # The report's sections sit under the page's own heading for the GPU.
+        + [f"#{line}" if line.startswith("## ") else line for line in gpu_section_markdown(report)]
+    )
+    write_figures("gpu", markdown, f"python -m reports.gpu {path.name}", None, page)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Re-render ``<date>.md`` beside each given ``<date>.json`` (after a change to
-    this renderer; the figures are the JSON's, measured where it was written)."""
+    this renderer, or once a GPU run's files are fetched: the figures are the
+    JSON's, measured where it was written), and docs/figures.md's GPU block
+    from the newest of them."""
     import sys
 
-    for name in argv if argv is not None else sys.argv[1:]:
-        path = Path(name)
+    paths = sorted(Path(name) for name in (argv if argv is not None else sys.argv[1:]))
+    for path in paths:
         markdown = render_markdown(json.loads(path.read_text(encoding="utf-8")))
         path.with_suffix(".md").write_text(markdown, encoding="utf-8")
         print(f"wrote {path.with_suffix('.md')}")
+    if paths:
+        write_figures_block(paths[-1], json.loads(paths[-1].read_text(encoding="utf-8")))
+        print(f"wrote the gpu block of {FIGURES_PAGE}")
     return 0
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.night.nightly import Night, PortNight
+from harness.night.data import Night, PortNight
 
 # The oracle's bars (it is no port): a grey no port is given.
 ORACLE_COLOUR = "#444444"

@@ -14,7 +14,7 @@ import pytest
 
 from harness.cases.suites import load_suite
 from harness.cli import main
-from harness.sides import pool
+from harness.sides import job_sizing
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "smoke-dcp3-padded"
@@ -112,15 +112,15 @@ def test_no_shrinking_with_a_zero_time_box(tmp_path: Path, capsys: pytest.Captur
 def test_jobs_is_cut_to_what_the_machine_holds(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(pool, "available_cores", lambda: 4)
-    monkeypatch.setattr(pool, "available_memory_bytes", lambda: 3 * pool.WORKER_MEMORY_BYTES + 1)
-    assert pool.machine_workers() == 3
-    assert pool.resolve_jobs(1000, 0.0, 10_000) == 3
+    monkeypatch.setattr(job_sizing, "available_cores", lambda: 4)
+    monkeypatch.setattr(job_sizing, "available_memory_bytes", lambda: 3 * job_sizing.WORKER_MEMORY_BYTES + 1)
+    assert job_sizing.machine_workers() == 3
+    assert job_sizing.resolve_jobs(1000, 0.0, 10_000) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--jobs 1000 cut to 3" in err and "4 cores" in err
-    assert pool.resolve_jobs(2, 0.0, 10_000) == 2 and capsys.readouterr().err == ""
-    monkeypatch.setattr(pool, "available_memory_bytes", lambda: None)
-    assert pool.machine_workers() == 4
+    assert job_sizing.resolve_jobs(2, 0.0, 10_000) == 2 and capsys.readouterr().err == ""
+    monkeypatch.setattr(job_sizing, "available_memory_bytes", lambda: None)
+    assert job_sizing.machine_workers() == 4
 
 
 def test_jobs_1000_runs_with_the_machines_cores_and_says_so() -> None:
@@ -136,11 +136,11 @@ def test_jobs_1000_runs_with_the_machines_cores_and_says_so() -> None:
     cut = [line for line in run.stderr.splitlines() if "--jobs 1000 cut to" in line]
     assert len(cut) == 1, run.stderr[-2000:]
     workers = int(cut[0].split("cut to ", 1)[1].split(":", 1)[0])
-    assert 1 <= workers <= pool.available_cores()
+    assert 1 <= workers <= job_sizing.available_cores()
 
 
 def test_jobs_auto_is_the_machines_workers() -> None:
     from harness.commands.options import jobs_count
 
-    assert jobs_count("auto") == pool.machine_workers()
+    assert jobs_count("auto") == job_sizing.machine_workers()
     assert jobs_count("3") == 3

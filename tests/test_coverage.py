@@ -16,22 +16,12 @@ from harness.cli import main
 from harness.kernels.numeric import materialise_merge
 from harness.model import PRESETS, Case, MergeCase, WorkspaceConfig
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig
-from harness.night.nightly import Night
+from harness.night.data import Night
 from harness.protocol.port import Port
-from harness.search.coverage import (
-    FEATURES,
-    REFUSAL_FEATURES,
-    TARGETS_FILE,
-    CoverageReport,
-    JudgedCoverage,
-    Target,
-    judge,
-    load_targets,
-    lse_view,
-    measure,
-    oracle_chunks,
-    value_view,
-)
+from harness.search.coverage import FEATURES, REFUSAL_FEATURES, CoverageReport
+from harness.search.coverage_measuring import lse_view, measure, oracle_chunks, value_view
+from harness.search.coverage_targets import TARGETS_FILE, Target, load_targets
+from harness.search.coverage_verdicts import JudgedCoverage, judge
 from reports.coverage import render_markdown, render_text
 from reports.nightly import render_html
 from reports.nightly import render_markdown as night_markdown

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from harness.cases.files import write_case_file
-from harness.cases.generate import generate_prefill
+from harness.cases.prefill_generate import generate_prefill
 from harness.compare.bits import identical_bits
 from harness.kernels import kernels_for, kernels_for_case
 from harness.kernels.numeric import PrefillInputs, case_prefill_inputs

@@ -23,7 +23,8 @@ from harness.commands.diff import diff_kinds
 from harness.compare.bits import compare_bits
 from harness.model import Case, MergeCase, WorkspaceConfig
 from harness.protocol.port import Port
-from harness.search.explore import PROPERTIES, write_find
+from harness.search.explore_finds import write_find
+from harness.search.explore_strategies import PROPERTIES
 from harness.sides.items import LEVELS, PARITY, CaseResult, item_id
 from harness.sides.loading import load_port
 from harness.sides.runner import compare_case, compare_workspace, plan_items

@@ -323,7 +323,9 @@ def test_output_files_do_not_change_the_source_digest(tmp_path: Path) -> None:
     (root / "reports").mkdir()
     (root / "reports" / "x.json").write_text("{}")
     assert source_digest(root) == before
-    (root / "harness" / "runner.py").write_text((root / "harness" / "runner.py").read_text() + "\n# edit\n")
+    (root / "harness" / "sides" / "runner.py").write_text(
+        (root / "harness" / "sides" / "runner.py").read_text() + "\n# edit\n"
+    )
     assert source_digest(root) != before
 
 
@@ -402,15 +404,15 @@ def test_an_item_the_run_loses_is_not_run(
 ) -> None:
     """A result stream that ends one item short (a harness fault) leaves that
     item not-run: the verdict is INCOMPLETE, never PASS."""
-    import harness.sides.pool
-    from harness.sides.pool import ItemStream
+    import harness.sides.item_stream
+    from harness.sides.item_stream import ItemStream
 
-    real = harness.sides.pool.stream_items
+    real = harness.sides.item_stream.stream_items
 
     def one_short(*args: Any, **kwargs: Any) -> ItemStream:
         return ItemStream(iter(list(real(*args, **kwargs))[1:]), None)
 
-    monkeypatch.setattr(harness.sides.pool, "stream_items", one_short)
+    monkeypatch.setattr(harness.sides.item_stream, "stream_items", one_short)
     report = tmp_path / "run.json"
     code = main(["run", "--suite", "smoke", "--level", "layout", "--port", "per_request", "--json", str(report)])
     capsys.readouterr()

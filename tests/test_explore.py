@@ -22,7 +22,9 @@ from harness.cases.files import case_from_json, load_case_file
 from harness.kernels import CpuKernels
 from harness.model import Case
 from harness.protocol.port import Port
-from harness.search.explore import CLEAN, FOUND, INCOMPLETE, explore, layout_cases
+from harness.search.explore import explore
+from harness.search.explore_results import CLEAN, FOUND, INCOMPLETE
+from harness.search.explore_strategies import layout_cases
 from harness.sides.items import PARITY
 from harness.sides.loading import load_port
 from harness.sides.runner import compare_case

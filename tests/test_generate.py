@@ -9,8 +9,9 @@ import sys
 from collections import Counter
 
 from harness.cases.files import case_from_json
-from harness.cases.generate import FAMILIES, WORST_CASE_CONTEXT, generate
+from harness.cases.generate import FAMILIES, generate
 from harness.cases.suites import load_suite
+from harness.cases.sweep_families import WORST_CASE_CONTEXT
 
 SNIPPET = (
     "import hashlib, json; from harness.cases.generate import generate; "

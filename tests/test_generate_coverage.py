@@ -20,16 +20,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from harness.cases.coverage_families import COVERAGE_FAMILIES, HYBRID_BLOCK_SIZES, WIDTH_EDGES
 from harness.cases.files import case_from_json
-from harness.cases.generate import (
-    COVERAGE_FAMILIES,
-    HYBRID_BLOCK_SIZES,
-    NUMERIC_COVERAGE_FAMILIES,
-    WIDTH_EDGES,
-    generate,
-    generate_prefill,
-    legacy_grid_has_keyless_rows,
-)
+from harness.cases.generate import generate
+from harness.cases.prefill_generate import NUMERIC_COVERAGE_FAMILIES, generate_prefill, legacy_grid_has_keyless_rows
 from harness.cases.suites import SUITES_FILE, Suite, load_suite, workspace_grid
 from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES, Case, Layout, WorkspaceConfig
 from harness.protocol.port import Port
@@ -213,8 +207,9 @@ def test_every_coverage_case_is_valid_input() -> None:
 
 
 SNIPPET = (
-    "import hashlib, json; from harness.cases.generate import generate, generate_prefill, COVERAGE_FAMILIES, "
-    "NUMERIC_COVERAGE_FAMILIES; "
+    "import hashlib, json; from harness.cases.generate import generate; "
+    "from harness.cases.prefill_generate import generate_prefill, NUMERIC_COVERAGE_FAMILIES; "
+    "from harness.cases.coverage_families import COVERAGE_FAMILIES; "
     "cases = list(generate(5, 40, list(COVERAGE_FAMILIES))) "
     "+ list(generate_prefill(5, 9, 'narrow', 1, NUMERIC_COVERAGE_FAMILIES)); "
     "print(hashlib.sha256(json.dumps([c.to_json() for c in cases]).encode()).hexdigest())"

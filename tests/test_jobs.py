@@ -26,7 +26,8 @@ from harness.cli import main
 from harness.kernels import SharedKernels
 from harness.model import Case, Layout
 from harness.protocol.port import Port
-from harness.sides.pool import PoolStartError, Task, WorkerPool, WorkerSides, WorkerSpec
+from harness.sides.pool import PoolStartError, Task, WorkerPool
+from harness.sides.pool_worker import WorkerSides, WorkerSpec
 from tests.fault_ports import HangingPort, RaisingPort, SlowPort
 from tests.test_cli_interfaces import signal_state
 

@@ -20,7 +20,8 @@ import torch
 
 from harness.cases.fields import CaseError
 from harness.cases.files import case_from_json, load_cases
-from harness.cases.generate import generate, generate_prefill, legacy_grid_has_keyless_rows
+from harness.cases.generate import generate
+from harness.cases.prefill_generate import generate_prefill, legacy_grid_has_keyless_rows
 from harness.cases.suites import load_suite
 from harness.kernels import (
     KEYLESS_FINITE_LSE,

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from harness.cases.generate import WORST_CASE_CONTEXT, WORST_CASE_QUERY
 from harness.cases.suites import load_suite
+from harness.cases.sweep_families import WORST_CASE_CONTEXT, WORST_CASE_QUERY
 from harness.compare.dense import first_layout_divergence
 from harness.protocol.port import Port
 from harness.sides.items import DIVERGENT, PARITY

@@ -154,7 +154,8 @@ def test_workspace_size_is_0_27_1s_on_the_whole_grid() -> None:
 
 
 REFUSAL_SCRIPT = """
-from oracle.legacy import LegacyOracleSide, LegacyRefusal, refusal_cases
+from oracle.legacy import LegacyOracleSide, LegacyRefusal
+from oracle.legacy_pin import refusal_cases
 side = LegacyOracleSide()
 RESULT = []
 for case in refusal_cases():
@@ -431,7 +432,7 @@ def test_served_dcp_prefill_rebuilds_the_ranks_and_checks_the_sent_cache() -> No
 # -- the pin --------------------------------------------------------------------------------
 
 PIN_SCRIPT = """
-from oracle.legacy import trace_legacy
+from oracle.legacy_pin import trace_legacy
 from oracle.pin import OTHER_PINS, check_fingerprints
 path = OTHER_PINS / "vllm-0.27.1.json"
 RESULT = {

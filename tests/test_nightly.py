@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 from harness.cli import main
-from harness.night.nightly import nightly_lock, read_history
+from harness.night.folder import nightly_lock
+from harness.night.history import read_history
 from ports.mutants import MUTANTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,7 +171,7 @@ def test_bad_date_is_refused_before_anything(capsys: pytest.CaptureFixture[str],
 
 
 def test_a_second_night_into_one_out_refuses(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    hold = "import sys, time; from pathlib import Path; from harness.night.nightly import nightly_lock\n"
+    hold = "import sys, time; from pathlib import Path; from harness.night.folder import nightly_lock\n"
     hold += "with nightly_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(120)\n"
     holder = subprocess.Popen([sys.executable, "-c", hold, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:

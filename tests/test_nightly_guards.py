@@ -19,20 +19,15 @@ import harness.night.nightly as nightly
 from harness.cases.fields import CaseError
 from harness.cases.suites import Suite, load_suite
 from harness.cli import main
-from harness.night.nightly import (
-    BASELINES_DIR,
-    NightlyPlan,
-    append_history,
-    nightly_baselines,
-    nightly_lock,
-    parse_baseline_options,
-    read_history,
-    run_nightly,
-    validate_night_date,
-)
+from harness.night.baselines import BASELINES_DIR, nightly_baselines, parse_baseline_options
+from harness.night.data import Night, night_exit_code
+from harness.night.folder import nightly_lock, validate_night_date
+from harness.night.history import append_history, read_history
+from harness.night.nightly import NightlyPlan, run_nightly
 from harness.protocol.port import Port
 from harness.verdicts.baseline import load_baseline
-from reports.nightly import history_figures, write_report
+from reports.nightly import write_report
+from reports.nightly_plots import history_figures
 from tests.test_nightly_page import clean_rows, night_of, port_night
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,7 +118,7 @@ def test_a_corrupt_history_line_is_reported_and_skipped(tmp_path: Path, capsys: 
 HOLD_LOCK = """
 import sys, time
 from pathlib import Path
-from harness.night.nightly import nightly_lock
+from harness.night.folder import nightly_lock
 with nightly_lock(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(60)
@@ -200,7 +195,7 @@ def test_the_banner_says_incomplete_while_the_kill_matrix_runs(
     night = run_nightly(
         plan_for(tmp_path, "2026-11-29", mutants=True), oracle, [per_request], {}, write_report=write_report
     )
-    assert not night.complete and night.interrupted and nightly.night_exit_code(night) == 130
+    assert not night.complete and night.interrupted and night_exit_code(night) == 130
     page = (tmp_path / "2026-11-29" / "index.html").read_text(encoding="utf-8")
     assert f"INCOMPLETE: the run stopped during the mutant kill matrix, after {len(night.ports[0].table)} of" in page
     assert read_history(tmp_path / "history.jsonl")["date"].tolist() == ["2026-11-28"]
@@ -209,7 +204,7 @@ def test_the_banner_says_incomplete_while_the_kill_matrix_runs(
 def test_a_night_before_any_port_says_what_is_to_come(tmp_path: Path, oracle: Port, per_request: Port) -> None:
     pages: list[str] = []
 
-    def record(night: nightly.Night, out_dir: Path, history: Any) -> None:
+    def record(night: Night, out_dir: Path, history: Any) -> None:
         write_report(night, out_dir, history)
         pages.append((out_dir / "report.md").read_text(encoding="utf-8"))
 
@@ -219,7 +214,7 @@ def test_a_night_before_any_port_says_what_is_to_come(tmp_path: Path, oracle: Po
 
 
 def test_harness_nightly_does_not_import_reports() -> None:
-    tree = ast.parse((ROOT / "harness" / "nightly.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "harness" / "night" / "nightly.py").read_text(encoding="utf-8"))
     imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert imported and not [m for m in imported if m == "reports" or m.startswith("reports.")]
@@ -278,8 +273,8 @@ def test_an_item_the_night_loses_is_not_run(
     """A result stream one item short (a harness fault) leaves that item not-run:
     the port's night is INCOMPLETE, never PASS."""
     import harness.night.nightly
-    from harness.sides.pool import ItemStream
-    from harness.sides.pool import stream_items as real
+    from harness.sides.item_stream import ItemStream
+    from harness.sides.item_stream import stream_items as real
 
     def one_short(*args: Any, **kwargs: Any) -> ItemStream:
         return ItemStream(iter(list(real(*args, **kwargs))[1:]), None)
@@ -324,7 +319,7 @@ def test_a_report_that_cannot_be_written_loses_nothing(
     line naming the path and why; the command exits 2 after printing its results."""
     calls: list[int] = []
 
-    def flaky(night: nightly.Night, out_dir: Path, history: Any) -> None:
+    def flaky(night: Night, out_dir: Path, history: Any) -> None:
         calls.append(len(night.ports))
         if len(calls) == 1:  # the first write, before any port
             raise OSError(28, "No space left on device", str(out_dir / "index.html"))
@@ -336,7 +331,7 @@ def test_a_report_that_cannot_be_written_loses_nothing(
         "reduced"
     ].all()
 
-    def full(night: nightly.Night, out_dir: Path, history: Any) -> None:
+    def full(night: Night, out_dir: Path, history: Any) -> None:
         raise OSError(28, "No space left on device", str(out_dir / "index.html"))
 
     import reports.nightly

@@ -14,25 +14,16 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.night.nightly import (
-    EXIT_DIVERGENT,
-    EXIT_INTERRUPTED,
-    EXIT_PASS,
-    Night,
-    PortBaseline,
-    PortNight,
-    judge_port,
-    night_exit_code,
-)
+from harness.night.baselines import PortBaseline, judge_port
+from harness.night.data import EXIT_DIVERGENT, EXIT_INTERRUPTED, EXIT_PASS, Night, PortNight, night_exit_code
 from harness.sides.items import DIVERGENT, PARITY, PORT_ERROR
 from harness.verdicts.baseline import BaselineEntry, port_names
 from harness.verdicts.summary import COLUMNS, summarise_table
-from reports.nightly import (
+from reports.nightly import render_html, render_markdown
+from reports.nightly_plots import (
     chunk_figure,
     chunk_ratios,
     history_figures,
-    render_html,
-    render_markdown,
     ulp_histogram_figure,
     unplannable_counts,
 )
@@ -536,7 +527,7 @@ def test_sizes_and_reduced_in_the_header() -> None:
 
 
 def test_kill_matrix_cells_are_na_where_no_item_reaches_the_fault() -> None:
-    from reports.nightly import kill_matrix_table
+    from reports.nightly_tables import kill_matrix_table
 
     kill = {"item": "case-0001[merge]", "status": DIVERGENT, "detail": "", "items_tried": 1, "shrunk": None}
     matrix = {

@@ -1,4 +1,8 @@
-"""The oracle cache: a hit is the fresh answer, bit for bit, and never calls the oracle."""
+"""The oracle cache: a hit is the fresh answer, bit for bit, and never calls the oracle.
+
+From memory and from disk, errors included; damaged entries, the memory limit,
+two processes on one folder and stale folders. What an answer is keyed by, and
+what is never cached: tests/test_oracle_cache_keys.py."""
 
 from __future__ import annotations
 
@@ -13,36 +17,32 @@ from typing import Any
 import pytest
 import torch
 
-from harness.cases.files import load_cases
-from harness.cases.merge import generate_merge
 from harness.cases.suites import Suite
 from harness.compare.bits import identical_bits
-from harness.kernels import CpuKernels, kernels_for, kernels_for_case, kernels_untouched
+from harness.kernels import kernels_for, kernels_for_case
 from harness.kernels.numeric import MergeInputs, case_prefill_inputs, materialise_merge
-from harness.model import Case, Layout, MergeCase, WorkspaceConfig
-from harness.model.dcp import TorchDistributedRanks
-from harness.protocol.port import Port, port_levels
-from harness.sides.oracle_cache import (
-    CACHE_FORMAT,
-    LAST_USED,
-    CachedOracle,
-    CachedOracleError,
-    oracle_fingerprint,
-    prune_stale_folders,
-    with_oracle_cache,
-)
+from harness.model import Case, Layout, WorkspaceConfig
+from harness.protocol.port import Port
+from harness.sides.oracle_cache import CachedOracle, with_oracle_cache
+from harness.sides.oracle_cache_answers import CachedOracleError
+from harness.sides.oracle_cache_keys import CACHE_FORMAT
+from harness.sides.oracle_cache_store import LAST_USED, prune_stale_folders
 from harness.sides.runner import run_items
+from tests.oracle_cache_fakes import (
+    FINGERPRINT,
+    FakeOracle,
+    merge_items,
+    numeric_case,
+    pinned_provenance,
+    prefill_through,
+    smoke,
+    special_tensors,
+)
 
-SMOKE = Path(__file__).resolve().parent.parent / "cases" / "smoke"
-FINGERPRINT = "f" * 64
 # An item the pinned oracle refuses at each level: a workspace narrower than
 # the alignment (its planner asserts), a configuration of block size 0.
 REFUSED_CASE = Case("refused", (100, 30), (1, 2), block_size=16, workspace_size=8)
 REFUSED_CONFIG = WorkspaceConfig(2048, 1, 0)
-
-
-def smoke(name: str) -> Case:
-    return load_cases([SMOKE / f"{name}.json"])[0]
 
 
 def error_line(exc: BaseException) -> str:
@@ -113,14 +113,6 @@ def ask(oracle: Any, kind: str, item: Any) -> Any:
         return exc
 
 
-def merge_items() -> list[MergeCase]:
-    """Merge cases of each memory layout (contiguous, strided LSEs, narrowed heads)."""
-    chosen: dict[tuple[str, str], MergeCase] = {}
-    for case in generate_merge(20260825, 40):
-        chosen.setdefault((case.lse_view, case.value_view), case)
-    return list(chosen.values())[:3]
-
-
 PINNED_ITEMS: list[tuple[str, Any]] = [
     *[("layout", smoke(n)) for n in ("numeric-dcp3-interleave4", "many-1024-ones", "zero-all", "noalign-split")],
     ("layout", smoke("widths-dcp-chunk-200-requests")),
@@ -136,10 +128,7 @@ PINNED_ITEMS: list[tuple[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def provenance() -> dict[str, Any]:
-    from harness.engine import open_oracle
-
-    _, provenance = open_oracle(allow_drift=False)
-    return provenance
+    return pinned_provenance()
 
 
 def test_hits_from_memory_and_disk_are_the_pinned_oracles_fresh_answers(
@@ -196,74 +185,6 @@ def test_a_run_through_the_cache_writes_the_same_rows(oracle: Port, provenance: 
     assert rows(with_oracle_cache(oracle, provenance, directory=tmp_path)) == uncached  # disk hits
 
 
-# -- a fake oracle: cheap, deterministic, with every special bit pattern ---------------------------
-
-
-def special_tensors(case: Case) -> dict[str, torch.Tensor]:
-    """Tensors drawn from the case: NaNs with payloads, signed zeros,
-    infinities, denormals; several dtypes; one transposed, in a non-sorted order."""
-    g = torch.Generator().manual_seed(sum(case.context_lens) * 131 + case.workspace_size)
-    bits32 = torch.randint(-(2**31), 2**31, (5, 7), generator=g, dtype=torch.int64).to(torch.int32)
-    bits32[0, :6] = torch.tensor(
-        [0x7FC00001, 0x7F800001, -0x7FFFFFFF - 1, 0x7F800000, -0x800000, 0x1], dtype=torch.int32
-    )
-    bits16 = torch.randint(-(2**15), 2**15, (3, 4, 2), generator=g, dtype=torch.int32).to(torch.int16)
-    bits16[0, 0] = torch.tensor([0x7FC1, -0x8000], dtype=torch.int16)
-    return {
-        "z_lse": bits32.view(torch.float32).t(),  # strides (1, 7)
-        "a_output": bits16.view(torch.bfloat16),
-        "m_half": bits16.flip(0).contiguous().view(torch.float16),
-        "index": torch.arange(4, dtype=torch.int64) * case.block_size,
-    }
-
-
-class FakeOracle:
-    """An oracle whose answers cost nothing: layouts of no chunks, sizes from the
-    configuration, special tensors; ``fail`` names case names it raises on."""
-
-    name = "fake"
-
-    def __init__(self, fail: dict[str, BaseException] | None = None) -> None:
-        self.fail, self.calls = fail or {}, 0
-
-    def plan_layout(self, case: Case) -> Layout:
-        self.calls += 1
-        if case.name in self.fail:
-            raise self.fail[case.name]
-        return Layout(chunks=(), empty_token_slices=((0, case.workspace_size),))
-
-    def workspace_size(self, config: WorkspaceConfig) -> int:
-        self.calls += 1
-        return config.max_model_len * config.max_num_seqs
-
-    def prefill(self, case: Case, inputs: Any, kernels: Any) -> dict[str, torch.Tensor]:
-        self.calls += 1
-        if case.name in self.fail:
-            raise self.fail[case.name]
-        return special_tensors(case)
-
-
-class LayoutOnly:
-    name = "layout-only"
-
-    def plan_layout(self, case: Case) -> Layout:
-        return Layout(chunks=())
-
-    def workspace_size(self, config: WorkspaceConfig) -> int:
-        return 0
-
-    def close(self) -> str:
-        return "closed"
-
-
-def numeric_case(seed: int) -> Case:
-    return Case(f"n{seed}", (20 + seed, 3), (2, 1), 16, 64, numeric=smoke("numeric-single-chunk").numeric)
-
-
-def prefill_through(cache: Any, case: Case) -> dict[str, torch.Tensor]:
-    return cache.prefill(case, case_prefill_inputs(case), CpuKernels())  # type: ignore[no-any-return]
-
-
 def test_special_bit_patterns_order_and_strides_survive_memory_and_disk(tmp_path: Path) -> None:
     fake = FakeOracle()
     case = numeric_case(1)
@@ -295,55 +216,8 @@ def test_a_hit_never_calls_the_oracle_and_a_miss_calls_it_once(tmp_path: Path) -
     assert stats["misses"] == fake.calls and stats["memory_hits"] == 2 * fake.calls and stats["stored"] == fake.calls
 
 
-def test_another_fingerprint_misses(tmp_path: Path) -> None:
-    fake, case = FakeOracle(), numeric_case(2)
-    CachedOracle(fake, FINGERPRINT, tmp_path).plan_layout(case)
-    CachedOracle(fake, FINGERPRINT, tmp_path).plan_layout(case)
-    assert fake.calls == 1
-    other = CachedOracle(fake, "e" * 64, tmp_path)
-    other.plan_layout(case)
-    assert fake.calls == 2 and other.stats()["misses"] == 1
-
-
-def test_the_fingerprint_follows_the_pin_release_and_every_fingerprint(provenance: dict[str, Any]) -> None:
-    fake = FakeOracle()
-    base = oracle_fingerprint(fake, provenance)
-    assert oracle_fingerprint(fake, dict(provenance)) == base
-    # What a command adds about its run is not the oracle's identity.
-    assert oracle_fingerprint(fake, {**provenance, "dcp_backend": "gloo", "oracle_cache": {"misses": 3}}) == base
-    symbol = next(iter(provenance["fingerprints"]))
-    changed = [
-        {**provenance, "release": "vllm==0.27.1"},
-        {**provenance, "upstream_commit": "0000000000"},
-        {**provenance, "installed_vllm": "0.28.1"},
-        {**provenance, "installed_commit_id": "g0"},
-        {**provenance, "fingerprints": {**provenance["fingerprints"], symbol: "mismatch"}},
-        {**provenance, "oracle_drift_overridden": True},
-        # A served release's environment rebuilt with another torch.
-        {**provenance, "oracle_environment": {"python": "3.11.7", "torch": "2.9.0", "triton": "3.5.0"}},
-        {**provenance, "oracle_environment": {"python": "3.11.7", "torch": "2.9.1", "triton": "3.5.0"}},
-    ]
-    digests = {oracle_fingerprint(fake, p) for p in changed}
-    assert base not in digests and len(digests) == len(changed)
-    assert oracle_fingerprint(LayoutOnly(), provenance) != base  # another oracle class
-
-
-def test_the_switch_and_overridden_drift(provenance: dict[str, Any], tmp_path: Path) -> None:
-    fake = FakeOracle()
-    assert with_oracle_cache(fake, provenance, enabled=False, directory=tmp_path) is fake
-    drifted = {**provenance, "oracle_drift_overridden": True}
-    for cache in (
-        with_oracle_cache(fake, drifted, directory=tmp_path),
-        with_oracle_cache(fake, provenance, directory=tmp_path, memory_only=True),
-    ):
-        assert isinstance(cache, CachedOracle) and cache.directory is None
-        cache.plan_layout(numeric_case(3))
-        cache.plan_layout(numeric_case(3))
-    assert fake.calls == 2 and not any(tmp_path.iterdir())
-
-
 def test_default_directory_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from harness.sides.oracle_cache import default_cache_directory
+    from harness.sides.oracle_cache_store import default_cache_directory
 
     monkeypatch.setenv("PARITY_ORACLE_CACHE", str(tmp_path / "chosen"))
     assert default_cache_directory() == tmp_path / "chosen"
@@ -454,66 +328,6 @@ def wrapped(inner: Exception) -> InterpreterError:
         return outer
 
 
-def test_uncacheable_items_pass_through(tmp_path: Path) -> None:
-    class OtherKernels(CpuKernels):
-        pass
-
-    class OtherCase(Case):
-        pass
-
-    fake, case = FakeOracle(), numeric_case(7)
-    cache = CachedOracle(fake, FINGERPRINT, tmp_path)
-    for _ in range(2):
-        cache.prefill(case, case_prefill_inputs(case), OtherKernels())
-        cache.plan_layout(OtherCase(**{f: getattr(case, f) for f in case.__dataclass_fields__}))
-    assert fake.calls == 4 and cache.stats()["bypassed"] == 4 and not any(tmp_path.iterdir())
-    # One rank of a DCP case whose other ranks live in other processes.
-    dcp = smoke("numeric-dcp3-interleave4")
-    elsewhere = case_prefill_inputs(dcp, collective=TorchDistributedRanks(dcp.dcp_world_size, 0, "gloo"))
-    for _ in range(2):
-        cache.prefill(dcp, elsewhere, CpuKernels())
-    assert fake.calls == 6 and cache.stats()["bypassed"] == 6
-    prefill_through(cache, dcp)
-    prefill_through(cache, dcp)
-    assert fake.calls == 7 and cache.stats()["memory_hits"] == 1
-
-
-def test_the_kernels_the_inputs_and_the_numeric_environment_are_in_the_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake, case = FakeOracle(), numeric_case(8)
-    cache = CachedOracle(fake, FINGERPRINT, tmp_path)
-    prefill_through(cache, case)
-    cache.prefill(case, case_prefill_inputs(case), CpuKernels("pos-inf"))
-    assert fake.calls == 2
-    changed = case_prefill_inputs(case)
-    changed.q.view(-1)[0] += 1
-    cache.prefill(case, changed, CpuKernels())
-    assert fake.calls == 3
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 977)
-    prefill_through(cache, case)
-    assert fake.calls == 4
-    monkeypatch.undo()
-    prefill_through(cache, case)
-    assert fake.calls == 4 and cache.stats()["memory_hits"] == 1
-    # Triton's fp fusion changes upstream's compiled merge: another setting, another key.
-    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
-    prefill_through(cache, case)
-    assert fake.calls == 5
-
-
-def test_the_wrapper_is_the_oracle_for_everything_else(tmp_path: Path) -> None:
-    cache = CachedOracle(LayoutOnly(), FINGERPRINT, tmp_path)
-    assert isinstance(cache, Port) and cache.name == "layout-only"
-    assert port_levels(cache) == ("layout",) and port_levels(CachedOracle(FakeOracle(), FINGERPRINT, None)) == (
-        "layout",
-        "prefill",
-    )
-    assert cache.close() == "closed"
-    with pytest.raises(AttributeError, match="'LayoutOnly' object has no attribute 'merge_states'"):
-        cache.merge_states(materialise_merge(merge_items()[0]))
-
-
 # -- two processes on one folder ---------------------------------------------------------------
 
 
@@ -586,74 +400,3 @@ def test_folders_no_run_opened_for_two_weeks_are_pruned(provenance: dict[str, An
     opened = with_oracle_cache(FakeOracle(), provenance, directory=tmp_path)
     assert isinstance(opened, CachedOracle) and opened.directory is not None
     assert (opened.directory / LAST_USED).exists() and recent.exists()
-
-
-def test_patched_kernels_are_never_cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """An in-process port shares the oracle's process: kernels it patched give
-    answers that are not the harness kernels', computed afresh and kept nowhere."""
-    fake, case = FakeOracle(), numeric_case(8)
-    cache = CachedOracle(fake, FINGERPRINT, tmp_path)
-    tagged = CpuKernels()
-    tagged.scale = 2.0  # type: ignore[attr-defined]
-    cache.prefill(case, case_prefill_inputs(case), tagged)
-    monkeypatch.setattr(CpuKernels, "kv_b_proj", lambda self, weight, latent: latent)
-    cache.prefill(case, case_prefill_inputs(case), CpuKernels())
-    monkeypatch.undo()
-    assert fake.calls == 2 and cache.stats()["bypassed"] == 2 and not list(tmp_path.rglob("prefill-*"))
-    cache.prefill(case, case_prefill_inputs(case), CpuKernels())  # as defined again: kept
-    assert cache.stats()["stored"] == 1
-
-
-@pytest.mark.parametrize(
-    ("module", "name", "value"),
-    [
-        ("harness.kernels", "FLASH_MAX_HEAD_DIM", 128),
-        ("harness.kernels", "FLASH_DTYPES", (torch.float16,)),
-        ("harness.kernels", "KEYLESS_FINITE_OUTPUT", 512.0),
-        ("harness.kernels", "KEYLESS_FINITE_LSE", float("nan")),
-        ("harness.kernels.masked_attention", "QUERY_BLOCK", 64),
-        ("harness.kernels.context_chunks", "gather_chunk", lambda *args: None),
-    ],
-)
-def test_kernel_constants_changed_at_run_time_are_never_cached(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, module: str, name: str, value: object
-) -> None:
-    """The kernels' data decides their answers as much as their code: a port
-    that rebinds a constant leaves answers that are not the harness's."""
-    import importlib
-
-    fake, case = FakeOracle(), numeric_case(8)
-    cache = CachedOracle(fake, FINGERPRINT, tmp_path)
-    assert kernels_untouched(CpuKernels())
-    monkeypatch.setattr(importlib.import_module(module), name, value)
-    assert not kernels_untouched(CpuKernels())
-    cache.prefill(case, case_prefill_inputs(case), CpuKernels())
-    monkeypatch.undo()
-    assert kernels_untouched(CpuKernels())
-    assert cache.stats()["bypassed"] == 1 and not list(tmp_path.rglob("prefill-*"))
-
-
-def test_a_kernel_constant_changed_in_place_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness.kernels as kernels_module
-
-    monkeypatch.setattr(kernels_module, "FLASH_DTYPES", [torch.float16, torch.bfloat16])
-    untouched_before = kernels_module.module_definitions(kernels_module)
-    kernels_module.FLASH_DTYPES.append(torch.float32)  # type: ignore[attr-defined]
-    assert kernels_module.module_definitions(kernels_module) != untouched_before
-
-
-def test_a_kernel_function_whose_code_is_swapped_in_place_is_seen() -> None:
-    """The same function object running other code (``f.__code__ = ...``)."""
-    import harness.kernels.context_chunks as chunks
-
-    def other(*args: object, **kwargs: object) -> None:
-        return None
-
-    original = chunks.gather_chunk.__code__
-    assert kernels_untouched(CpuKernels())
-    chunks.gather_chunk.__code__ = other.__code__
-    try:
-        assert not kernels_untouched(CpuKernels())
-    finally:
-        chunks.gather_chunk.__code__ = original
-    assert kernels_untouched(CpuKernels())

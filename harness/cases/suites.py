@@ -28,8 +28,9 @@ from typing import Any
 
 from harness.cases.fields import CaseError
 from harness.cases.files import load_cases
-from harness.cases.generate import generate, generate_prefill
+from harness.cases.generate import generate
 from harness.cases.merge import generate_merge
+from harness.cases.prefill_generate import generate_prefill
 from harness.cases.sparse_generate import SPARSE_GRIDS, generate_mask_cases, generate_sparse, sparse_workspace_grid
 from harness.kernels.sparse_prefill import generate_sparse_prefill
 from harness.model import Case, MergeCase, WorkspaceConfig

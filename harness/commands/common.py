@@ -23,7 +23,8 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     command lacks takes the request's default."""
     cases = getattr(args, "cases", None)
     return RunRequest(
-        port=args.port,
+        # A command over several ports (nightly, mutants) names each task's port itself.
+        port=getattr(args, "port", None) or "per_request",
         suite=getattr(args, "suite", None) or "ci",
         size=getattr(args, "size", None),
         cases=tuple(cases) if cases else None,

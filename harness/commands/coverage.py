@@ -23,7 +23,9 @@ def register(sub: Any) -> None:
 
 def cmd_coverage(args: argparse.Namespace) -> int:
     """What a suite exercises per input feature, against its targets; 1 on a miss."""
-    from harness.search.coverage import TARGETS_FILE, display_path, judge, load_targets, measure, write_json
+    from harness.search.coverage_measuring import measure
+    from harness.search.coverage_targets import TARGETS_FILE, display_path, load_targets
+    from harness.search.coverage_verdicts import judge, write_json
     from reports.coverage import render_text
 
     path = Path(args.targets) if args.targets else TARGETS_FILE

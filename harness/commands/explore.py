@@ -15,10 +15,13 @@ from harness.commands.options import PORT_HELP, jobs_options, oracle_options
 from harness.engine import UsageError, close_port, open_oracle, pool_failure, select_device, worker_spec
 from harness.kernels import SharedKernels
 from harness.protocol.port import Port, port_levels
-from harness.search.explore import EXIT_CLEAN, EXIT_FOUND, explore, load_find, replay_kinds
+from harness.search.explore import explore
+from harness.search.explore_finds import load_find, replay_kinds
+from harness.search.explore_results import EXIT_CLEAN, EXIT_FOUND
 from harness.sides.items import LEVELS, selected_levels
+from harness.sides.job_sizing import resolve_jobs
 from harness.sides.loading import load_port
-from harness.sides.pool import PoolError, WorkerPool, resolve_jobs
+from harness.sides.pool import PoolError, WorkerPool
 
 
 def register(sub: Any) -> None:
@@ -114,7 +117,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 def explore_pool(args: argparse.Namespace, port: Port, levels: tuple[str, ...]) -> WorkerPool | None:
     """Workers for the search's properties (one each at most), started; None for one process."""
-    from harness.search.explore import properties_for
+    from harness.search.explore_strategies import properties_for
 
     searched = [p for p in properties_for(levels) if p.level in port_levels(port)]
     jobs = resolve_jobs(args.jobs, args.budget_s, len(searched))

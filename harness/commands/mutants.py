@@ -53,7 +53,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     above 1 the (mutant, level) searches run side by side in worker processes;
     the matrix and the shrunk files are the same."""
     from harness.search.mutants import ShrinkKills, estimated_matrix_seconds, kill_matrix, render_matrix, write_matrix
-    from harness.sides.pool import PoolError, WorkerPool, resolve_jobs
+    from harness.sides.job_sizing import resolve_jobs
+    from harness.sides.pool import PoolError, WorkerPool
 
     # Mutants run on the CPU; its recipe before the mutants import Triton (the
     # oracle's interpreted kernels call Triton's helpers, built in import-time mode).

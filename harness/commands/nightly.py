@@ -26,9 +26,11 @@ from harness.engine import (
     worker_spec,
 )
 from harness.night.history import DEFAULT_EXPLORE_BUDGET_S
+from harness.sides.item_stream import planned_items
 from harness.sides.items import LEVELS, selected_levels
+from harness.sides.job_sizing import estimated_seconds, resolve_jobs
 from harness.sides.loading import load_port
-from harness.sides.pool import PoolError, WorkerPool, estimated_seconds, planned_items, resolve_jobs
+from harness.sides.pool import PoolError, WorkerPool
 from harness.sides.runner import Shard, count_items
 
 
@@ -76,17 +78,14 @@ def register(sub: Any) -> None:
 
 def cmd_nightly(args: argparse.Namespace) -> int:
     """Every registered port over the nightly suite, into <out>/<date>/, each
-    judged against its baseline; the exit code is harness.night.nightly.night_exit_code's."""
+    judged against its baseline; the exit code is harness.night.data.night_exit_code's."""
     import datetime
 
-    from harness.night.nightly import (
-        NightlyPlan,
-        merge_nightly_shards,
-        night_exit_code,
-        parse_baseline_options,
-        run_nightly,
-        validate_night_date,
-    )
+    from harness.night.baselines import parse_baseline_options
+    from harness.night.data import night_exit_code
+    from harness.night.folder import validate_night_date
+    from harness.night.nightly import NightlyPlan, run_nightly
+    from harness.night.shards import merge_nightly_shards
     from harness.sides.loading import BUILTIN_PORTS
     from reports.nightly import write_report
 

@@ -110,7 +110,7 @@ def selection_options(p: argparse.ArgumentParser) -> None:
 
 def jobs_options(p: argparse.ArgumentParser) -> None:
     """``--jobs`` (worker processes, :mod:`harness.sides.pool`) and ``--no-oracle-cache``."""
-    from harness.sides.pool import POOL_PAYS_OFF_S
+    from harness.sides.job_sizing import POOL_PAYS_OFF_S
 
     p.add_argument(
         "--jobs",

@@ -111,7 +111,8 @@ def execute(
     import pandas as pd
 
     from harness.protocol.port import l3_compares
-    from harness.sides.pool import PoolError, stream_items
+    from harness.sides.item_stream import stream_items
+    from harness.sides.pool import PoolError
     from harness.sides.runner import selected_item_ids
     from harness.verdicts.results_file import ResultsWriter, items_digest
     from harness.verdicts.summary import COLUMNS, apply_table_verdicts, check_prefill_layouts, result_row

@@ -19,7 +19,7 @@ class RunRequest:
 
     Invariants the engine relies on: ``cases`` (files or folders) replaces
     ``suite`` when given; ``resume`` needs ``results``; ``jobs`` None means
-    decided by the work's estimate (:func:`harness.sides.pool.resolve_jobs`);
+    decided by the work's estimate (:func:`harness.sides.job_sizing.resolve_jobs`);
     ``timeout`` bounds every port call (and the oracle's, for an oracle served
     from another environment); ``dcp_backend`` other than ``one-process`` runs
     DCP ranks as real processes on the device it names.

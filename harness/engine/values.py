@@ -40,9 +40,9 @@ def _int_at_least(text: str, least: int) -> int:
 
 
 def jobs_count(text: str) -> int:
-    """``--jobs``: a count >= 1, or ``auto`` (:func:`harness.sides.pool.machine_workers`)."""
+    """``--jobs``: a count >= 1, or ``auto`` (:func:`harness.sides.job_sizing.machine_workers`)."""
     if text.strip().lower() == "auto":
-        from harness.sides.pool import machine_workers
+        from harness.sides.job_sizing import machine_workers
 
         return machine_workers()
     return positive_int(text)

@@ -15,13 +15,14 @@ from harness.protocol.port import Port
 from harness.sides.runner import Shard
 
 if TYPE_CHECKING:
-    from harness.sides.pool import PoolError, WorkerPool, WorkerSpec
+    from harness.sides.pool import PoolError, WorkerPool
+    from harness.sides.pool_worker import WorkerSpec
 
 
 def open_worker_sides(spec: WorkerSpec) -> tuple[Port, dict[str, Any], SharedKernels]:
     """A worker's oracle, its provenance and the device's kernels, opened as
-    :func:`execute` opens them in one process (:class:`harness.sides.pool.WorkerSpec`)."""
-    from harness.sides.pool import SidesRefused
+    :func:`execute` opens them in one process (:class:`harness.sides.pool_worker.WorkerSpec`)."""
+    from harness.sides.pool_worker import SidesRefused
 
     try:
         kernels = select_device(spec.device)
@@ -36,7 +37,7 @@ def worker_spec(
 ) -> WorkerSpec:
     """The spec workers open their sides from, for a command's parsed ``args``
     (options it lacks take their defaults) and the ports its tasks name."""
-    from harness.sides.pool import WorkerSpec
+    from harness.sides.pool_worker import WorkerSpec
 
     return WorkerSpec(
         open_sides=open_worker_sides,
@@ -64,9 +65,11 @@ def start_pool(
     request: RunRequest, suite: Suite | None, levels: tuple[str, ...], shard: Shard | None, port_specs: list[str]
 ) -> WorkerPool | None:
     """The run's worker processes, started (not yet ready), or None for one
-    process: ``--jobs`` for these items (:func:`harness.sides.pool.resolve_jobs`), or
+    process: ``--jobs`` for these items (:func:`harness.sides.job_sizing.resolve_jobs`), or
     without a ``suite`` (not loaded yet) an explicit ``--jobs`` as given."""
-    from harness.sides.pool import WorkerPool, capped_jobs, estimated_seconds, planned_items, resolve_jobs
+    from harness.sides.item_stream import planned_items
+    from harness.sides.job_sizing import capped_jobs, estimated_seconds, resolve_jobs
+    from harness.sides.pool import WorkerPool
 
     if suite is None:
         jobs = capped_jobs(request.jobs or 1)

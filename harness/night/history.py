@@ -9,7 +9,7 @@ nights (a 20-case night's parity rate is not comparable with a 50,000-case one).
 
 The history store holds one line per night and port. A corrupt line is
 reported (one warning naming the file and line) and skipped, never fatal.
-harness/night/nightly.py re-exports these names; its ``Night`` is what a row is made of.
+harness/night/data.py's ``Night`` is what a row is made of.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from harness.cases.suites import SUITES_FILE
 from harness.sides.items import LEVELS, PARITY
 
 if TYPE_CHECKING:
-    from harness.night.nightly import Night
+    from harness.night.data import Night
 
 _ISO_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 # ``--explore-budget-s`` when not given: seconds of parity explore per port.

@@ -43,7 +43,8 @@ from harness.sides.runner import plan_items, run_item
 from harness.sides.time_limits import is_timeout
 
 if TYPE_CHECKING:
-    from harness.sides.pool import WorkerPool, WorkerSides
+    from harness.sides.pool import WorkerPool
+    from harness.sides.pool_worker import WorkerSides
 
 
 @dataclass
@@ -281,7 +282,8 @@ def reach_pass(
     """:class:`Reach` of every item, in order (in a pool, under the workers' own time limit)."""
     if pool is None:
         return list(reach_items(_probe(probe), sites, items, oracle, kernels, timeout_s=timeout_s))
-    from harness.sides.pool import Task, cost_chunks
+    from harness.sides.job_sizing import cost_chunks
+    from harness.sides.pool import Task
 
     tasks = [
         Task(
@@ -378,7 +380,7 @@ def kill_matrix(
 def estimated_matrix_seconds(suite: Suite, levels: tuple[str, ...], mutants: int) -> float:
     """Single-process seconds of a kill matrix, for the default ``--jobs``: each
     search is counted at a tenth of its level's items (most mutants die early)."""
-    from harness.sides.pool import estimated_seconds
+    from harness.sides.job_sizing import estimated_seconds
 
     return sum(estimated_seconds(k for k, _ in plan_items(suite, (lv,))) for lv in levels) * mutants / 10
 

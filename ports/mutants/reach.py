@@ -1,6 +1,6 @@
 """Which items can reach a mutant's fault: the kill matrix's shortcut.
 
-A mutant (:class:`~ports.mutants.catalogue.Mutant`) is the fault-free base
+A mutant (:class:`~ports.mutants.base.Mutant`) is the fault-free base
 class plus one fault, which lives in one of two places: a function its
 ``swaps()`` replaces for the duration of a call (a module's or a class's), or a
 method its class overrides (``rewrite_chunk``, ``workspace_size``,
@@ -62,7 +62,7 @@ from typing import Any
 
 import torch
 
-from ports.mutants.catalogue import Mutant, swapped
+from ports.mutants.base import Mutant, swapped
 
 # What a mutant class may set besides methods without changing what the base runs.
 DESCRIPTIVE_ATTRIBUTES = frozenset({"name", "description", "source", "aimed_at"})

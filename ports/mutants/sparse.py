@@ -1,10 +1,11 @@
 """The sparse path's mutants: per_request with one realistic bug in its sparse
-workspace, route, mask shapes, mask builder or remap (issue 28: L1/L2), or in
-its masked prefill loop (issue 29: L3, exact at L1 and L2).
+workspace, route, mask shapes, mask builder or remap (seen at sparse-layout or
+sparse-mask), or in its masked prefill loop (seen at sparse-prefill only: exact
+at the other two).
 
 Each swaps one function of ``ports/per_request/sparse.py`` or
 ``ports/per_request/sparse_prefill.py`` for the duration of a call
-(:class:`~ports.mutants.catalogue.Mutant`); ``aimed_at`` names the input class
+(:class:`~ports.mutants.base.Mutant`); ``aimed_at`` names the input class
 and the level that sees it.
 """
 
@@ -21,7 +22,7 @@ from harness.kernels.masked_attention import PackedMask, Selection, masked_refer
 from harness.kernels.numeric import PrefillInputs
 from harness.model import Layout
 from harness.model.sparse import Shape, SparseCase, SparseWorkspaceConfig
-from ports.mutants.catalogue import Mutant
+from ports.mutants.base import Mutant
 from ports.per_request import sparse as sparse_module
 from ports.per_request import sparse_prefill as loop_module
 from ports.per_request.merge_kernel import merge_partials

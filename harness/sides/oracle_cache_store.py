@@ -1,0 +1,232 @@
+"""The oracle cache on disk: where its entries live, their bytes, and pruning old folders.
+
+One file per entry under :func:`default_cache_directory`:
+``$PARITY_ORACLE_CACHE`` when set, else the user's cache directory
+(``$XDG_CACHE_HOME/mla-parity/oracle``, by default
+``~/.cache/mla-parity/oracle``), in a folder per cache format and fingerprint
+(``format-N/FINGERPRINT[:32]``, :class:`harness.sides.oracle_cache.CachedOracle`).
+Not ``reports/``: entries are no report, they survive cleaning a checkout, and
+every worktree of the same sources shares them (the fingerprint covers the
+sources, so sharing is safe). The folder may be deleted at any time; it only
+costs oracle calls. A fingerprint's folder that no run has opened for
+:data:`STALE_AFTER_S` (two weeks) is deleted by the next run that opens the
+cache (:func:`prune_stale_folders`).
+
+An entry is JSON (a layout, a workspace size or an error:
+:func:`encode_json_entry`) or safetensors (a merge's or a prefill's tensors, or
+an error: :func:`encode_tensor_entry`), its header naming its own key
+(:func:`entry_header`), sealed by its SHA-256 (:func:`sealed`).
+
+Invariants:
+
+- Equal answers are equal bytes: the JSON's insertion order is fixed and a
+  safetensors entry holds one metadata string. Changing any byte an entry holds
+  changes the on-disk format: bump
+  :data:`~harness.sides.oracle_cache_keys.CACHE_FORMAT`.
+- A disk entry is written to a temporary file in its folder and renamed over
+  its name (``os.replace``, :func:`write_atomically`): a reader sees no entry
+  or a whole one, and two writers of one key write the same bytes. Its bytes
+  end in their SHA-256. An entry that cannot be parsed, whose digest does not
+  match (a flipped bit in a tensor), or that does not name its own key, raises
+  on decoding (the cache counts it ``unreadable``, a miss).
+- Pruning never raises, and deletes only other fingerprints' folders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.model import Chunk, Layout
+from harness.protocol.port import check_layout
+from harness.sides.oracle_cache_answers import KeptError, KeptTensors, fresh_copy
+from harness.sides.oracle_cache_keys import CACHE_FORMAT
+
+ENVIRONMENT_VARIABLE = "PARITY_ORACLE_CACHE"
+# A fingerprint's folder no run has opened for this long is deleted (prune_stale_folders).
+STALE_AFTER_S = 14 * 24 * 3600.0
+LAST_USED = ".last-used"
+
+
+def default_cache_directory() -> Path:
+    """``$PARITY_ORACLE_CACHE``, else ``$XDG_CACHE_HOME/mla-parity/oracle``, else
+    ``~/.cache/mla-parity/oracle``."""
+    chosen = os.environ.get(ENVIRONMENT_VARIABLE)
+    if chosen:
+        return Path(chosen).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "mla-parity" / "oracle"
+
+
+def entry_header(fingerprint: str, item: str, kind: str) -> dict[str, Any]:
+    return {"format": CACHE_FORMAT, "fingerprint": fingerprint, "item": item, "kind": kind}
+
+
+def _expanded(runs: list[list[int]]) -> tuple[int, ...]:
+    return tuple(itertools.chain.from_iterable(itertools.repeat(value, count) for value, count in runs))
+
+
+def _layout_of(data: dict[str, Any]) -> Layout:
+    """The inverse of :meth:`Layout.to_json` for the store's own entries, without
+    :func:`~harness.model.layout_from_json`'s per-field checks (which guard
+    against a port's replies and cost as much as asking the pinned oracle
+    again); the caller checks the result with :func:`check_layout`."""
+    decoders = _chunk_decoders()
+    chunks = []
+    for fields in data["chunks"]:
+        values: dict[str, Any] = {}
+        for name, decode in decoders:
+            value = fields[name]
+            values[name] = value if value is None or decode is None else decode(value)
+        chunks.append(Chunk(**values))
+    return Layout(tuple(chunks), tuple((start, stop) for start, stop in data["empty_token_slices"]))
+
+
+def _ranks(value: list[list[int]]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(ranks) for ranks in value)
+
+
+@functools.cache
+def _chunk_decoders() -> tuple[tuple[str, Callable[[Any], Any] | None], ...]:
+    """Each chunk field with what turns its JSON form back into its value
+    (None: the JSON value itself, an int or a bool)."""
+    sequences = set(Chunk.sequence_field_names())
+    decoders: list[tuple[str, Callable[[Any], Any] | None]] = []
+    for name in Chunk.field_names():
+        if name.endswith("token_to_seq"):
+            decoders.append((name, _expanded))
+        elif name == "local_context_lens_allranks":
+            decoders.append((name, _ranks))
+        else:
+            decoders.append((name, tuple if name in sequences else None))
+    return tuple(decoders)
+
+
+def encode_json_entry(header: dict[str, Any], answer: Any) -> bytes:
+    payload = dict(header)
+    if isinstance(answer, KeptError):
+        payload["error"] = dataclasses.asdict(answer)
+    elif isinstance(answer, Layout):
+        payload["layout"] = answer.to_json()
+    else:
+        payload["value"] = answer
+    # Insertion order is fixed, so equal answers are equal bytes without sorting.
+    return json.dumps(payload, separators=(",", ":")).encode("utf-8")
+
+
+def decode_json_entry(data: bytes, header: dict[str, Any]) -> Any:
+    payload = json.loads(data.decode("utf-8"))
+    if not isinstance(payload, dict) or {k: payload.get(k) for k in header} != header:
+        raise ValueError("the entry names another key")
+    if "error" in payload:
+        return KeptError(**payload["error"])
+    if header["kind"] == "layout":
+        return check_layout(_layout_of(payload["layout"]))
+    value = payload["value"]
+    if type(value) is not int:
+        raise ValueError("the entry's value is not an int")
+    return value
+
+
+def encode_tensor_entry(header: dict[str, Any], answer: KeptTensors | KeptError) -> bytes:
+    from safetensors.torch import save
+
+    entry = dict(header)
+    tensors: dict[str, torch.Tensor] = {}
+    if isinstance(answer, KeptError):
+        entry["error"] = dataclasses.asdict(answer)
+    else:
+        entry["form"] = answer.form
+        # Names in the answer's order (safetensors sorts its own), and what a
+        # contiguous host copy loses: the device and the strides.
+        entry["tensors"] = [[name, str(t.device), list(t.stride())] for name, t in answer.items]
+        # Host copies of their own: safetensors refuses tensors that share storage.
+        tensors = {name: t.detach().to("cpu").clone(memory_format=torch.contiguous_format) for name, t in answer.items}
+    # One metadata string: the format keeps its metadata in a hash map, so
+    # several would be written in any order, and equal answers would not be equal bytes.
+    return save(tensors, metadata={"entry": json.dumps(entry, sort_keys=True, separators=(",", ":"))})
+
+
+def sealed(data: bytes) -> bytes:
+    """``data`` followed by its SHA-256: a flipped bit anywhere is caught on reading."""
+    return data + hashlib.sha256(data).digest()
+
+
+def unsealed(stored: bytes) -> bytes:
+    """What :func:`sealed` sealed; ValueError when the digest does not match."""
+    data, seal = stored[:-32], stored[-32:]
+    if len(stored) < 32 or hashlib.sha256(data).digest() != seal:
+        raise ValueError("the entry's digest does not match its bytes")
+    return data
+
+
+def decode_tensor_entry(data: bytes, header: dict[str, Any]) -> KeptTensors | KeptError:
+    from safetensors.torch import load
+
+    loaded = load(data)
+    # The format's header: its length (8 bytes, little-endian), then JSON whose
+    # "__metadata__" holds the strings written beside the tensors.
+    length = int.from_bytes(data[:8], "little")
+    entry = json.loads(json.loads(data[8 : 8 + length].decode("utf-8"))["__metadata__"]["entry"])
+    if {key: entry.get(key) for key in header} != header:
+        raise ValueError("the entry names another key")
+    if "error" in entry:
+        return KeptError(**entry["error"])
+    listed = entry["tensors"]
+    if sorted(name for name, _, _ in listed) != sorted(loaded) or entry["form"] not in ("tuple", "dict"):
+        raise ValueError("the entry's tensors are not the ones it lists")
+    items = tuple((name, fresh_copy(loaded[name], device, tuple(stride))) for name, device, stride in listed)
+    return KeptTensors(entry["form"], items)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, whole or not at all, whoever reads meanwhile."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def prune_stale_folders(in_use: Path, unused_for_s: float = STALE_AFTER_S) -> list[Path]:
+    """Mark ``in_use`` (one fingerprint's folder) as used now and delete every other
+    fingerprint's folder beside it, of any cache format, that no run has opened
+    for ``unused_for_s`` seconds: each edit of the harness's sources starts a new
+    fingerprint, and nothing else would ever remove the old ones. A folder in
+    use elsewhere was marked when that run opened it; deleting one under a
+    reader is a miss there, never a wrong answer. Never raises; what it deleted."""
+    stamp = in_use / LAST_USED
+    with contextlib.suppress(OSError):
+        in_use.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+    root, now, removed = in_use.parent.parent, time.time(), []
+    for folder in root.glob("format-*/*"):
+        if folder == in_use or not folder.is_dir():
+            continue
+        try:
+            marked = folder / LAST_USED
+            last = (marked if marked.exists() else folder).stat().st_mtime
+        except OSError:
+            continue
+        if now - last > unused_for_s:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed

@@ -1,0 +1,101 @@
+"""What the legacy oracle (vllm==0.27.1, :mod:`oracle.legacy`) executes of
+0.27.1: every symbol its side enters at every level, traced on the trace cases
+of :mod:`oracle.trace` plus one case per refusal (:func:`refusal_cases`), and
+the pin of that set (``oracle/pins/vllm-0.27.1.json``, written by
+``python -m oracle.legacy_pin --write-pin`` inside the 0.27.1 environment).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import replace
+from typing import Any
+
+from harness.model import Case
+from oracle.legacy import LEGACY_VERSION, LegacyOracleSide, LegacyRefusal
+
+
+def refusal_cases() -> tuple[Case, ...]:
+    """Cases that reach each of 0.27.1's refusals: a share below one block, a
+    DCP share not a multiple of the world, a DCP plan whose local windows
+    overflow the all-gather slot, and a DCP workspace not a multiple of the world."""
+
+    def case(context: tuple[int, ...], **fields: Any) -> Case:
+        values: dict[str, Any] = {"name": "legacy-refusal", "block_size": 16, "workspace_size": 64, **fields}
+        return Case(context_lens=context, query_lens=tuple(1 for _ in context), **values)
+
+    return (
+        case((100, 37, 5, 9, 11)),
+        case((100, 37), dcp_world_size=4, align_to_block=False, workspace_size=68),
+        case((100, 37), dcp_world_size=2, cp_kv_cache_interleave_size=64, workspace_size=64),
+        case((100, 37), dcp_world_size=3),
+    )
+
+
+def trace_legacy() -> dict[str, list[str]]:
+    """Every 0.27.1 symbol this side enters at every level (the trace cases of
+    :mod:`oracle.trace` plus :func:`refusal_cases`), with the levels that enter it."""
+    from harness.kernels import CpuKernels
+    from harness.kernels.numeric import case_prefill_inputs, materialise_merge, materialise_prefill
+    from oracle.trace import layout_cases, merge_case, prefill_cases, tracing, workspace_configs
+
+    side = LegacyOracleSide()
+    with tracing() as trace:
+        trace.level = "layout"
+        for case in (*layout_cases(), *refusal_cases()):
+            with contextlib.suppress(LegacyRefusal):
+                side.plan_layout(case)
+        trace.level = "workspace"
+        for config in workspace_configs():
+            side.workspace_size(config)
+        trace.level = "merge"
+        side.merge_states(materialise_merge(merge_case()))
+        trace.level = "prefill"
+        kernels = CpuKernels()
+        for case in prefill_cases():
+            assert case.numeric is not None
+            inputs = materialise_prefill(case.context_lens, case.query_lens, case.block_size, case.numeric)
+            side.prefill(case, inputs, kernels)
+        # Its DCP loop on every rank's cache: two chunks over two ranks.
+        dcp = replace(prefill_cases()[-1], context_lens=(40, 23, 0), workspace_size=64, dcp_world_size=2)
+        side.prefill(dcp, case_prefill_inputs(dcp), kernels)
+    return {symbol: sorted(levels) for symbol, levels in sorted(trace.entered.items())}
+
+
+def legacy_pin() -> dict[str, Any]:
+    """The pin of 0.27.1 (schema of ``oracle/pin.json``): its version and commit
+    id, and a fingerprint of every symbol :func:`trace_legacy` enters."""
+    from oracle.pin import fingerprint, installed_version, resolve
+
+    version, commit = installed_version()
+    return {
+        "upstream_commit": None,
+        "upstream_pr": None,
+        "release": f"vllm=={version}",
+        "release_version": version,
+        "release_commit_id": commit,
+        "fingerprints": {symbol: fingerprint(resolve(symbol)) for symbol in trace_legacy()},
+    }
+
+
+def main(argv: list[str]) -> int:
+    """``python -m oracle.legacy_pin --write-pin``: rewrite oracle/pins/vllm-0.27.1.json
+    from the installed 0.27.1 (maintainers only)."""
+    import json
+
+    from oracle.environment import prepare_cpu_environment
+    from oracle.pin import OTHER_PINS
+
+    if argv != ["--write-pin"]:
+        print("usage: python -m oracle.legacy_pin --write-pin", file=sys.stderr)
+        return 2
+    prepare_cpu_environment()
+    path = OTHER_PINS / f"vllm-{LEGACY_VERSION}.json"
+    path.write_text(json.dumps(legacy_pin(), indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
