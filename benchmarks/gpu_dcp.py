@@ -1,4 +1,4 @@
-"""Issue 16's GPU row: DCP at L3 with real ranks, one GPU each, over NCCL.
+"""The GPU report's DCP row: DCP at L3 with real ranks, one GPU each, over NCCL.
 
 Two processes (world size 2), each on its own GPU with its own rank's cache
 (harness.kernels.numeric.case_prefill_inputs with a TorchDistributedRanks collective):

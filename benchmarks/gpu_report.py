@@ -1,4 +1,4 @@
-"""Issue 7's GPU report: parity at L2 and L3 on the GPU and the two benchmarks.
+"""The GPU report: parity at L2 and L3 on the GPU and the two benchmarks.
 
 Run on a machine with a CUDA GPU and the pinned oracle importable (on the lent
 H200: ``tools/gpu_report.sh``, which installs the carried bundle first)::

@@ -1,4 +1,4 @@
-"""Issue 29's GPU rows: the sparse path's masked prefill at DeepSeek-V3.2 head
+"""The GPU report's sparse rows: the sparse path's masked prefill at DeepSeek-V3.2 head
 shapes (128 heads, a 576-wide latent, ``index_topk`` 2048) on the GPU.
 
 * parity: each batch of :func:`sparse_batches` at level sparse-prefill,

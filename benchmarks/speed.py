@@ -1,4 +1,5 @@
-"""Issue 17's speed figures, printed in one run, never asserted (``make speed``).
+"""The speed figures of the pool and the oracle cache, printed in one run, never
+asserted (``make speed`` writes them into docs/figures.md).
 
 Each figure is the wall time of one ``parity`` command run as a user runs it
 (a fresh process, the machine's own cores):
@@ -6,12 +7,12 @@ Each figure is the wall time of one ``parity`` command run as a user runs it
 * the ci gate at every level, ``--jobs 1`` and ``--jobs 2``, both computing
   every oracle result afresh (``--no-oracle-cache``), so the ratio is the pool's
   alone (target: ``--jobs 2`` at most 0.65x of ``--jobs 1``);
-* the ci gate and the kill matrix as they ran before issue 17: the same
+* the ci gate and the kill matrix as they ran before the pool and the cache: the same
   commands in a git worktree of ``--before`` (default: the last commit before
   the pool and the cache), run in this environment with that tree's defaults;
 * the kill matrix, ``parity mutants --suite ci``, with the defaults on an empty
   cache folder (cold), then again on the folder the cold run filled (warm)
-  (target: warm at most a third of the kill matrix before issue 17);
+  (target: warm at most a third of the kill matrix before the pool and the cache);
 * with ``--nightly``, the nightly default run (``parity nightly`` with its
   defaults) on an empty cache folder (target: within 15 minutes).
 
@@ -37,8 +38,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# The last commit before issue 17 (no --jobs, no oracle cache, torch's default threads).
-BEFORE_ISSUE_17 = "4a0c2ae"
+# The last commit before the pool and the cache (no --jobs, no oracle cache, torch's default threads).
+BEFORE_POOL_AND_CACHE = "4a0c2ae"
 GATE_TARGET = 0.65
 MUTANTS_TARGET = 1 / 3
 NIGHTLY_TARGET_S = 15 * 60
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nightly", action="store_true", help="also time the nightly default run (about 15 min)")
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
     parser.add_argument(
-        "--before", metavar="REV", default=BEFORE_ISSUE_17, help=f"the tree before (default {BEFORE_ISSUE_17})"
+        "--before", metavar="REV", default=BEFORE_POOL_AND_CACHE, help=f"the tree before (default {BEFORE_POOL_AND_CACHE})"
     )
     args = parser.parse_args(argv)
 

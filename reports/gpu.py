@@ -141,7 +141,7 @@ def dcp_table(report: dict[str, Any]) -> pd.DataFrame:
 
 
 def sparse_markdown(section: dict[str, Any], heading: str) -> list[str]:
-    """The sparse path's rows (issue 29): masked L3 parity and the forward's time."""
+    """The sparse path's rows: masked L3 parity and the forward's time."""
     spec = section.get("spec") or {}
     latent = spec.get("kv_lora_rank", 0) + spec.get("qk_rope_head_dim", 0)
     lines = [

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU report of issue 7 on a machine with a CUDA GPU: <out>/<date>.md and .json
+# The GPU report on a machine with a CUDA GPU: <out>/<date>.md and .json
 # (default out: reports/gpu). Where the pinned vLLM is not importable (the lent
 # H200), the bundle that tools/build_gpu_bundle.py builds into .gpu/ (carried
 # there) is unpacked into a scratch site-packages first.

@@ -270,7 +270,7 @@ add(
 )
 
 
-# Integer widths and non-powers of two (issue 12): the smallest batches past each
+# Integer widths and non-powers of two: the smallest batches past each
 # boundary a port's integer types or power-of-two arithmetic could break on.
 add(
     "widths-chunk-300-requests",

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.engine import RunRequest
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
+from harness.sides.oracle_cache_store import default_cache_directory
 
 EXIT_PARITY, EXIT_DIVERGENT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -33,6 +34,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         oracle=getattr(args, "oracle", None),
         allow_oracle_drift=bool(getattr(args, "allow_oracle_drift", False)),
         oracle_cache=wants_oracle_cache(args),
+        oracle_cache_dir=str(default_cache_directory()),
         device=getattr(args, "device", "cpu"),
         dcp_backend=dcp_backend_of(args),
         jobs=getattr(args, "jobs", None),

@@ -156,7 +156,9 @@ def execute(
             # this process does not import the oracle (seconds of CPU the workers need).
             provenance = pool.oracle_provenance()
         else:
-            oracle, provenance = open_oracle(request.allow_oracle_drift, request.oracle, request.oracle_cache)
+            oracle, provenance = open_oracle(
+                request.allow_oracle_drift, request.oracle, request.oracle_cache, request.oracle_cache_dir
+            )
             if pool is not None:
                 pool.expect_provenance(provenance)
         banner = drift_banner(provenance)

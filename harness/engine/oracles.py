@@ -3,6 +3,7 @@ process, or another release served from its own environment (:mod:`oracle.proces
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from harness.engine.errors import UsageError
@@ -10,13 +11,15 @@ from harness.protocol.port import Port
 from harness.sides.loading import close_port
 
 
-def open_oracle(allow_drift: bool, oracle: str | None = None, cache: bool = False) -> tuple[Port, dict[str, Any]]:
+def open_oracle(
+    allow_drift: bool, oracle: str | None = None, cache: bool = False, cache_dir: str | None = None
+) -> tuple[Port, dict[str, Any]]:
     """The oracle side and the provenance every output carries.
 
     ``cache``: the side answers from the oracle cache (:mod:`harness.sides.oracle_cache`:
     in memory, and on disk for a later run) whatever it has computed before for
     the same oracle; run, gate, nightly, mutants and explore ask for it unless
-    ``--no-oracle-cache``.
+    ``--no-oracle-cache``; its entries go under ``cache_dir`` (None: the cache's default).
 
     ``oracle`` is ``--oracle``: the pinned release in-process (None or its
     ``vllm==X``, the default), or ``vllm==X`` for any other release served from its own environment
@@ -61,7 +64,7 @@ def open_oracle(allow_drift: bool, oracle: str | None = None, cache: bool = Fals
     if cache:
         from harness.sides.oracle_cache import with_oracle_cache
 
-        side = with_oracle_cache(side, provenance)
+        side = with_oracle_cache(side, provenance, directory=Path(cache_dir) if cache_dir else None)
     return side, provenance
 
 

@@ -35,6 +35,9 @@ class RunRequest:
     oracle: str | None = None
     allow_oracle_drift: bool = False
     oracle_cache: bool = True
+    # Where the oracle cache keeps its entries: the entry point decides (the command line:
+    # PARITY_ORACLE_CACHE, else the user's cache folder); None leaves that to the cache.
+    oracle_cache_dir: str | None = None
     device: str = "cpu"
     dcp_backend: str = "one-process"
     jobs: int | None = None

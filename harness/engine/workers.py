@@ -26,7 +26,7 @@ def open_worker_sides(spec: WorkerSpec) -> tuple[Port, dict[str, Any], SharedKer
 
     try:
         kernels = select_device(spec.device)
-        oracle, provenance = open_oracle(spec.allow_drift, spec.oracle, not spec.no_oracle_cache)
+        oracle, provenance = open_oracle(spec.allow_drift, spec.oracle, not spec.no_oracle_cache, spec.oracle_cache_dir)
     except UsageError as exc:
         raise SidesRefused(str(exc)) from None
     return oracle, provenance, kernels
@@ -47,6 +47,7 @@ def worker_spec(
         timeout_s=timeout_s if timeout_s is not None else request.timeout,
         ports=tuple(ports),
         no_oracle_cache=not request.oracle_cache,
+        oracle_cache_dir=request.oracle_cache_dir,
     )
 
 

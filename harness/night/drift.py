@@ -1,6 +1,6 @@
 """The drift watch: what changed upstream between the pin and a newer release.
 
-For each release two things are measured (issue 15, deliverable 3):
+For each release two things are measured:
 
 * **Source drift.** Every fingerprinted symbol (``oracle/pin.json``, plus any
   the release's own pin ``oracle/pins/vllm-X.json`` adds) is read from both

@@ -69,7 +69,8 @@ class WorkerSpec:
     selects the device and opens the oracle as the command does in one process.
     ``ports`` are port specs loaded at start-up (so their loading overlaps the
     imports); any other spec a task names is loaded when first asked for.
-    ``no_oracle_cache`` is ``--no-oracle-cache``, carried for the oracle cache."""
+    ``no_oracle_cache`` is ``--no-oracle-cache`` and ``oracle_cache_dir`` the
+    cache's folder (None: the cache's default), carried for the oracle cache."""
 
     open_sides: OpenSides
     oracle: str | None = None
@@ -78,6 +79,7 @@ class WorkerSpec:
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S
     ports: tuple[str, ...] = ()
     no_oracle_cache: bool = False
+    oracle_cache_dir: str | None = None
 
 
 class WorkerSides:
