@@ -98,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nightly", action="store_true", help="also time the nightly default run (about 15 min)")
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
     parser.add_argument(
-        "--before", metavar="REV", default=BEFORE_POOL_AND_CACHE, help=f"the tree before (default {BEFORE_POOL_AND_CACHE})"
+        "--before",
+        metavar="REV",
+        default=BEFORE_POOL_AND_CACHE,
+        help=f"the tree before (default {BEFORE_POOL_AND_CACHE})",
     )
     args = parser.parse_args(argv)
 
