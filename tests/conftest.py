@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,42 @@ def make_case(context_lens: list[int], query_lens: list[int] | None = None, **kw
 TEST_DEVICE = os.environ.get("PARITY_TEST_DEVICE", "cpu")
 
 
+# An xdist worker runs on one core of its own, and so does everything it starts:
+# a run that picks its own worker count (``--jobs`` not given) sees one core and
+# runs in process, as on a one-core machine, instead of two workers' processes
+# competing with the other test worker. Results are the same for any --jobs
+# (tests/test_jobs.py); tests marked ``all_cores`` get the machine's cores back.
+ALL_CORES: set[int] = set()
+OWN_CORES: set[int] = set()
+
+
+def _pin_xdist_worker() -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return
+    ALL_CORES.update(cores)
+    OWN_CORES.add(cores[int(worker[2:]) % len(cores)])
+    os.sched_setaffinity(0, OWN_CORES)
+
+
+@pytest.fixture(autouse=True)
+def _cores_of_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    if not (OWN_CORES and request.node.get_closest_marker("all_cores")):
+        yield
+        return
+    os.sched_setaffinity(0, ALL_CORES)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, OWN_CORES)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "all_cores: the test runs with every core of the machine (--jobs tests)")
+    _pin_xdist_worker()
     # The tests' oracle cache is a folder of this session's (inherited by the CLI
     # runs and xdist workers it starts), never the user's.
     if "PARITY_ORACLE_CACHE" not in os.environ:

@@ -67,6 +67,9 @@ import time
 from ports.mutants import MUTANTS
 from ports.per_request import PerRequestPort
 
+# They pass --jobs or read the machine's cores: every core, not one xdist worker's (conftest).
+pytestmark = pytest.mark.all_cores
+
 
 class HangsWhenSmaller(PerRequestPort):
     name = "hangs-when-smaller"

@@ -52,10 +52,10 @@ def test_run_on_a_shard_with_no_items_is_usage() -> None:
 
 def test_diff_at_a_level_the_case_lacks_is_usage() -> None:
     refused(
-        parity("diff", "smoke-upstream-worst-case", "--port", "equal_share", "--level", "merge"),
+        parity("diff", "smoke/smoke-upstream-worst-case", "--port", "equal_share", "--level", "merge"),
         "--level merge selects no items of a layout-only case",
     )
-    refused(parity("diff", "smoke-upstream-worst-case", "--level", "prefill"), "selects no items")
+    refused(parity("diff", "smoke/smoke-upstream-worst-case", "--level", "prefill"), "selects no items")
 
 
 def test_nightly_selecting_no_items_is_usage(tmp_path: Path) -> None:
@@ -215,7 +215,8 @@ def test_nightly_merge_refuses_shards_of_another_device(tmp_path: Path, capsys: 
     for k in (1, 2):
         out = tmp_path / f"night{k}"
         argv = ["nightly", "--size", "0", "--numeric-size", "0", "--level", "layout", "--ports", "per_request"]
-        main([*argv, "--skip-mutants", "--shard", f"{k}/2", "--out", str(out), "--date", "2026-01-01"])
+        main([*argv, "--skip-mutants", "--explore-budget-s", "0", "--shard", f"{k}/2", "--out", str(out),
+              "--date", "2026-01-01"])  # fmt: skip
         shards.append(out / "2026-01-01")
     meta_path = next(shards[1].glob("*.json"))
     for path in shards[1].glob("*.json"):
@@ -358,7 +359,8 @@ def test_a_port_calling_pytest_skip_fails_in_the_plugin() -> None:
 
 def test_nightly_shards_must_add_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["nightly", "--size", "0", "--numeric-size", "0", "--level", "layout", "--ports", "per_request",
-            "--skip-mutants", "--shard", "1/2", "--out", str(tmp_path / "n1"), "--date", "2026-01-01"]  # fmt: skip
+            "--skip-mutants", "--explore-budget-s", "0", "--shard", "1/2", "--out", str(tmp_path / "n1"),
+            "--date", "2026-01-01"]  # fmt: skip
     main(argv)
     shard = str(tmp_path / "n1" / "2026-01-01")
     capsys.readouterr()

@@ -31,6 +31,9 @@ from harness.sides.pool_worker import WorkerSides, WorkerSpec
 from tests.fault_ports import HangingPort, RaisingPort, SlowPort
 from tests.test_cli_interfaces import signal_state
 
+# They pass --jobs or read the machine's cores: every core, not one xdist worker's (conftest).
+pytestmark = pytest.mark.all_cores
+
 ROOT = Path(__file__).resolve().parent.parent
 PID_FILE = "PARITY_TEST_PID_FILE"
 # A third of the smoke suite: layout cases (a DCP one among them), workspace

@@ -24,6 +24,9 @@ from harness.sides.runner import run_item as real_run_item
 from ports import mutants as mutants_package
 from ports.mutants import MUTANTS, Mutant
 
+# They pass --jobs or read the machine's cores: every core, not one xdist worker's (conftest).
+pytestmark = pytest.mark.all_cores
+
 # The limit of a planted mutant's calls here; it sleeps far past it.
 LIMIT_S = 0.2
 HANG_S = 30.0

@@ -21,6 +21,9 @@ from harness.verdicts.baseline import EXPECTED, NEW, load_baseline, measure_entr
 from harness.verdicts.judge import apply_baseline
 from ports.equal_share import EqualSharePort, grid_layout
 
+# They pass --jobs or read the machine's cores: every core, not one xdist worker's (conftest).
+pytestmark = pytest.mark.all_cores
+
 REFUSAL = "ValueError: equal share of a "
 SMOKE_LAYOUT = ["--suite", "smoke", "--level", "layout", "--jobs", "1", "--shrink-time", "0"]
 MORE_SPEC = f"{__name__}:MORE"

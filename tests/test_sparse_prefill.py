@@ -32,6 +32,9 @@ from ports.mutants import MUTANTS
 from ports.mutants.sparse import SPARSE_L3_MUTANTS
 from ports.per_request import PORT as PER_REQUEST
 
+# They pass --jobs or read the machine's cores: every core, not one xdist worker's (conftest).
+pytestmark = pytest.mark.all_cores
+
 REPO = Path(__file__).resolve().parent.parent
 
 

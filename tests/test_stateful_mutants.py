@@ -23,6 +23,9 @@ from ports.mutants import MUTANTS, Mutant, fault_probe
 from ports.per_request import planner as planner_module
 from ports.per_request.planner import Geometry
 
+# They pass --jobs or read the machine's cores: every core, not one xdist worker's (conftest).
+pytestmark = pytest.mark.all_cores
+
 # State no scan of names can see: swaps() reaches it through sys.modules.
 HIDDEN_CALLS: list[int] = []
 COUNTER = itertools.count()
