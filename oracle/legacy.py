@@ -44,7 +44,7 @@ its class (:data:`REFUSALS` names the classes; a baseline matches them):
 - under DCP, a chunk its loop skips (``toks == 0``) although the chunk holds
   context rows: 0.27.1 would run, silently dropping that context.
 
-The translation, field by field (:data:`FIELD_SOURCES`), is what the README lists.
+The translation, field by field (:data:`FIELD_SOURCES`), is what docs/oracles.md lists.
 
 This module holds the side (:class:`LegacyOracleSide`: L1, the workspace size,
 L2), its refusals and the shape-only run of its DCP loop; L3 (0.27.1's

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import types
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from unittest import mock
 
 from harness.model import Case
@@ -31,7 +31,18 @@ if TYPE_CHECKING:
 
     from harness.kernels import SharedKernels
     from harness.kernels.numeric import PrefillInputs
-    from oracle.legacy import LegacyOracleSide
+
+
+class LegacyPlanner(Protocol):
+    """What the legacy prefill asks of its side (:class:`oracle.legacy.LegacyOracleSide`):
+    0.27.1's MLA module, its chunked-context metadata for a case, and the check
+    that its DCP loop can run that metadata."""
+
+    _mla: Any
+
+    def upstream_metadata(self, case: Case, workspace: Any = None) -> Any: ...
+
+    def check_dcp_loop(self, case: Case, metadata: Any) -> None: ...
 
 
 class _LegacySharedBackend(_SharedAttentionBackend):
@@ -111,7 +122,7 @@ class _NumericDcpGroup:
 
 
 def legacy_prefill(
-    side: LegacyOracleSide, case: Case, inputs: PrefillInputs, kernels: SharedKernels
+    side: LegacyPlanner, case: Case, inputs: PrefillInputs, kernels: SharedKernels
 ) -> dict[str, torch.Tensor]:
     """0.27.1's ``forward_mha`` for ``case``, keys as :func:`oracle.numeric.prefill`:
     ``context_output``/``context_lse`` (its ``_compute_prefill_context``'s
@@ -146,7 +157,7 @@ def legacy_prefill(
 
 
 def _legacy_rank_prefill(
-    side: LegacyOracleSide, case: Case, inputs: PrefillInputs, kernels: SharedKernels, rank: int
+    side: LegacyPlanner, case: Case, inputs: PrefillInputs, kernels: SharedKernels, rank: int
 ) -> dict[str, torch.Tensor]:
     """0.27.1's ``forward_mha`` as DCP rank ``rank`` runs it (the only rank without DCP)."""
     import torch

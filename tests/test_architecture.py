@@ -80,3 +80,14 @@ def test_a_planted_breach_fails_the_contracts(
     # The report names the module that broke it (a circle by its name within the package).
     dotted = module.removesuffix(".py").replace("/", ".")
     assert dotted in result.stdout or f".{dotted.rsplit('.', 1)[1]} ->" in result.stdout
+
+
+def test_every_python_file_is_read_in_a_sitting() -> None:
+    """No Python file over 600 lines (there are no data tables in Python here)."""
+    files = [p for folder in (*PACKAGES, "tools", "tests") for p in (ROOT / folder).rglob("*.py")]
+    longer = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) > 600}
+    assert files and longer == {}
+
+
+def test_the_readme_is_read_in_five_minutes() -> None:
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250

@@ -16,6 +16,9 @@ from harness.cases.suites import load_suite
 from harness.cli import main
 from harness.sides import job_sizing
 
+# They pass --jobs or read the machine's cores: every core, not one xdist worker's (conftest).
+pytestmark = pytest.mark.all_cores
+
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "smoke-dcp3-padded"
 TIME_BOX_S = 20.0
@@ -66,9 +69,6 @@ import time
 
 from ports.mutants import MUTANTS
 from ports.per_request import PerRequestPort
-
-# They pass --jobs or read the machine's cores: every core, not one xdist worker's (conftest).
-pytestmark = pytest.mark.all_cores
 
 
 class HangsWhenSmaller(PerRequestPort):

@@ -12,8 +12,8 @@ import argparse
 import sys
 from typing import Any
 
-from harness.engine import RunRequest
-from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
+from harness.engine import RunRequest, open_oracle
+from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port
 from harness.sides.oracle_cache_store import default_cache_directory
 
 EXIT_PARITY, EXIT_DIVERGENT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -34,7 +34,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         oracle=getattr(args, "oracle", None),
         allow_oracle_drift=bool(getattr(args, "allow_oracle_drift", False)),
         oracle_cache=wants_oracle_cache(args),
-        oracle_cache_dir=str(default_cache_directory()),
+        oracle_cache_dir=oracle_cache_dir(),
         device=getattr(args, "device", "cpu"),
         dcp_backend=dcp_backend_of(args),
         jobs=getattr(args, "jobs", None),
@@ -69,3 +69,15 @@ def write_output(write: Any, where: str) -> bool:
         print(f"parity: error: {where}: cannot write the report ({type(exc).__name__}: {exc})", file=sys.stderr)
         return False
     return True
+
+
+def oracle_cache_dir() -> str:
+    """The oracle cache's folder for this command: ``PARITY_ORACLE_CACHE``, else
+    the user's cache folder (:func:`harness.sides.oracle_cache_store.default_cache_directory`)."""
+    return str(default_cache_directory())
+
+
+def open_command_oracle(args: argparse.Namespace) -> tuple[Port, dict[str, Any]]:
+    """The oracle as a command's options ask for it (:func:`harness.engine.open_oracle`):
+    ``--oracle``, ``--allow-oracle-drift``, ``--no-oracle-cache`` and the cache's folder."""
+    return open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args), oracle_cache_dir())

@@ -18,8 +18,8 @@ from harness.commands.common import (
     EXIT_DIVERGENT,
     EXIT_PARITY,
     EXIT_USAGE,
+    open_command_oracle,
     run_request,
-    wants_oracle_cache,
     write_output,
 )
 from harness.commands.options import (
@@ -35,7 +35,6 @@ from harness.engine import (
     close_port,
     dcp_settings,
     drift_banner,
-    open_oracle,
     prepare_device,
     real_ranks_of,
     select_device,
@@ -106,7 +105,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
                 f"(it implements {', '.join(port_levels(port))})"
             )
         kernels = select_device(args.device)
-        oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
+        oracle, provenance = open_command_oracle(args)
         banner = drift_banner(provenance)
         if banner:
             print(banner)

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.commands.common import run_request, wants_oracle_cache
+from harness.commands.common import open_command_oracle, run_request
 from harness.commands.diff import compare_and_print
 from harness.commands.options import PORT_HELP, jobs_options, oracle_options
-from harness.engine import UsageError, close_port, open_oracle, pool_failure, select_device, worker_spec
+from harness.engine import UsageError, close_port, pool_failure, select_device, worker_spec
 from harness.kernels import SharedKernels
 from harness.protocol.port import Port, port_levels
 from harness.search.explore import explore
@@ -60,7 +60,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
             if missing:
                 raise UsageError(f"{args.replay}: port {port.name} does not implement level {missing[0]}")
             kernels = select_device(args.device)
-            oracle, _ = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
+            oracle, _ = open_command_oracle(args)
             return replay(oracle, port, kind, item, kernels, args.device)
         levels = selected_levels(args.level)
         missing = [lv for lv in levels if lv not in port_levels(port)]
@@ -77,7 +77,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
         pool = explore_pool(args, port, levels)
         try:
             kernels = select_device(args.device)
-            oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
+            oracle, provenance = open_command_oracle(args)
             if pool is not None:
                 pool.expect_provenance(provenance)
             if provenance.get("oracle_drift_overridden"):

@@ -7,12 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases.suites import load_suite
-from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, run_request, wants_oracle_cache
+from harness.commands.common import (
+    EXIT_DIVERGENT,
+    EXIT_PARITY,
+    open_command_oracle,
+    run_request,
+)
 from harness.commands.options import jobs_options, non_negative_int, oracle_options, positive_seconds
 from harness.engine import (
     UsageError,
     guarded_shrink,
-    open_oracle,
     pool_failure,
     prepare_device,
     select_device,
@@ -74,7 +78,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         if pool is not None:
             pool.start()
         kernels = select_device("cpu")
-        oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
+        oracle, provenance = open_command_oracle(args)
         if pool is not None:
             pool.expect_provenance(provenance)
         out_dir = Path(args.out or f"reports/out/mutants-{suite.name}")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases.suites import Suite, load_suite
-from harness.commands.common import EXIT_USAGE, run_request, wants_oracle_cache
+from harness.commands.common import EXIT_USAGE, open_command_oracle, run_request
 from harness.commands.options import jobs_options, non_negative_int, non_negative_seconds, oracle_options
 from harness.engine import (
     ProgressLines,
@@ -17,7 +17,6 @@ from harness.engine import (
     close_port,
     describe_selection,
     note_unimplemented,
-    open_oracle,
     parse_shard,
     pool_failure,
     prepare_device,
@@ -25,7 +24,7 @@ from harness.engine import (
     select_device,
     worker_spec,
 )
-from harness.night.history import DEFAULT_EXPLORE_BUDGET_S
+from harness.night.sizes import DEFAULT_EXPLORE_BUDGET_S
 from harness.sides.item_stream import planned_items
 from harness.sides.items import LEVELS, selected_levels
 from harness.sides.job_sizing import estimated_seconds, resolve_jobs
@@ -120,7 +119,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         try:
             # The CPU recipe and torch's one thread, as the workers have them (the same figures for any --jobs).
             select_device("cpu")
-            oracle, provenance = open_oracle(args.allow_oracle_drift, args.oracle, wants_oracle_cache(args))
+            oracle, provenance = open_command_oracle(args)
             if pool is not None:
                 pool.expect_provenance(provenance)
         except BaseException as exc:

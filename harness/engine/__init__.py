@@ -10,9 +10,15 @@ from. :func:`shrink_to_file` and :func:`guarded_shrink` shrink a kill within a
 time box; :func:`close_port` ends a port's processes. A refusal is a
 :class:`UsageError` with one line to print.
 
-The command line (:mod:`harness.commands`), the pytest plugin, the benchmarks
-and the tools call this package; it imports the layers below it (sides,
-verdicts, search) and never the command line, argparse, or the reports.
+Every command of the command line (:mod:`harness.commands`) opens its oracle
+and device here, and ``run`` and ``gate`` run through :func:`execute`; the
+pytest plugin opens its oracle and device here and runs each item as a pytest
+test (the runner's :func:`~harness.sides.runner.run_item`); the benchmarks
+open the oracle here (``gpu_report``) or run a request (``worker_memory``),
+and those that time one step call that step. This package imports the layers
+below it (sides, verdicts, search) and never the command line, argparse, or
+the reports; the contracts keep everything but the entry points off the
+command line.
 """
 
 from harness.engine.device import prepare_device, select_device

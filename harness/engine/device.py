@@ -13,12 +13,10 @@ from harness.kernels import SharedKernels
 NUMERIC_THREADS = 1
 
 
-def prepare_device(device: str) -> None:
-    """Set ``device``'s recipe in this process before any port is loaded: a port
-    module that imports Triton (the mutants do) fixes Triton's mode at import, and
-    the oracle's interpreted kernels call Triton's library helpers, which must be
-    built in the same mode."""
-    from oracle.environment import OracleUnavailable, prepare_environment, use_device
+def _use_device(device: str) -> None:
+    """Set ``device``'s recipe (oracle.environment.use_device); a device this
+    machine cannot serve is a one-line UsageError."""
+    from oracle.environment import OracleUnavailable, use_device
 
     if device == "cuda":
         import torch
@@ -29,6 +27,16 @@ def prepare_device(device: str) -> None:
         use_device(device)
     except OracleUnavailable as exc:
         raise UsageError(f"--device {device}: {exc}") from None
+
+
+def prepare_device(device: str) -> None:
+    """Set ``device``'s recipe in this process before any port is loaded: a port
+    module that imports Triton (the mutants do) fixes Triton's mode at import, and
+    the oracle's interpreted kernels call Triton's library helpers, which must be
+    built in the same mode."""
+    from oracle.environment import prepare_environment
+
+    _use_device(device)
     prepare_environment()
 
 
@@ -39,15 +47,7 @@ def select_device(device: str) -> SharedKernels:
     import torch
 
     from harness.kernels import kernels_for
-    from oracle.environment import OracleUnavailable, use_device
 
     torch.set_num_threads(NUMERIC_THREADS)
-
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            raise UsageError(f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine")
-    try:
-        use_device(device)
-    except OracleUnavailable as exc:
-        raise UsageError(f"--device {device}: {exc}") from None
+    _use_device(device)
     return kernels_for(device)

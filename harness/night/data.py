@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from harness.night.baselines import PortBaseline
-from harness.night.history import reduced_reasons
+from harness.night.sizes import reduced_reasons
 from harness.search.coverage_verdicts import JudgedCoverage
 from harness.sides.items import NOT_RUN, PARITY
 from harness.verdicts.baseline import EXPECTED, NEW

@@ -32,7 +32,7 @@ import pandas as pd
 
 from harness.cases.fields import CaseError
 from harness.night.data import Night
-from harness.night.history import _ISO_DATE
+from harness.night.sizes import _ISO_DATE
 from harness.verdicts.provenance import port_digest, source_digest
 
 NIGHT_META = "night.json"

@@ -39,7 +39,8 @@ from harness.night.data import Night, PortNight
 from harness.night.drift import latest_drift_report
 from harness.night.folder import WriteReport, nightly_lock, unwritable, validate_night_date, write_night
 from harness.night.gpu_report import GPU_REPORTS, latest_gpu_report
-from harness.night.history import append_history, night_sizes, read_history
+from harness.night.history import append_history, read_history
+from harness.night.sizes import night_sizes
 from harness.protocol.port import Port, l3_compares
 from harness.search.coverage_verdicts import nightly_coverage
 from harness.sides.item_stream import stream_items

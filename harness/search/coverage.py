@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES
+from harness.search.coverage_feature import Feature
 from harness.search.sparse_coverage import sparse_features
 
 # The integer widths a port may store a planner value in: a value at or past
@@ -61,20 +62,6 @@ SPECIAL_VALUES = tuple(f"{t}:{s}" for t in MERGE_TENSORS for s in SPECIALS)
 LSE_VIEWS = ("contiguous", "column-slice", "transposed", "other")
 VALUE_VIEWS = ("contiguous", "head-dim-slice", "other")
 WITH_CONTEXT_KINDS = ("none", "0", "between", "all")
-
-
-@dataclass(frozen=True)
-class Feature:
-    """One measured feature. ``element`` says what a set holds: ``int``,
-    ``label`` (one of ``labels``) or ``text``; histograms always have ``labels``.
-    ``widths``: a max reported against :data:`WIDTHS`."""
-
-    id: str
-    kind: str
-    description: str
-    element: str = "label"
-    labels: tuple[str, ...] = ()
-    widths: bool = False
 
 
 def _f(id: str, kind: str, description: str, **extra: Any) -> Feature:

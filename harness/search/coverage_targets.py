@@ -26,7 +26,8 @@ from typing import Any
 
 from harness.cases.fields import CaseError
 from harness.cases.suites import CASES_DIR
-from harness.search.coverage import FEATURE_BY_ID, FEATURES, REFUSAL_FEATURES, Feature, Value
+from harness.search.coverage import FEATURE_BY_ID, FEATURES, REFUSAL_FEATURES, Value
+from harness.search.coverage_feature import Feature
 
 TARGETS_FILE = CASES_DIR / "coverage.json"
 REPO_ROOT = CASES_DIR.parent

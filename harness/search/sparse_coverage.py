@@ -25,11 +25,11 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from harness.model.sparse import PINNED_MASK_WORKSPACE_WORDS
+from harness.search.coverage_feature import Feature, FeatureTally
 
 if TYPE_CHECKING:
     from harness.cases.suites import Suite
     from harness.protocol.port import Port
-    from harness.search.coverage import Feature, Tally
 
 BUCKETS = ("2048", "4096", "8192", "16384", "32768", "beyond")
 EDGE_LABELS = tuple(f"{edge}{d}" for edge in BUCKETS[:-1] for d in ("-1", "", "+1"))
@@ -114,7 +114,7 @@ def _words(shape: tuple[int, int, int]) -> int:
     return math.prod(shape)
 
 
-def _measure_batch(tally: Tally, case: Any, layout: Any) -> None:
+def _measure_batch(tally: FeatureTally, case: Any, layout: Any) -> None:
     tally.count("sparse.cases")
     tally.add("sparse.routes", layout.route)
     tally.add("sparse.topk", case.index_topk)
@@ -158,7 +158,7 @@ def _measure_batch(tally: Tally, case: Any, layout: Any) -> None:
         tally.add("sparse.forced", "no-kernel")
 
 
-def _measure_mask(tally: Tally, case: Any) -> None:
+def _measure_mask(tally: FeatureTally, case: Any) -> None:
     from harness.cases.sparse_inputs import materialise_topk
 
     tally.count("mask.cases")
@@ -193,7 +193,7 @@ def _binding_term(config: Any, size: int) -> str | None:
     return chosen if size == capped[chosen] else None
 
 
-def _measure_l3(tally: Tally, case: Any, layout: Any) -> None:
+def _measure_l3(tally: FeatureTally, case: Any, layout: Any) -> None:
     """A sparse L3 batch: its route and form by the oracle's plan; what its
     indices do in the oracle's chunks (positions in each request's sequence)."""
     import torch
@@ -231,7 +231,7 @@ def _measure_l3(tally: Tally, case: Any, layout: Any) -> None:
                 tally.count("sparse_l3.piece_edge_indices", int(((rows == start) | (rows == start + span - 1)).sum()))
 
 
-def measure_sparse(tally: Tally, suite: Suite, oracle: Port) -> None:
+def measure_sparse(tally: FeatureTally, suite: Suite, oracle: Port) -> None:
     for case in suite.sparse_cases:
         try:
             layout = oracle.plan_sparse(case)  # type: ignore[attr-defined]
