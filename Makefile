@@ -36,6 +36,7 @@ drift: tox
 bench: tox
 	$(IN_ENV) python -m benchmarks.figures layout-throughput python -m benchmarks.layout_throughput
 	$(IN_ENV) python -m benchmarks.figures numeric-cost python -m benchmarks.numeric_cost
+	$(IN_ENV) python -m benchmarks.figures worker-memory python -m benchmarks.worker_memory
 
 ## speed: benchmarks/speed.py: the ci gate with --jobs 1 and 2, the kill matrix before the pool and
 ## cache, cold and warm, and the nightly default run (about 45 minutes in all), written into docs/figures.md
