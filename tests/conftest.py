@@ -33,6 +33,15 @@ def oracle() -> Port:
 
 
 @pytest.fixture(scope="session")
+def cached_oracle() -> Port:
+    """The pinned oracle behind the oracle cache (this session's folder, shared by
+    the xdist workers): tests split so xdist balances them ask it the same items."""
+    from harness.engine import open_oracle
+
+    return open_oracle(allow_drift=False, cache=True)[0]
+
+
+@pytest.fixture(scope="session")
 def per_request() -> Port:
     return load_port("per_request")
 
@@ -110,3 +119,28 @@ def pytest_configure(config: pytest.Config) -> None:
     # and the served oracle run: a test's in-process reference then has their bits
     # whatever ran before it in this worker.
     torch.set_num_threads(1)
+
+
+# The longest tests (pytest --durations, docs/figures.md) start first, so that
+# pytest-xdist's workers end together instead of one waiting on a long tail.
+LONGEST_FIRST = (
+    "tests/test_mutants.py::test_ci_kills_every_mutant",
+    "tests/test_mutants.py::test_smoke_kills_every_mutant_but_the_wide_ones",
+    "tests/test_external.py::test_cpp_port_is_at_parity_at_every_level_on_ci",
+    "tests/test_determinism.py::test_byte_identical_results_across_runs_and_hash_seeds",
+    "tests/test_determinism.py::test_sigkill_leaves_readable_rows_and_resume_finishes",
+    "tests/test_reproduce_shell.py",
+    "tests/test_own_port_recipe.py::test_the_recipe_runs_as_written",
+    "tests/test_report_browser.py",
+    "tests/test_mutant_reach.py::test_the_reach_pass_changes_no_kill",
+    "tests/test_jobs.py::test_run_writes_the_same_results_and_json_for_any_jobs",
+    "tests/test_gate.py::test_two_shards_merged_equal_one_run",
+    "tests/test_readme_commands.py::test_make_gate_installs_the_console_script_and_runs_the_ci_gate",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        return next((i for i, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)
