@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import datetime
 
-from harness.night.sizes import DEFAULT_EXPLORE_BUDGET_S, numeric_defaults
-
 from harness.night.data import Night
 from harness.night.gpu_report import gpu_report_date
+from harness.night.sizes import DEFAULT_EXPLORE_BUDGET_S, numeric_defaults
 from harness.sides.items import LEVELS
 
 

@@ -493,7 +493,6 @@ def test_reduced_nights_are_kept_apart_from_full_nights() -> None:
 
 def test_sizes_and_reduced_in_the_header() -> None:
     from harness.night.sizes import night_sizes, reduced_reasons
-
     from harness.sides.items import LEVELS as ALL
 
     full = night_sizes("nightly", None, None, ALL, True, 60.0)
