@@ -71,7 +71,7 @@ def test_make_gate_installs_the_console_script_and_runs_the_ci_gate(tmp_path: Pa
     recipe = subprocess.run(["make", "-n", "gate"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     lines = recipe.strip().splitlines()
     # The environment (with the harness installed: .tox/oracle/bin/parity) before the gate.
-    assert any("tox -e oracle --notest" in line for line in lines), recipe
+    assert any("-e oracle --notest" in line for line in lines), recipe
     gate = shlex.split(lines[-1].split(" -- ", 1)[1])
     assert gate[:4] == ["python", "-m", "harness", "gate"], recipe
     assert (ROOT / ".tox" / "oracle" / "bin" / "parity").exists()
