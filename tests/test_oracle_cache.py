@@ -6,6 +6,7 @@ what is never cached: tests/test_oracle_cache_keys.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import multiprocessing
 import os
@@ -17,11 +18,13 @@ from typing import Any
 import pytest
 import torch
 
-from harness.cases.suites import Suite
+from harness.cases.suites import Suite, load_suite
 from harness.compare.bits import identical_bits
+from harness.compare.sparse import check_sparse_layout
 from harness.kernels import kernels_for, kernels_for_case
 from harness.kernels.numeric import MergeInputs, case_prefill_inputs, materialise_merge
 from harness.model import Case, Layout, WorkspaceConfig
+from harness.model.sparse import SparseLayout
 from harness.protocol.port import Port
 from harness.sides.oracle_cache import CachedOracle, with_oracle_cache
 from harness.sides.oracle_cache_answers import CachedOracleError
@@ -183,6 +186,107 @@ def test_a_run_through_the_cache_writes_the_same_rows(oracle: Port, provenance: 
     assert rows(first) == uncached  # misses
     assert rows(first) == uncached  # memory hits
     assert rows(with_oracle_cache(oracle, provenance, directory=tmp_path)) == uncached  # disk hits
+
+
+def sparse_sample() -> Suite:
+    """A few of the smoke suite's items at each sparse level: every route's
+    batches (an oracle refusal among them), sparse L3 batches, workspace
+    settings and mask cases of every form."""
+    full = load_suite("smoke")
+    routes: dict[Any, Any] = {}
+    for case in full.sparse_cases:
+        routes.setdefault((case.numeric is not None, case.family), case)
+    # Masked MHA forced where the masked kernel is missing: the oracle refuses it at L3.
+    l3 = next(c for c in full.sparse_cases if c.numeric is not None)
+    routes["refused"] = dataclasses.replace(l3, name="refused-l3", masked_kernel=False, force_masked_mha=True)
+    forms: dict[str, Any] = {}
+    for mask in full.mask_cases:
+        forms.setdefault(mask.form, mask)
+    return Suite(
+        "sparse-cache-check",
+        (),
+        (),
+        sparse_cases=tuple(routes.values()),
+        sparse_workspace_configs=full.sparse_workspace_configs[::12],
+        mask_cases=tuple(forms.values()),
+    )
+
+
+SPARSE_LEVELS = ("sparse-layout", "sparse-mask", "sparse-prefill")
+
+
+def test_the_sparse_levels_rows_are_the_same_through_the_cache(
+    oracle: Port, provenance: dict[str, Any], tmp_path: Path
+) -> None:
+    """Every sparse question is kept (none passed through): misses, memory hits
+    and disk hits give the uncached run's rows, whose statuses include an
+    oracle refusal and the divergences of the equal_share port."""
+    from harness.sides.loading import load_port
+
+    suite = sparse_sample()
+    assert suite.sparse_cases and suite.mask_cases and suite.sparse_workspace_configs
+    ports = [load_port("per_request"), load_port("equal_share")]
+
+    def rows(side: Any) -> list[dict[str, Any]]:
+        return [r.to_json() for port in ports for r in run_items(side, port, suite, SPARSE_LEVELS)]
+
+    uncached = rows(oracle)
+    assert {row["kind"] for row in uncached} == {*SPARSE_LEVELS, "sparse-workspace"}
+    statuses = {row["status"] for row in uncached}
+    assert {"parity", "oracle-error"} <= statuses and statuses - {"parity", "oracle-error", "not-run"}
+    first = with_oracle_cache(oracle, provenance, directory=tmp_path)
+    assert isinstance(first, CachedOracle) and first.directory is not None
+    assert rows(first) == uncached  # misses
+    stats = first.stats()
+    assert stats["bypassed"] == 0 and stats["misses"] == stats["stored"] > 0 and stats["memory_hits"] > 0
+    assert rows(first) == uncached  # memory hits
+    second = with_oracle_cache(oracle, provenance, directory=tmp_path)
+    assert isinstance(second, CachedOracle)
+    assert rows(second) == uncached  # disk hits
+    assert second.stats()["misses"] == 0 and second.stats()["disk_hits"] == stats["stored"]
+    kinds = {p.name.split("-", 2)[1] if p.name.startswith("sparse-") else "" for p in first.directory.iterdir()}
+    assert {"layout", "workspace", "mask", "remap", "prefill"} <= kinds
+
+
+def test_sparse_hits_are_the_fresh_answers_bit_for_bit(
+    oracle: Port, provenance: dict[str, Any], tmp_path: Path
+) -> None:
+    """A sparse layout comes back equal and of the same types; a mask, a remap and
+    a sparse prefill as the same tensors (dtype, shape, strides, bits)."""
+    from harness.cases.sparse_inputs import materialise_topk
+    from harness.kernels.sparse_prefill import materialise_sparse_prefill
+
+    suite = sparse_sample()
+    kernels = kernels_for("cpu")
+    l3 = next(c for c in suite.sparse_cases if c.numeric is not None and oracle.plan_sparse(c).route != "mqa")  # type: ignore[attr-defined]
+    questions: list[Callable[[Any], Any]] = [
+        *[lambda side, c=c: side.plan_sparse(c) for c in suite.sparse_cases],
+        *[lambda side, c=c: side.sparse_workspace_size(c) for c in suite.sparse_workspace_configs],
+        *[lambda side, m=m: side.build_topk_mask(m, materialise_topk(m)) for m in suite.mask_cases],
+        *[lambda side, m=m: side.remap_topk(m, materialise_topk(m)) for m in suite.mask_cases],
+        lambda side: side.sparse_prefill(l3, materialise_sparse_prefill(l3, "cpu"), kernels),
+    ]
+    fresh = [ask_or_error(q, oracle) for q in questions]
+    first = with_oracle_cache(oracle, provenance, directory=tmp_path)
+    for cache in (first, first, with_oracle_cache(oracle, provenance, directory=tmp_path)):  # miss, memory, disk
+        for question, answer in zip(questions, fresh, strict=True):
+            hit = ask_or_error(question, cache)
+            if isinstance(answer, Exception):
+                assert isinstance(hit, Exception) and error_line(hit) == error_line(answer)
+            elif isinstance(answer, SparseLayout):
+                assert type(hit) is SparseLayout and hit == answer and hit.to_json() == answer.to_json()
+                assert check_sparse_layout(hit) is hit
+            elif isinstance(answer, torch.Tensor):
+                same_answer([answer], [hit])
+            else:
+                same_answer(answer, hit)
+
+
+def ask_or_error(question: Callable[[Any], Any], side: Any) -> Any:
+    try:
+        return question(side)
+    except Exception as exc:
+        return exc
 
 
 def test_special_bit_patterns_order_and_strides_survive_memory_and_disk(tmp_path: Path) -> None:

@@ -54,9 +54,12 @@ from typing import Any
 
 import torch
 
+from harness.compare.sparse import check_sparse_layout
 from harness.kernels import SharedKernels
 from harness.kernels.numeric import MergeInputs, PrefillInputs
+from harness.kernels.sparse_prefill import SparsePrefillInputs
 from harness.model import Case, Layout, WorkspaceConfig
+from harness.model.sparse import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
 from harness.protocol.port import Port, check_layout, port_levels
 from harness.sides.oracle_cache_answers import (
     KeptError,
@@ -77,6 +80,7 @@ from harness.sides.oracle_cache_keys import (
     oracle_fingerprint,
 )
 from harness.sides.oracle_cache_store import (
+    JSON_KINDS,
     decode_json_entry,
     decode_tensor_entry,
     default_cache_directory,
@@ -178,7 +182,7 @@ class CachedOracle:
         with self._lock:
             return dict(self._counts)
 
-    # -- the oracle's four questions
+    # -- the oracle's questions: the dense levels' four, the sparse levels' five
 
     def plan_layout(self, case: Case) -> Layout:
         answer: Layout = self._answer("layout", lambda: canonical(case), lambda: self.wrapped.plan_layout(case))
@@ -190,10 +194,7 @@ class CachedOracle:
 
     def merge_states(self, inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]:
         def material() -> Any:
-            device = inputs.prefix_output.device if type(inputs.prefix_output) is torch.Tensor else None
-            if device is None:
-                raise Uncacheable("merge inputs without tensors")
-            return {"inputs": canonical(inputs), "environment": numeric_environment(device)}
+            return {"inputs": canonical(inputs), "environment": _environment_of(inputs.prefix_output, "merge")}
 
         merge = self.wrapped.merge_states  # type: ignore[attr-defined]
         answer: tuple[torch.Tensor, torch.Tensor] = self._answer("merge", material, lambda: merge(inputs))
@@ -201,18 +202,59 @@ class CachedOracle:
 
     def prefill(self, case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]:
         def material() -> Any:
-            device = inputs.q.device if type(inputs.q) is torch.Tensor else None
-            if device is None:
-                raise Uncacheable("prefill inputs without tensors")
             return {
                 "case": canonical(case),
                 "inputs": canonical(inputs),
                 "kernels": kernels_identity(kernels),
-                "environment": numeric_environment(device),
+                "environment": _environment_of(inputs.q, "prefill"),
             }
 
         prefill = self.wrapped.prefill  # type: ignore[attr-defined]
         answer: dict[str, torch.Tensor] = self._answer("prefill", material, lambda: prefill(case, inputs, kernels))
+        return answer
+
+    # The oracle's own method is looked up before any question is asked: an
+    # oracle without the level raises AttributeError, which is no answer to keep.
+
+    def plan_sparse(self, case: SparseCase) -> SparseLayout:
+        plan = self.wrapped.plan_sparse  # type: ignore[attr-defined]
+        answer: SparseLayout = self._answer("sparse-layout", lambda: canonical(case), lambda: plan(case))
+        return answer
+
+    def sparse_workspace_size(self, config: SparseWorkspaceConfig) -> int:
+        size = self.wrapped.sparse_workspace_size  # type: ignore[attr-defined]
+        answer: int = self._answer("sparse-workspace", lambda: canonical(config), lambda: size(config))
+        return answer
+
+    def build_topk_mask(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> torch.Tensor:
+        build = self.wrapped.build_topk_mask  # type: ignore[attr-defined]
+        answer: torch.Tensor = self._answer(
+            "sparse-mask", lambda: _topk_material(case, topk), lambda: build(case, topk)
+        )
+        return answer
+
+    def remap_topk(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> list[torch.Tensor]:
+        remap = self.wrapped.remap_topk  # type: ignore[attr-defined]
+        answer: list[torch.Tensor] = self._answer(
+            "sparse-remap", lambda: _topk_material(case, topk), lambda: remap(case, topk)
+        )
+        return answer
+
+    def sparse_prefill(
+        self, case: SparseCase, inputs: SparsePrefillInputs, kernels: SharedKernels
+    ) -> dict[str, torch.Tensor]:
+        def material() -> Any:
+            return {
+                "case": canonical(case),
+                "inputs": canonical(inputs),
+                "kernels": kernels_identity(kernels),
+                "environment": _environment_of(inputs.topk, "sparse prefill"),
+            }
+
+        prefill = self.wrapped.sparse_prefill  # type: ignore[attr-defined]
+        answer: dict[str, torch.Tensor] = self._answer(
+            "sparse-prefill", material, lambda: prefill(case, inputs, kernels)
+        )
         return answer
 
     # -- the cache
@@ -269,7 +311,11 @@ class CachedOracle:
             # Exact types (plain ints, bools and tuples) are what makes
             # Layout.to_json and _layout_of invert each other.
             return check_layout(answer)  # frozen, of tuples: safe to share
-        if kind == "workspace":
+        if kind == "sparse-layout":
+            # The runner checks the oracle's sparse layout itself, with its own
+            # message: one this check refuses is handed on unkept.
+            return check_sparse_layout(answer)  # frozen, of tuples: safe to share
+        if kind in ("workspace", "sparse-workspace"):
             if type(answer) is not int:
                 raise Uncacheable(f"a workspace size of type {type(answer).__qualname__}")
             return answer
@@ -277,8 +323,14 @@ class CachedOracle:
             if type(answer) is not tuple or len(answer) != 2:
                 raise Uncacheable("a merge answer that is not (output, lse)")
             return kept_tensors("tuple", [("output", answer[0]), ("lse", answer[1])])
+        if kind == "sparse-mask":
+            return kept_tensors("tensor", [("mask", answer)])
+        if kind == "sparse-remap":
+            if type(answer) is not list:
+                raise Uncacheable("a remap answer that is not a list")
+            return kept_tensors("list", [(str(i), t) for i, t in enumerate(answer)])
         if type(answer) is not dict:
-            raise Uncacheable("a prefill answer that is not a dict")
+            raise Uncacheable(f"a {kind} answer that is not a dict")
         return kept_tensors("dict", list(answer.items()))
 
     @staticmethod
@@ -309,7 +361,7 @@ class CachedOracle:
             return
         header = entry_header(self.fingerprint, item, kind)
         try:
-            if kind in ("layout", "workspace"):
+            if kind in JSON_KINDS:
                 data = encode_json_entry(header, kept)
             else:
                 data = encode_tensor_entry(header, kept)
@@ -319,7 +371,7 @@ class CachedOracle:
 
     def _path(self, kind: str, item: str) -> Path:
         assert self.directory is not None
-        suffix = ".json" if kind in ("layout", "workspace") else ".safetensors"
+        suffix = ".json" if kind in JSON_KINDS else ".safetensors"
         return self.directory / f"{kind}-{item}{suffix}"
 
     def _read(self, kind: str, item: str) -> Any:
@@ -336,12 +388,26 @@ class CachedOracle:
         header = entry_header(self.fingerprint, item, kind)
         try:
             data = unsealed(data)
-            if kind in ("layout", "workspace"):
+            if kind in JSON_KINDS:
                 return decode_json_entry(data, header)
             return decode_tensor_entry(data, header)
         except Exception:
             self._count("unreadable")
             return None
+
+
+def _environment_of(tensor: Any, what: str) -> dict[str, Any]:
+    """The numeric environment of the device ``tensor`` is on (Uncacheable for
+    inputs that are not plain tensors)."""
+    if type(tensor) is not torch.Tensor:
+        raise Uncacheable(f"{what} inputs without tensors")
+    return numeric_environment(tensor.device)
+
+
+def _topk_material(case: TopkMaskCase, topk: list[torch.Tensor]) -> Any:
+    if type(topk) is not list or not topk:
+        raise Uncacheable("top-k indices that are not a list of tensors")
+    return {"case": canonical(case), "topk": canonical(topk), "environment": _environment_of(topk[0], "top-k mask")}
 
 
 def with_oracle_cache(

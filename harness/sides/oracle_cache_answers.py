@@ -40,6 +40,8 @@ import torch
 from harness.sides.oracle_cache_keys import Uncacheable
 
 # Dtypes an entry file can hold (safetensors').
+# The forms an answer's tensors come back in (handed_out).
+TENSOR_FORMS = ("tuple", "dict", "tensor", "list")
 _STORED_DTYPES = {
     torch.float64: "F64",
     torch.float32: "F32",
@@ -78,7 +80,9 @@ class KeptError:
 
 @dataclass(frozen=True)
 class KeptTensors:
-    form: str  # "tuple" (merge_states) or "dict" (prefill)
+    # "tuple" (merge_states), "dict" (prefill, sparse_prefill), "tensor"
+    # (build_topk_mask) or "list" (remap_topk): TENSOR_FORMS.
+    form: str
     items: tuple[tuple[str, torch.Tensor], ...]
 
     @property
@@ -170,4 +174,9 @@ def handed_out(tensors: KeptTensors) -> Any:
     copies = [(name, fresh_copy(t, t.device, tuple(t.stride()))) for name, t in tensors.items]
     if tensors.form == "tuple":
         return tuple(t for _, t in copies)
+    if tensors.form == "tensor":
+        [(_, tensor)] = copies
+        return tensor
+    if tensors.form == "list":
+        return [t for _, t in copies]
     return dict(copies)

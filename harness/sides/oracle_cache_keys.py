@@ -20,7 +20,8 @@ Invariants:
   another pin, release, fingerprint or translation is another key.
 - The item digest is a SHA-256 over the item's kind and a canonical JSON of
   everything the answer depends on: the whole case or configuration (every
-  field, exact harness types only), and at L2 and L3 the input tensors
+  field, exact harness types only), and at L2 and L3 (the sparse levels' top-k
+  indices among them) the input tensors
   themselves (dtype, shape, strides, storage offset and every byte of their
   storage), the device and the numeric environment (torch's CPU capability
   and thread count, the GPU's name, ``TRITON_INTERPRET``), and at L3 the
@@ -56,12 +57,14 @@ import torch
 
 from harness.kernels import CpuKernels, CudaKernels, SharedKernels, kernels_untouched
 from harness.kernels.numeric import DcpInputs, MergeInputs, PrefillInputs, RankCache
+from harness.kernels.sparse_prefill import SparsePrefillInputs
 from harness.model import Case, MergeCase, NumericSpec, WorkspaceConfig
 from harness.model.dcp import OneProcessRanks
+from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 
 # Part of every key: a change to what an entry holds or how a key is made
 # starts a new folder instead of misreading the old one.
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The sources whose text decides what the oracle answers: the translation of
 # upstream into the harness's model, the inputs, the shared kernels, the pins
@@ -92,6 +95,10 @@ _DIGESTED_DATACLASSES: tuple[type, ...] = (
     MergeInputs,
     DcpInputs,
     RankCache,
+    SparseCase,
+    SparseWorkspaceConfig,
+    TopkMaskCase,
+    SparsePrefillInputs,
 )
 _KERNEL_TYPES: tuple[type, ...] = (CpuKernels, CudaKernels)
 

@@ -50,12 +50,16 @@ from typing import Any
 
 import torch
 
+from harness.compare.sparse import check_sparse_layout
 from harness.model import Chunk, Layout
+from harness.model.sparse import SparseLayout, sparse_layout_from_json
 from harness.protocol.port import check_layout
-from harness.sides.oracle_cache_answers import KeptError, KeptTensors, fresh_copy
+from harness.sides.oracle_cache_answers import TENSOR_FORMS, KeptError, KeptTensors, fresh_copy
 from harness.sides.oracle_cache_keys import CACHE_FORMAT
 
 ENVIRONMENT_VARIABLE = "PARITY_ORACLE_CACHE"
+# The kinds whose entries are JSON (every other kind's are safetensors).
+JSON_KINDS = ("layout", "workspace", "sparse-layout", "sparse-workspace")
 # A fingerprint's folder no run has opened for this long is deleted (prune_stale_folders).
 STALE_AFTER_S = 14 * 24 * 3600.0
 LAST_USED = ".last-used"
@@ -121,6 +125,8 @@ def encode_json_entry(header: dict[str, Any], answer: Any) -> bytes:
         payload["error"] = dataclasses.asdict(answer)
     elif isinstance(answer, Layout):
         payload["layout"] = answer.to_json()
+    elif isinstance(answer, SparseLayout):
+        payload["sparse_layout"] = answer.to_json()
     else:
         payload["value"] = answer
     # Insertion order is fixed, so equal answers are equal bytes without sorting.
@@ -135,6 +141,12 @@ def decode_json_entry(data: bytes, header: dict[str, Any]) -> Any:
         return KeptError(**payload["error"])
     if header["kind"] == "layout":
         return check_layout(_layout_of(payload["layout"]))
+    if header["kind"] == "sparse-layout":
+        # The route's fields through the checked decoder; the chunks, which are
+        # most of it, through the store's own (as a dense layout's).
+        fields = payload["sparse_layout"]
+        sparse = sparse_layout_from_json({**fields, "layout": {"chunks": [], "empty_token_slices": []}})
+        return check_sparse_layout(dataclasses.replace(sparse, layout=check_layout(_layout_of(fields["layout"]))))
     value = payload["value"]
     if type(value) is not int:
         raise ValueError("the entry's value is not an int")
@@ -186,7 +198,7 @@ def decode_tensor_entry(data: bytes, header: dict[str, Any]) -> KeptTensors | Ke
     if "error" in entry:
         return KeptError(**entry["error"])
     listed = entry["tensors"]
-    if sorted(name for name, _, _ in listed) != sorted(loaded) or entry["form"] not in ("tuple", "dict"):
+    if sorted(name for name, _, _ in listed) != sorted(loaded) or entry["form"] not in TENSOR_FORMS:
         raise ValueError("the entry's tensors are not the ones it lists")
     items = tuple((name, fresh_copy(loaded[name], device, tuple(stride))) for name, device, stride in listed)
     return KeptTensors(entry["form"], items)
