@@ -39,13 +39,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def oracle() -> Any:
-    from oracle.environment import prepare_cpu_environment
-
-    prepare_cpu_environment()
-    from oracle.side import OracleSide
-
-    return OracleSide()
+def oracle(cached_oracle: Any) -> Any:
+    """The pinned oracle behind the session's oracle cache: the L3 items these
+    tests share (ci's first sparse L3 batches) are asked of it once."""
+    return cached_oracle
 
 
 def _run(oracle: Any, port: Any, item: SparseCase) -> Any:
