@@ -22,6 +22,14 @@ from harness.sides.items import CaseResult
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def as_from_a_terminal() -> None:
+    """A child's SIGINT as a terminal's foreground command has it (Ctrl-C ends
+    it), whoever started the tests: a shell's background job, ``nohup`` or a CI
+    runner may have set it ignored, which every child inherits and a Python
+    process then keeps."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def parity_process(*argv: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "harness", *argv],
@@ -29,6 +37,7 @@ def parity_process(*argv: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
 
 

@@ -29,7 +29,7 @@ from harness.protocol.port import Port
 from harness.sides.pool import PoolStartError, Task, WorkerPool
 from harness.sides.pool_worker import WorkerSides, WorkerSpec
 from tests.fault_ports import HangingPort, RaisingPort, SlowPort
-from tests.test_cli_interfaces import signal_state
+from tests.test_cli_interfaces import as_from_a_terminal, signal_state
 
 # They pass --jobs or read the machine's cores: every core, not one xdist worker's (conftest).
 pytestmark = pytest.mark.all_cores
@@ -182,7 +182,7 @@ def test_ctrl_c_keeps_finished_rows_and_leaves_no_worker(tmp_path: Path) -> None
             "--jobs", "2", "--results", str(rows)]  # fmt: skip
     env = {**os.environ, PID_FILE: str(pids)}
     proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_from_a_terminal)  # fmt: skip
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         # Some rows written and both workers at work.
