@@ -36,7 +36,20 @@ def test_byte_identical_results_across_runs_and_hash_seeds(tmp_path: Path) -> No
 
 def test_sigkill_leaves_readable_rows_and_resume_finishes(tmp_path: Path) -> None:
     rows = tmp_path / "rows.jsonl"
-    argv = ["run", "--suite", "ci", "--level", "layout", "--port", "per_request", "--results", str(rows)]
+    # A quarter of ci's layout items: enough rows to kill the run among them.
+    argv = [
+        "run",
+        "--suite",
+        "ci",
+        "--level",
+        "layout",
+        "--shard",
+        "1/4",
+        "--port",
+        "per_request",
+        "--results",
+        str(rows),
+    ]
     proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 180

@@ -145,15 +145,15 @@ def _kills(rows: list[Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def test_the_reach_pass_changes_no_kill(oracle: Port) -> None:
+def test_the_reach_pass_changes_no_kill(cached_oracle: Port) -> None:
     """Run exhaustively and with the reach pass, the smoke suite's matrix for one
     mutant of each kind of fault site is the same: the same item kills each at
     each level after the same number of items, the same survive; and the reach
     pass did skip items (so the comparison is not of two exhaustive runs)."""
     suite, levels = load_suite("smoke"), ("layout", "merge", "prefill")
     mutants = [MUTANTS[name]() for name in SAMPLE]
-    guided = kill_matrix(oracle, mutants, suite, levels, CpuKernels(), probe=fault_probe)
-    exhaustive = kill_matrix(oracle, mutants, suite, levels, CpuKernels())
+    guided = kill_matrix(cached_oracle, mutants, suite, levels, CpuKernels(), probe=fault_probe)
+    exhaustive = kill_matrix(cached_oracle, mutants, suite, levels, CpuKernels())
     assert _kills(guided) == _kills(exhaustive)
     assert [row.decided for row in guided] == [row.decided for row in exhaustive]
     assert all(row.ran == row.decided for row in exhaustive)

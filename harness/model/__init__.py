@@ -226,7 +226,7 @@ def chunk_from_json(data: Any, max_rows: int | None = None) -> Chunk:
             if max_rows is not None and total > max_rows:
                 allowed = f"more than the {max_rows} the case allows it"
                 raise ValueError(f"chunk field {name!r} runs to {total} rows, {allowed}")
-            values[name] = tuple(v for v, count in value for _ in range(count))
+            values[name] = expanded_runs(value)
         elif name == "local_context_lens_allranks":
             if not isinstance(value, list):
                 raise ValueError(f"chunk field {name!r} must be a list of lists")
@@ -266,6 +266,12 @@ def layout_from_json(data: Any, max_rows: int | None = None, max_chunks: int | N
                 raise ValueError(f"the layout's token_to_seq fields run to more than the case's {max_rows} rows")
         chunks.append(chunk)
     return Layout(tuple(chunks), pairs)
+
+
+def expanded_runs(runs: list[list[int]]) -> tuple[int, ...]:
+    """The values :func:`run_length` encoded, in order (expanded in C: a chunk
+    holds tens of thousands of row indices, a ci run millions)."""
+    return tuple(itertools.chain.from_iterable(itertools.repeat(value, count) for value, count in runs))
 
 
 def run_length(values: tuple[int, ...] | list[int]) -> list[list[int]]:

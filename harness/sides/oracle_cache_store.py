@@ -38,7 +38,6 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
-import itertools
 import json
 import os
 import shutil
@@ -51,7 +50,7 @@ from typing import Any
 import torch
 
 from harness.compare.sparse import check_sparse_layout
-from harness.model import Chunk, Layout
+from harness.model import Chunk, Layout, expanded_runs
 from harness.model.sparse import SparseLayout, sparse_layout_from_json
 from harness.protocol.port import check_layout
 from harness.sides.oracle_cache_answers import TENSOR_FORMS, KeptError, KeptTensors, fresh_copy
@@ -77,10 +76,6 @@ def default_cache_directory() -> Path:
 
 def entry_header(fingerprint: str, item: str, kind: str) -> dict[str, Any]:
     return {"format": CACHE_FORMAT, "fingerprint": fingerprint, "item": item, "kind": kind}
-
-
-def _expanded(runs: list[list[int]]) -> tuple[int, ...]:
-    return tuple(itertools.chain.from_iterable(itertools.repeat(value, count) for value, count in runs))
 
 
 def _layout_of(data: dict[str, Any]) -> Layout:
@@ -111,7 +106,7 @@ def _chunk_decoders() -> tuple[tuple[str, Callable[[Any], Any] | None], ...]:
     decoders: list[tuple[str, Callable[[Any], Any] | None]] = []
     for name in Chunk.field_names():
         if name.endswith("token_to_seq"):
-            decoders.append((name, _expanded))
+            decoders.append((name, expanded_runs))
         elif name == "local_context_lens_allranks":
             decoders.append((name, _ranks))
         else:
