@@ -124,18 +124,23 @@ def pytest_configure(config: pytest.Config) -> None:
 # The longest tests (pytest --durations, docs/figures.md) start first, so that
 # pytest-xdist's workers end together instead of one waiting on a long tail.
 LONGEST_FIRST = (
-    "tests/test_mutants.py::test_ci_kills_every_mutant",
-    "tests/test_mutants.py::test_smoke_kills_every_mutant_but_the_wide_ones",
     "tests/test_external.py::test_cpp_port_is_at_parity_at_every_level_on_ci",
-    "tests/test_determinism.py::test_byte_identical_results_across_runs_and_hash_seeds",
-    "tests/test_determinism.py::test_sigkill_leaves_readable_rows_and_resume_finishes",
     "tests/test_reproduce_shell.py",
+    "tests/test_mutants.py::test_ci_kills_every_mutant",
+    "tests/test_determinism.py::test_sigkill_leaves_readable_rows_and_resume_finishes",
+    "tests/test_nightly.py::test_report_and_history",
+    "tests/test_determinism.py::test_byte_identical_results_across_runs_and_hash_seeds",
+    "tests/test_readme_commands.py::test_make_gate_installs_the_console_script_and_runs_the_ci_gate",
+    "tests/test_mutant_reach.py::test_the_reach_pass_changes_no_kill",
+    "tests/test_numeric.py::test_per_request_bit_exact_on_every_ci_prefill_case",
     "tests/test_own_port_recipe.py::test_the_recipe_runs_as_written",
     "tests/test_report_browser.py",
-    "tests/test_mutant_reach.py::test_the_reach_pass_changes_no_kill",
+    "tests/test_sparse_prefill.py::test_equal_share_sparse_l3_matches_0_27_1",
+    "tests/test_bounded_work.py",
+    "tests/test_nightly.py::test_interrupted_run_leaves_incomplete_report",
+    "tests/test_jobs.py::test_gate_writes_the_same_outputs_for_any_jobs",
     "tests/test_jobs.py::test_run_writes_the_same_results_and_json_for_any_jobs",
-    "tests/test_gate.py::test_two_shards_merged_equal_one_run",
-    "tests/test_readme_commands.py::test_make_gate_installs_the_console_script_and_runs_the_ci_gate",
+    "tests/test_mutants.py::test_smoke_kills_every_mutant_but_the_wide_ones",
 )
 
 
