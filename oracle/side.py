@@ -3,6 +3,8 @@ sizing, called (never copied) and translated into the harness's data model."""
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig
@@ -40,6 +42,17 @@ class SparseSideMixin:
 
             self._sparse_oracle = SparseOracle(self)
         return self._sparse_oracle
+
+    def sparse_source_digest(self) -> str:
+        """SHA-256 over the installed source files of the vLLM modules the sparse
+        path runs (its backend and the MLA module). The pin's fingerprints cover
+        the dense symbols only: the oracle cache keeps sparse answers on disk
+        under these bytes, so an edited or reinstalled sparse backend is another key."""
+        sparse = self._sparse()
+        digest = hashlib.sha256()
+        for module in (sparse.sparse, sparse.mla):
+            digest.update(module.__name__.encode() + b"\0" + Path(module.__file__).read_bytes() + b"\0")
+        return digest.hexdigest()
 
     def plan_sparse(self, case: SparseCase) -> SparseLayout:
         layout: SparseLayout = self._sparse().plan(case)

@@ -28,7 +28,7 @@ from harness.model.sparse import SparseLayout
 from harness.protocol.port import Port
 from harness.sides.oracle_cache import CachedOracle, with_oracle_cache
 from harness.sides.oracle_cache_answers import CachedOracleError
-from harness.sides.oracle_cache_keys import CACHE_FORMAT
+from harness.sides.oracle_cache_keys import CACHE_FORMAT, oracle_fingerprint, sparse_sources
 from harness.sides.oracle_cache_store import LAST_USED, prune_stale_folders
 from harness.sides.runner import run_items
 from tests.oracle_cache_fakes import (
@@ -280,6 +280,49 @@ def test_sparse_hits_are_the_fresh_answers_bit_for_bit(
                 same_answer([answer], [hit])
             else:
                 same_answer(answer, hit)
+
+
+class SparseWithoutSources:
+    """The pinned oracle's sparse layouts from an oracle that cannot name the
+    vLLM sources its sparse path runs (as a served release cannot)."""
+
+    name = "oracle"
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def plan_layout(self, case: Case) -> Layout:
+        return self.inner.plan_layout(case)  # type: ignore[no-any-return]
+
+    def workspace_size(self, config: WorkspaceConfig) -> int:
+        return self.inner.workspace_size(config)  # type: ignore[no-any-return]
+
+    def plan_sparse(self, case: Any) -> SparseLayout:
+        return self.inner.plan_sparse(case)  # type: ignore[no-any-return]
+
+    def sparse_workspace_size(self, config: Any) -> int:
+        return self.inner.sparse_workspace_size(config)  # type: ignore[no-any-return]
+
+
+def test_sparse_answers_reach_disk_only_under_the_sparse_sources(
+    oracle: Port, provenance: dict[str, Any], tmp_path: Path
+) -> None:
+    """The pin fingerprints the dense symbols only: the installed sparse backend's
+    source files are part of the fingerprint, and an oracle that cannot name
+    them keeps its sparse answers in memory (a later run asks afresh)."""
+    case = sparse_sample().sparse_cases[0]
+    digest = oracle.sparse_source_digest()  # type: ignore[attr-defined]
+    assert sparse_sources(oracle) == digest and len(digest) == 64
+    assert oracle_fingerprint(oracle, provenance, digest) != oracle_fingerprint(oracle, provenance, "0" * 64)
+    blind = SparseWithoutSources(oracle)
+    assert sparse_sources(blind) is None
+    for run in range(2):
+        cache = with_oracle_cache(blind, provenance, directory=tmp_path)
+        assert isinstance(cache, CachedOracle) and cache.directory is not None
+        cache.plan_sparse(case)
+        cache.plan_layout(smoke("zero-all"))
+        assert cache.stats()["misses"] == (2 if run == 0 else 1), run  # the layout from disk, the sparse one afresh
+        assert not [p for p in cache.directory.iterdir() if p.name.startswith("sparse-")]
 
 
 def ask_or_error(question: Callable[[Any], Any], side: Any) -> Any:

@@ -27,6 +27,9 @@ Invariants:
   nothing a caller does to them reaches the store. Every layout
   :meth:`CachedOracle.plan_layout` returns has passed
   :func:`harness.protocol.port.check_layout` (``returns_checked_layouts``).
+- The sparse levels' answers go to disk only when the oracle names the vLLM
+  sources its sparse path runs (they are part of the fingerprint,
+  :func:`~harness.sides.oracle_cache_keys.sparse_sources`); otherwise in memory only.
 - Another pin, release, fingerprint or translation is another key
   (:func:`~harness.sides.oracle_cache_keys.oracle_fingerprint`). An oracle run
   with its fingerprints overridden (``--allow-oracle-drift``) is kept in memory
@@ -78,6 +81,7 @@ from harness.sides.oracle_cache_keys import (
     kernels_identity,
     numeric_environment,
     oracle_fingerprint,
+    sparse_sources,
 )
 from harness.sides.oracle_cache_store import (
     JSON_KINDS,
@@ -145,8 +149,13 @@ class CachedOracle:
         fingerprint: str,
         directory: Path | None,
         memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
+        *,
+        sparse_on_disk: bool = False,
     ) -> None:
         self.wrapped = oracle
+        # Whether the fingerprint holds the sparse path's vLLM sources
+        # (harness.sides.oracle_cache_keys.sparse_sources): without, sparse answers stay in memory.
+        self.sparse_on_disk = sparse_on_disk
         self.name = oracle.name
         self.fingerprint = fingerprint
         # None: memory only.
@@ -357,7 +366,7 @@ class CachedOracle:
     def _keep(self, kind: str, item: str, key: str, kept: Any) -> None:
         self._remember(key, kept)
         self._count("stored")
-        if self.directory is None:
+        if not self._on_disk(kind):
             return
         header = entry_header(self.fingerprint, item, kind)
         try:
@@ -369,6 +378,9 @@ class CachedOracle:
         except Exception:
             self._count("write_failures")
 
+    def _on_disk(self, kind: str) -> bool:
+        return self.directory is not None and (self.sparse_on_disk or not kind.startswith("sparse-"))
+
     def _path(self, kind: str, item: str) -> Path:
         assert self.directory is not None
         suffix = ".json" if kind in JSON_KINDS else ".safetensors"
@@ -376,7 +388,7 @@ class CachedOracle:
 
     def _read(self, kind: str, item: str) -> Any:
         """The disk entry's answer, or None (missing, or unreadable: counted)."""
-        if self.directory is None:
+        if not self._on_disk(kind):
             return None
         try:
             data = self._path(kind, item).read_bytes()
@@ -425,13 +437,14 @@ def with_oracle_cache(
     says the fingerprints were overridden, or it is not plain JSON."""
     if not enabled:
         return oracle
+    sparse = sparse_sources(oracle)
     try:
-        fingerprint = oracle_fingerprint(oracle, provenance)
+        fingerprint = oracle_fingerprint(oracle, provenance, sparse)
     except (TypeError, ValueError):
         fingerprint, memory_only = "unfingerprinted", True
     on_disk = not memory_only and not drift_overridden(provenance)
     folder = (directory or default_cache_directory()) if on_disk else None
-    cached = CachedOracle(oracle, fingerprint, folder, memory_limit_bytes)
+    cached = CachedOracle(oracle, fingerprint, folder, memory_limit_bytes, sparse_on_disk=sparse is not None)
     if cached.directory is not None:
         prune_stale_folders(cached.directory)
     return cached

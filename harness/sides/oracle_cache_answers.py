@@ -1,7 +1,8 @@
 """What the oracle cache keeps of an answer, and how a hit hands it back.
 
-An answer is kept as itself (a layout, an ``int``), as :class:`KeptTensors`
-(the store's own copies of a merge's or a prefill's tensors) or as
+An answer is kept as itself (a layout, a sparse layout, an ``int``), as
+:class:`KeptTensors` (the store's own copies of the tensors of a merge, a
+prefill, a sparse prefill, a top-k mask or a remap) or as
 :class:`KeptError` (what the oracle raised). :func:`kept_tensors` and
 :func:`kept_error` make the kept forms; :func:`handed_out` and
 :func:`rebuilt_error` turn them back into what the oracle returned or raised.
@@ -9,7 +10,8 @@ An answer is kept as itself (a layout, an ``int``), as :class:`KeptTensors`
 Invariants:
 
 - A hit is the fresh answer, bit for bit: a layout equal to the oracle's (and
-  of the same types, :func:`harness.protocol.port.check_layout`), the same ``int``, and
+  of the same types, :func:`harness.protocol.port.check_layout`; a sparse layout
+  :func:`harness.compare.sparse.check_sparse_layout`), the same ``int``, and
   tensors of the same dtype, shape, strides (when dense), device, names in the
   same order and bit patterns (NaN payloads, -0.0 and infinities included).
   Every hit returns new tensors (:func:`handed_out`, :func:`fresh_copy`):
@@ -39,9 +41,9 @@ import torch
 
 from harness.sides.oracle_cache_keys import Uncacheable
 
-# Dtypes an entry file can hold (safetensors').
 # The forms an answer's tensors come back in (handed_out).
 TENSOR_FORMS = ("tuple", "dict", "tensor", "list")
+# Dtypes an entry file can hold (safetensors').
 _STORED_DTYPES = {
     torch.float64: "F64",
     torch.float32: "F32",
@@ -57,13 +59,31 @@ _STORED_DTYPES = {
 # Errors that say something about the moment, not the item.
 _TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (OSError, MemoryError)
 _TRANSIENT_ERROR_NAMES = frozenset(
-    {"OracleProcessError", "OutOfMemoryError", "ExternalPortError", "PortTimeout", "AcceleratorError"}
+    # OracleUnavailable: an import of the oracle failed (an environment being set up).
+    {
+        "OracleProcessError",
+        "OutOfMemoryError",
+        "ExternalPortError",
+        "PortTimeout",
+        "AcceleratorError",
+        "OracleUnavailable",
+    }
 )
 # A RuntimeError with one of these in its message is the machine's state, not the
 # oracle's answer: a CPU allocation that failed, or a CUDA context a port broke.
 _TRANSIENT_MESSAGES = ("allocate memory", "out of memory", "CUDA error", "illegal memory access", "Unable to allocate")
 # The names of _TRANSIENT_ERRORS' classes, as a wrapper's message (a repr) shows them.
-_TRANSIENT_BUILTIN_NAMES = frozenset({"MemoryError", "OSError", "FileNotFoundError", "PermissionError", "TimeoutError"})
+_TRANSIENT_BUILTIN_NAMES = frozenset(
+    {
+        "MemoryError",
+        "OSError",
+        "FileNotFoundError",
+        "PermissionError",
+        "TimeoutError",
+        "ImportError",
+        "ModuleNotFoundError",
+    }
+)
 
 
 class CachedOracleError(Exception):

@@ -13,7 +13,9 @@ Invariants:
   commit, installed version and commit id, every fingerprint status, a served
   release's own Python, torch, Triton and numpy versions; nothing a command
   adds about its run), the release's pin file,
-  the oracle's class, the Python, torch and Triton versions, and the text of
+  the oracle's class, the installed source files of the vLLM modules its sparse
+  path runs (:func:`sparse_sources`; None when it cannot say, and then no sparse
+  answer is kept on disk), the Python, torch and Triton versions, and the text of
   the harness's and the oracle's own sources (``harness/``, ``oracle/``,
   ``requirements/``; :data:`SOURCE_GLOBS`, rooted at :data:`REPO_ROOT`, so
   every module of ``harness/``, this one and the rest of the cache included):
@@ -141,8 +143,25 @@ def _pin_of(provenance: Mapping[str, Any]) -> Any:
     return load_pin(path) if path.is_file() else None
 
 
-def oracle_fingerprint(oracle: Any, provenance: Mapping[str, Any]) -> str:
-    """The first half of every key: who the oracle is (module docstring).
+def sparse_sources(oracle: Any) -> str | None:
+    """The oracle's digest of the vLLM sources its sparse path runs
+    (``sparse_source_digest``), or None for an oracle that cannot say (a served
+    release, a fake, a sparse backend that does not import): the pin's
+    fingerprints cover the dense symbols only, so without it the sparse levels'
+    answers are kept in memory only (:class:`~harness.sides.oracle_cache.CachedOracle`)."""
+    digest = getattr(oracle, "sparse_source_digest", None)
+    if not callable(digest):
+        return None
+    try:
+        value = digest()
+    except Exception:
+        return None
+    return value if type(value) is str else None
+
+
+def oracle_fingerprint(oracle: Any, provenance: Mapping[str, Any], sparse: str | None = None) -> str:
+    """The first half of every key: who the oracle is (module docstring), and
+    ``sparse``, the digest of the sources its sparse path runs (:func:`sparse_sources`).
     Raises ``TypeError``/``ValueError`` for a provenance that is not plain JSON."""
     # The oracle's numeric code loads on its first merge or prefill: load it now,
     # so the sources hashed below are the ones it runs.
@@ -155,6 +174,7 @@ def oracle_fingerprint(oracle: Any, provenance: Mapping[str, Any]) -> str:
         "provenance": {key: provenance[key] for key in IDENTITY_KEYS if key in provenance},
         "pin": _pin_of(provenance),
         "sources": sources_digest(),
+        "sparse_sources": sparse,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "triton": _package_version("triton"),

@@ -12,9 +12,10 @@ costs oracle calls. A fingerprint's folder that no run has opened for
 :data:`STALE_AFTER_S` (two weeks) is deleted by the next run that opens the
 cache (:func:`prune_stale_folders`).
 
-An entry is JSON (a layout, a workspace size or an error:
-:func:`encode_json_entry`) or safetensors (a merge's or a prefill's tensors, or
-an error: :func:`encode_tensor_entry`), its header naming its own key
+An entry is JSON (a layout, a sparse layout, a workspace size or an error:
+:func:`encode_json_entry`; the kinds of :data:`JSON_KINDS`) or safetensors (the
+tensors of a merge, a prefill, a sparse prefill, a top-k mask or a remap, or an
+error: :func:`encode_tensor_entry`), its header naming its own key
 (:func:`entry_header`), sealed by its SHA-256 (:func:`sealed`).
 
 Invariants:
