@@ -58,7 +58,8 @@ def test_sigkill_leaves_readable_rows_and_resume_finishes(tmp_path: Path) -> Non
             break
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    # Killed mid-run, not reaped after a run that had already finished.
+    assert proc.wait() == -signal.SIGKILL
     lines = rows.read_text().splitlines()
     assert 500 < len(lines)
     header = json.loads(lines[0])["header"]
@@ -71,6 +72,7 @@ def test_sigkill_leaves_readable_rows_and_resume_finishes(tmp_path: Path) -> Non
     fresh_rows = tmp_path / "fresh.jsonl"
     fresh = parity(*argv[:-1], str(fresh_rows))
     assert fresh.returncode == 0
+    assert len(lines) - 1 < len(fresh_rows.read_text().splitlines()) - 1  # the kill left rows to resume
     resumed_records = sorted(rows.read_text().splitlines()[1:], key=lambda line: json.loads(line)["index"])
     assert resumed_records == fresh_rows.read_text().splitlines()[1:]
     summary = [line for line in resumed.stdout.splitlines() if line.startswith(("parity ", "  layout"))]
