@@ -210,16 +210,10 @@ class CachedOracle:
         return answer
 
     def prefill(self, case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]:
-        def material() -> Any:
-            return {
-                "case": canonical(case),
-                "inputs": canonical(inputs),
-                "kernels": kernels_identity(kernels),
-                "environment": _environment_of(inputs.q, "prefill"),
-            }
-
         prefill = self.wrapped.prefill  # type: ignore[attr-defined]
-        answer: dict[str, torch.Tensor] = self._answer("prefill", material, lambda: prefill(case, inputs, kernels))
+        answer: dict[str, torch.Tensor] = self._answer(
+            "prefill", lambda: _l3_material(case, inputs, kernels, inputs.q), lambda: prefill(case, inputs, kernels)
+        )
         return answer
 
     # The oracle's own method is looked up before any question is asked: an
@@ -252,17 +246,11 @@ class CachedOracle:
     def sparse_prefill(
         self, case: SparseCase, inputs: SparsePrefillInputs, kernels: SharedKernels
     ) -> dict[str, torch.Tensor]:
-        def material() -> Any:
-            return {
-                "case": canonical(case),
-                "inputs": canonical(inputs),
-                "kernels": kernels_identity(kernels),
-                "environment": _environment_of(inputs.topk, "sparse prefill"),
-            }
-
         prefill = self.wrapped.sparse_prefill  # type: ignore[attr-defined]
         answer: dict[str, torch.Tensor] = self._answer(
-            "sparse-prefill", material, lambda: prefill(case, inputs, kernels)
+            "sparse-prefill",
+            lambda: _l3_material(case, inputs, kernels, inputs.prefill.q),
+            lambda: prefill(case, inputs, kernels),
         )
         return answer
 
@@ -414,6 +402,18 @@ def _environment_of(tensor: Any, what: str) -> dict[str, Any]:
     if type(tensor) is not torch.Tensor:
         raise Uncacheable(f"{what} inputs without tensors")
     return numeric_environment(tensor.device)
+
+
+def _l3_material(case: Any, inputs: Any, kernels: SharedKernels, queries: Any) -> Any:
+    """An L3 question's key material (dense or sparse): the whole case, every
+    input tensor, the shared kernels, and the environment of the device the
+    queries are on."""
+    return {
+        "case": canonical(case),
+        "inputs": canonical(inputs),
+        "kernels": kernels_identity(kernels),
+        "environment": _environment_of(queries, "prefill"),
+    }
 
 
 def _topk_material(case: TopkMaskCase, topk: list[torch.Tensor]) -> Any:
