@@ -79,6 +79,7 @@ OPTIONS_NEEDING_A_SUITE = (
     "--parity-baseline",
     "--parity-allow-oracle-drift",
     "--parity-device",
+    "--parity-no-oracle-cache",
 )
 
 
@@ -105,6 +106,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--parity-allow-oracle-drift", action="store_true", default=None, help="run despite fingerprint drift"
     )
     group.addoption("--parity-device", help="where L2 and L3 run: cpu or cuda (default cpu)")
+    group.addoption(
+        "--parity-no-oracle-cache",
+        action="store_true",
+        default=None,
+        help="ask the oracle afresh: neither read nor write the oracle cache (as parity's --no-oracle-cache)",
+    )
 
 
 def _option(config: pytest.Config, option: str) -> Any:
@@ -328,7 +335,10 @@ class _Session:
         self.device: str = _option(config, "--parity-device")
         try:
             self.kernels = select_device(self.device)
-            self.oracle, self.provenance = open_oracle(bool(config.getoption("--parity-allow-oracle-drift")))
+            self.oracle, self.provenance = open_oracle(
+                bool(config.getoption("--parity-allow-oracle-drift")),
+                cache=not config.getoption("--parity-no-oracle-cache"),
+            )
         except UsageError as exc:
             raise pytest.UsageError(str(exc)) from None
         self.port, self.timeout_s = plan.port, plan.timeout_s

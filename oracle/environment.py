@@ -10,10 +10,12 @@ imports vLLM through :func:`import_vllm_module`, never directly.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 import sys
 import warnings
+from pathlib import Path
 from types import ModuleType
 
 CPU_ENVIRONMENT = {
@@ -48,6 +50,11 @@ def use_device(device: str) -> None:
     _device = device
 
 
+def selected_device() -> str:
+    """The recipe :func:`use_device` selected ("cpu" unless told)."""
+    return _device
+
+
 class OracleUnavailable(Exception):
     """The pinned vLLM cannot be imported; the message is one line."""
 
@@ -74,6 +81,19 @@ def prepare_environment() -> None:
         prepare_cpu_environment()
     else:
         os.environ.update(GPU_ENVIRONMENT)
+
+
+def module_source_file(name: str) -> Path:
+    """The source file importing the vLLM module ``name`` would run, found without
+    importing anything (vLLM's packages do not rewrite their ``__path__``)."""
+    spec = importlib.util.find_spec(name.partition(".")[0])
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if len(locations) == 1:
+        base = Path(locations[0]).joinpath(*name.split(".")[1:])
+        for candidate in (base.parent / f"{base.name}.py", base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    raise OracleUnavailable(f"cannot find the source of {name} in the installed vLLM")
 
 
 def import_vllm_module(name: str) -> ModuleType:

@@ -3,8 +3,8 @@ sizing, called (never copied) and translated into the harness's data model."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from harness.kernels import SharedKernels
     from harness.kernels.numeric import MergeInputs, PrefillInputs
     from harness.kernels.sparse_prefill import SparsePrefillInputs
-from oracle.environment import import_vllm_module
+from oracle.environment import import_vllm_module, module_source_file
 from oracle.pin import MLA
 from oracle.vllm_config import workspace_vllm_config
 
@@ -48,10 +48,12 @@ class SparseSideMixin:
         path runs (its backend and the MLA module). The pin's fingerprints cover
         the dense symbols only: the oracle cache keeps sparse answers on disk
         under these bytes, so an edited or reinstalled sparse backend is another key."""
-        sparse = self._sparse()
+        from oracle.sparse import SPARSE
+
+        # Found, not imported: a run answered from the cache never imports vLLM.
         digest = hashlib.sha256()
-        for module in (sparse.sparse, sparse.mla):
-            digest.update(module.__name__.encode() + b"\0" + Path(module.__file__).read_bytes() + b"\0")
+        for module in (SPARSE, MLA):
+            digest.update(module.encode() + b"\0" + module_source_file(module).read_bytes() + b"\0")
         return digest.hexdigest()
 
     def plan_sparse(self, case: SparseCase) -> SparseLayout:
@@ -86,10 +88,15 @@ class OracleSide(SparseSideMixin):
     name = "oracle"
 
     def __init__(self) -> None:
-        self._mla = import_vllm_module(MLA)
         self._torch = import_vllm_module("torch")
         # The layout never touches the workspace tensor; a stub stands in for it.
         self._workspace_stub = self._torch.empty(0)
+
+    @functools.cached_property
+    def _mla(self) -> Any:
+        # Imported on the first question: a run answered from the oracle cache
+        # never imports vLLM (oracle.pin_record checks the pin without it).
+        return import_vllm_module(MLA)
 
     def upstream_metadata(self, case: Case) -> Any:
         """Upstream's ``ChunkedContextMetadata`` for ``case`` (None without context)."""

@@ -297,3 +297,19 @@ def test_an_external_port_that_plans_again_for_its_prefill_fails_the_session() -
                       "-p", "no:xdist")  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert "smoke/smoke-numeric-single-chunk[prefill]: its prefill request ran on another layout" in proc.stdout
+
+
+def test_the_plugin_answers_from_the_oracle_cache_unless_told_not_to(tmp_path: Path) -> None:
+    """As the CLI: the oracle cache on by default, ``--parity-no-oracle-cache``
+    neither reads nor writes it; the items' outcomes are the same."""
+    outcomes = []
+    for flags, cache in (([], tmp_path / "on"), (["--parity-no-oracle-cache"], tmp_path / "off")):
+        env = {**os.environ, "PARITY_ORACLE_CACHE": str(cache)}
+        junit = tmp_path / f"{cache.name}.xml"
+        proc = run_pytest("--parity-suite", "smoke", "--parity-level", "layout", "-k", "giant",
+                          "--junitxml", str(junit), *flags, env=env)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-2000:]
+        outcomes.append(sorted(c.get("name") or "" for c in ET.parse(junit).getroot().iter("testcase")))
+        entries = [p for p in cache.rglob("*") if p.is_file()] if cache.exists() else []
+        assert bool(entries) == (not flags), entries
+    assert outcomes[0] == outcomes[1] and len(outcomes[0]) >= 3

@@ -9,6 +9,7 @@ from typing import Any
 from harness.engine.errors import UsageError
 from harness.protocol.port import Port
 from harness.sides.loading import close_port
+from harness.sides.oracle_cache_store import default_cache_directory
 
 
 def open_oracle(
@@ -33,13 +34,17 @@ def open_oracle(
     pin = load_pin()
     release = None if oracle is None else release_of(oracle)
     if release is None or release == pin["release_version"]:
-        from oracle.pin import check_fingerprints, installed_version
+        from oracle.pin_record import checked_fingerprints
 
+        # With the cache, the check's record of this very installation (the
+        # bytes of vLLM's sources among its key) stands in for importing vLLM.
+        records = (Path(cache_dir) if cache_dir else default_cache_directory()) if cache else None
         try:
             from oracle.side import OracleSide
 
-            version, commit = installed_version()
-            statuses = [(s.symbol, s.status, s.expected, s.found) for s in check_fingerprints()]
+            checked = checked_fingerprints(records)
+            version, commit = checked.version, checked.commit
+            statuses = [(s.symbol, s.status, s.expected, s.found) for s in checked.statuses]
             side: Port = OracleSide()
         except OracleUnavailable as exc:
             raise UsageError(str(exc)) from None

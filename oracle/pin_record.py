@@ -1,0 +1,162 @@
+"""The fingerprint check, remembered for one installation of vLLM.
+
+Every start of the pinned oracle checks the installed release against its pin
+(:func:`oracle.pin.check_fingerprints`), which imports the vLLM modules the pin
+names: about five seconds, paid again by every process, even one whose every
+answer then comes from the oracle cache. :func:`checked_fingerprints` keeps the
+check's result in the oracle cache's folder, under the key of everything that
+result depends on, and a later start with the same key reads it back instead of
+importing vLLM.
+
+The key (:func:`installation_key`) holds:
+
+- the bytes of every Python file of the installed ``vllm`` package, found the
+  way ``import vllm`` would find it, without importing it: any edit or
+  reinstall of vLLM's sources is another key, and so is a package shadowing it
+  on ``sys.path``;
+- the pin's bytes;
+- the interpreter and the versions of torch and triton, the device recipe and
+  every ``VLLM_*`` variable: what selects among vLLM's definitions at import.
+
+Invariants a reader must keep:
+
+- for a key, the record holds exactly what :func:`~oracle.pin.check_fingerprints`
+  and :func:`~oracle.pin.installed_version` returned when they last ran under
+  it, "ok" or not; nothing else writes one;
+- a record that cannot be read or decoded is a miss (the check runs and the
+  record is written again), never a status;
+- with no folder (``--no-oracle-cache``), or with vLLM already imported in the
+  process (its live modules are what runs, and the check then costs little),
+  the check runs and nothing is recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from oracle.environment import OracleUnavailable, module_source_file, selected_device
+from oracle.pin import PIN_FILE, SymbolStatus, check_fingerprints, installed_version
+
+RECORD_FORMAT = 1
+# Beside the cache's format-N/<fingerprint> folders, which pruning alone touches.
+RECORDS = "fingerprint-checks"
+
+
+@dataclass(frozen=True)
+class CheckedPin:
+    """What the fingerprint check found: the installed release and every status."""
+
+    version: str
+    commit: str | None
+    statuses: tuple[SymbolStatus, ...]
+
+
+def installed_package_root() -> Path | None:
+    """The folder ``import vllm`` would load, found without importing it (None: no vLLM)."""
+    try:
+        return module_source_file("vllm").parent
+    except (OracleUnavailable, ImportError, ValueError):
+        return None
+
+
+def _version_of(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def installation_key(pin_path: Path = PIN_FILE) -> str | None:
+    """The digest of everything the check's result depends on (module docstring),
+    or None when vLLM's package cannot be found without importing it."""
+    root = installed_package_root()
+    if root is None:
+        return None
+    digest = hashlib.sha256()
+    context = {
+        "format": RECORD_FORMAT,
+        "package": str(root.resolve()),
+        "interpreter": sys.executable,
+        "python": sys.version,
+        "torch": _version_of("torch"),
+        "triton": _version_of("triton"),
+        "device": selected_device(),
+        "vllm_variables": sorted((k, v) for k, v in os.environ.items() if k.startswith("VLLM_")),
+    }
+    digest.update(json.dumps(context, sort_keys=True).encode() + b"\0")
+    digest.update(pin_path.read_bytes() + b"\0")
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _record_of(data: object) -> CheckedPin | None:
+    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
+        return None
+    try:
+        statuses = tuple(SymbolStatus(**status) for status in data["statuses"])
+        version, commit = data["version"], data["commit"]
+    except (KeyError, TypeError):
+        return None
+    if type(version) is not str or not (commit is None or type(commit) is str) or not statuses:
+        return None
+    return CheckedPin(version, commit, statuses)
+
+
+def _read(path: Path) -> CheckedPin | None:
+    try:
+        return _record_of(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+
+
+def _write(path: Path, checked: CheckedPin) -> None:
+    data = {
+        "format": RECORD_FORMAT,
+        "version": checked.version,
+        "commit": checked.commit,
+        "statuses": [asdict(status) for status in checked.statuses],
+    }
+    # Written whole and renamed, so that a concurrent reader sees a record or none.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        os.replace(temporary, path)
+    with contextlib.suppress(OSError):
+        temporary.unlink(missing_ok=True)
+
+
+def check_now() -> CheckedPin:
+    """The check itself: imports vLLM (raises OracleUnavailable when it cannot)."""
+    version, commit = installed_version()
+    return CheckedPin(version, commit, tuple(check_fingerprints()))
+
+
+def checked_fingerprints(cache_root: Path | None) -> CheckedPin:
+    """The pinned release's fingerprint check: read back from ``cache_root`` when
+    a record of the same installation is there, else run and recorded there.
+    ``cache_root`` None, or vLLM already imported here, runs the check and
+    records nothing."""
+    # Once vLLM is imported the check costs little, and only the live modules
+    # can say whether something in this process changed them since: check them,
+    # and record only what a check that imported vLLM itself found.
+    imported = "vllm" in sys.modules
+    key = installation_key() if cache_root is not None and not imported else None
+    if cache_root is None or key is None:
+        return check_now()
+    path = cache_root / RECORDS / f"{key}.json"
+    recorded = _read(path)
+    if recorded is not None:
+        return recorded
+    checked = check_now()
+    _write(path, checked)
+    return checked
