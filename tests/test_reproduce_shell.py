@@ -71,78 +71,81 @@ def their_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def ports(their_folder: Path) -> dict[str, tuple[str, str | None]]:
-    """Each spelling: its --port value and the PYTHONPATH its run was started with."""
+SPELLINGS = ("in-tree", "import-path", "cmd")
+
+
+def port_of(spelling: str, their_folder: Path) -> tuple[str, str | None]:
+    """The spelling's --port value and the PYTHONPATH its run is started with."""
     fake = f"{shlex.quote(sys.executable)} tests/fake_external_port.py --fault error --on {TARGET}"
     return {
         "in-tree": ("mutant:dcp-padded-by-shift", None),
         "import-path": ("their_port:TheirPort", str(their_folder)),
         "cmd": (f"cmd:{fake}", None),
-    }
+    }[spelling]
 
 
-@pytest.fixture(scope="module")
-def printed(ports: dict[str, tuple[str, str | None]], tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
-    """Per (spelling, output): the reproduce lines that output printed."""
+def printed_by_every_output(
+    spelling: str, port: str, pythonpath: str | None, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, list[str]]:
+    """Per output (gate terminal, summary.md, junit.xml, run, plugin, nightly
+    page): the reproduce lines it printed for ``port``."""
     found: dict[str, list[str]] = {}
-    for spelling, (port, pythonpath) in ports.items():
-        out = tmp_path_factory.mktemp(f"gate-{spelling}")
-        selection = ["--suite", "smoke", "--level", "layout"]
-        gate = _as_a_user(
-            ["-m", "harness", "gate", *selection, "--port", port, "--out", str(out), "--shrink-time", "0"], pythonpath
-        )
-        assert gate.returncode == 1, gate.stderr[-2000:]
-        found[f"{spelling} gate terminal"] = printed_lines(gate.stdout)
-        found[f"{spelling} summary.md"] = printed_lines((out / "summary.md").read_text())
-        junit = ET.parse(out / "junit.xml").getroot()
-        found[f"{spelling} junit.xml"] = [
-            line for element in junit.iter() if element.text for line in printed_lines(element.text)
-        ]
-        run = _as_a_user(["-m", "harness", "run", *selection, "--port", port], pythonpath)
-        assert run.returncode == 1, run.stderr[-2000:]
-        found[f"{spelling} run"] = printed_lines(run.stdout)
-        plugin = _as_a_user(
-            ["-m", "pytest", "-p", "no:cacheprovider", "-q", "--parity-suite", "smoke", "--parity-level", "layout",
-             "--parity-port", port],
-            pythonpath,
-        )  # fmt: skip
-        assert plugin.returncode == 1, plugin.stdout[-2000:]
-        found[f"{spelling} pytest plugin"] = printed_lines(plugin.stdout)
-        night = tmp_path_factory.mktemp(f"night-{spelling}")
-        small_night = ["--size", "0", "--level", "layout", "--skip-mutants", "--explore-budget-s", "0"]
-        nightly = _as_a_user(
-            ["-m", "harness", "nightly", "--ports", port, *small_night, "--out", str(night)], pythonpath
-        )
-        assert nightly.returncode == 1, nightly.stderr[-2000:]
-        (page,) = night.glob("*/index.html")
-        found[f"{spelling} nightly page"] = [html.unescape(m["line"]) for m in PAGE_COMMAND.finditer(page.read_text())]
+    out = tmp_path_factory.mktemp(f"gate-{spelling}")
+    selection = ["--suite", "smoke", "--level", "layout"]
+    gate = _as_a_user(
+        ["-m", "harness", "gate", *selection, "--port", port, "--out", str(out), "--shrink-time", "0"], pythonpath
+    )
+    assert gate.returncode == 1, gate.stderr[-2000:]
+    found["gate terminal"] = printed_lines(gate.stdout)
+    found["summary.md"] = printed_lines((out / "summary.md").read_text())
+    junit = ET.parse(out / "junit.xml").getroot()
+    found["junit.xml"] = [line for element in junit.iter() if element.text for line in printed_lines(element.text)]
+    run = _as_a_user(["-m", "harness", "run", *selection, "--port", port], pythonpath)
+    assert run.returncode == 1, run.stderr[-2000:]
+    found["run"] = printed_lines(run.stdout)
+    plugin = _as_a_user(
+        ["-m", "pytest", "-p", "no:cacheprovider", "-q", "--parity-suite", "smoke", "--parity-level", "layout",
+         "--parity-port", port],
+        pythonpath,
+    )  # fmt: skip
+    assert plugin.returncode == 1, plugin.stdout[-2000:]
+    found["pytest plugin"] = printed_lines(plugin.stdout)
+    night = tmp_path_factory.mktemp(f"night-{spelling}")
+    small_night = ["--size", "0", "--level", "layout", "--skip-mutants", "--explore-budget-s", "0"]
+    nightly = _as_a_user(["-m", "harness", "nightly", "--ports", port, *small_night, "--out", str(night)], pythonpath)
+    assert nightly.returncode == 1, nightly.stderr[-2000:]
+    (page,) = night.glob("*/index.html")
+    found["nightly page"] = [html.unescape(m["line"]) for m in PAGE_COMMAND.finditer(page.read_text())]
     return found
 
 
-def test_every_output_prints_a_reproduce_line_per_failing_item(printed: dict[str, list[str]]) -> None:
-    for where, lines in printed.items():
-        # summary.md (and the terminal, which prints it) shows one line per distinct message.
-        grouped = where.endswith(("summary.md", "gate terminal"))
-        expected = {1, 2, 3} if where.startswith("in-tree") and grouped else {3 if where.startswith("in-tree") else 1}
-        if where == "in-tree nightly page":
-            # The nightly suite holds more DCP world-3 cases; the page shows the first ten.
-            expected = {10}
-        assert len(set(lines)) in expected, (where, lines)
+def expected_count(spelling: str, where: str) -> set[int]:
+    """How many distinct lines ``where`` prints: the in-tree mutant diverges on
+    three smoke cases, the other two spellings on one."""
+    if spelling != "in-tree":
+        return {1}
+    if where == "nightly page":
+        # The nightly suite holds more DCP world-3 cases; the page shows the first ten.
+        return {10}
+    # summary.md (and the terminal, which prints it) shows one line per distinct message.
+    return {1, 2, 3} if where in ("summary.md", "gate terminal") else {3}
 
 
-def test_an_import_path_port_from_another_folder_carries_its_pythonpath(
-    printed: dict[str, list[str]], their_folder: Path
+# One test per spelling, each its own outputs and pastes: pytest-xdist spreads them.
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_every_output_prints_a_line_that_reproduces_pasted_into_a_fresh_shell(
+    spelling: str, their_folder: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
+    port, pythonpath = port_of(spelling, their_folder)
+    printed = printed_by_every_output(spelling, port, pythonpath, tmp_path_factory)
     for where, lines in printed.items():
+        assert len(set(lines)) in expected_count(spelling, where), (where, lines)
         for line in lines:
-            assert ("PYTHONPATH=" in line) == where.startswith("import-path"), (where, line)
+            # An import-path port from another folder carries its PYTHONPATH; no line needs the console script.
+            assert ("PYTHONPATH=" in line) == (spelling == "import-path"), (where, line)
             assert not line.startswith("parity "), line
-            if where.startswith("import-path"):
+            if spelling == "import-path":
                 assert f"PYTHONPATH={their_folder}" in line, line
-
-
-def test_every_line_reproduces_its_divergence_pasted_into_a_fresh_shell(printed: dict[str, list[str]]) -> None:
     pasted: dict[str, subprocess.CompletedProcess[str]] = {}
     for where, lines in printed.items():
         for line in lines:
