@@ -92,6 +92,11 @@ class OracleSide(SparseSideMixin):
         # The layout never touches the workspace tensor; a stub stands in for it.
         self._workspace_stub = self._torch.empty(0)
 
+    def import_upstream(self) -> None:
+        """Import now the vLLM module every level calls (otherwise imported on the
+        first question): the trace records what answering enters, not the import."""
+        self._mla  # noqa: B018  (the property imports)
+
     @functools.cached_property
     def _mla(self) -> Any:
         # Imported on the first question: a run answered from the oracle cache

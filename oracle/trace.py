@@ -24,7 +24,8 @@ oracle.trace``) so that nothing an earlier call in this process cached hides a
 first-call path. What is left out, and why (a short list on purpose):
 
 - vLLM's import (module bodies, decorators, platform detection, ``vllm.envs``
-  lookups, logger setup): the oracle is opened before tracing starts, so code
+  lookups, logger setup): the oracle is opened and its module imported
+  (:meth:`~oracle.side.OracleSide.import_upstream`) before tracing starts, so code
   that runs only while vLLM is imported is not recorded. Whatever of it a level
   enters again is recorded like any other function.
 - ``<module>`` code entered during a level: a module body that a lazy import
@@ -215,6 +216,7 @@ def trace_in_process() -> dict[str, list[str]]:
     from oracle.side import OracleSide
 
     side = OracleSide()
+    side.import_upstream()
     with tracing() as trace:
         run_levels(side, trace)
     return {symbol: sorted(levels) for symbol, levels in sorted(trace.entered.items())}
