@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
+
+import pytest
 
 from harness.cases.files import case_from_json
 from harness.cases.generate import FAMILIES, generate
@@ -74,3 +78,25 @@ def test_nightly_size_is_a_parameter() -> None:
     assert len(large.cases) - len(small.cases) == 30
     assert sum(c.family == "uniform" and c.name.startswith("uniform-") for c in small.cases) == 3
     json.dumps([c.to_json() for c in small.cases])
+
+
+def test_a_suite_is_loaded_once_per_process_until_its_files_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness.cases.suites as suites
+
+    cases = tmp_path / "cases"
+    shutil.copytree(suites.CASES_DIR, cases)
+    monkeypatch.setattr(suites, "CASES_DIR", cases)
+    monkeypatch.setattr(suites, "SUITES_FILE", cases / "suites.json")
+    first = load_suite("smoke")
+    assert load_suite("smoke") is first
+    assert load_suite("smoke", size=1) is not first
+    # An edited case file is another load, and the suite holds the edit.
+    (name,) = [p for p in (cases / "smoke").glob("*.json") if p.name == "giant-middle.json"]
+    data = json.loads(name.read_text())
+    data["block_size"] = 32 if data.get("block_size") != 32 else 64
+    name.write_text(json.dumps(data))
+    edited = load_suite("smoke")
+    assert edited is not first and edited != first
+    assert load_suite("smoke") is edited

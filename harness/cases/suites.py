@@ -20,6 +20,8 @@ proportions and ``--size 0`` generates nothing.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import itertools
 import json
 from dataclasses import dataclass
@@ -167,7 +169,27 @@ def _counts(groups: list[dict[str, Any]], override: int | None) -> list[int]:
 
 def load_suite(name: str, size: int | None = None, numeric_size: int | None = None) -> Suite:
     """``size`` overrides the generated layout case count, ``numeric_size`` the
-    merge and prefill case counts (the first group's; later groups scale with it)."""
+    merge and prefill case counts (the first group's; later groups scale with it).
+
+    A suite is a function of its arguments and of the files under ``cases/``
+    (generation is seeded) and is immutable, so one process loads it once for
+    the same arguments and the same files (their paths and bytes): the nightly
+    suite takes seconds to generate, and a process (a test worker, the
+    reproduce lines' lookups) may ask for it many times."""
+    return _load_suite_once(name, size, numeric_size, _files_signature())
+
+
+def _files_signature() -> str:
+    """A digest of every file under ``cases/``: its path and bytes."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in CASES_DIR.rglob("*") if p.is_file()):
+        digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=4)
+def _load_suite_once(name: str, size: int | None, numeric_size: int | None, files: str) -> Suite:
+    del files  # the key: edited case files are another load
     definitions = _definitions()
     if name not in definitions:
         raise CaseError(str(SUITES_FILE), None, f"no suite named {name!r} (known: {', '.join(sorted(definitions))})")
