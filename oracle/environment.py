@@ -9,12 +9,14 @@ imports vLLM through :func:`import_vllm_module`, never directly.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import logging
 import os
 import sys
 import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -94,6 +96,25 @@ def module_source_file(name: str) -> Path:
             if candidate.is_file():
                 return candidate
     raise OracleUnavailable(f"cannot find the source of {name} in the installed vLLM")
+
+
+@contextlib.contextmanager
+def stood_in_modules(stand_ins: Mapping[str, ModuleType]) -> Iterator[None]:
+    """``sys.modules`` holds ``stand_ins`` (name: module) while the block runs,
+    and afterwards what it held for those names before (absent stays absent).
+    Only those names: ``mock.patch.dict(sys.modules)`` copies and restores the
+    whole table (thousands of modules) on every call, which cost the sparse
+    oracle seconds a suite, and it would drop every module the block imported."""
+    saved = {name: sys.modules.get(name) for name in stand_ins}
+    sys.modules.update(stand_ins)
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
 
 
 def import_vllm_module(name: str) -> ModuleType:

@@ -34,7 +34,6 @@ them in ``sys.modules`` for the duration of a call.
 from __future__ import annotations
 
 import contextlib
-import sys
 import types
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -43,7 +42,7 @@ from unittest import mock
 
 from harness.model import Case, Layout
 from harness.model.sparse import Shape, SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
-from oracle.environment import import_vllm_module
+from oracle.environment import import_vllm_module, stood_in_modules
 
 if TYPE_CHECKING:
     import torch
@@ -111,7 +110,7 @@ def _without_cuda_modules() -> Iterator[None]:
     mask_module.offset_dense_mask_mod = "offset_dense_mask_mod"  # type: ignore[attr-defined]
     flash_module = types.ModuleType(FLASH_MODULE)
     flash_module.flash_attn_varlen_func = _stand_in_attention  # type: ignore[attr-defined]
-    with mock.patch.dict(sys.modules, {MASK_MODULE: mask_module, FLASH_MODULE: flash_module}):
+    with stood_in_modules({MASK_MODULE: mask_module, FLASH_MODULE: flash_module}):
         yield
 
 

@@ -7,7 +7,6 @@ stand-in impl, and ``SparseMLACommonImpl.forward_mha`` run over them."""
 from __future__ import annotations
 
 import contextlib
-import sys
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from unittest import mock
 import torch
 
 from harness.kernels.masked_attention import PackedMask
+from oracle.environment import stood_in_modules
 from oracle.sparse import FLASH_MODULE, MASK_MODULE
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def _masked_kernel(kernels: SharedKernels, seen: _Seen) -> Iterator[None]:
     mask_module.offset_dense_mask_mod = OFFSET_MASK_MOD  # type: ignore[attr-defined]
     flash_module = types.ModuleType(FLASH_MODULE)
     flash_module.flash_attn_varlen_func = flash_attn_varlen_func  # type: ignore[attr-defined]
-    with mock.patch.dict(sys.modules, {MASK_MODULE: mask_module, FLASH_MODULE: flash_module}):
+    with stood_in_modules({MASK_MODULE: mask_module, FLASH_MODULE: flash_module}):
         yield
 
 
