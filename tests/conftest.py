@@ -42,6 +42,19 @@ def cached_oracle() -> Port:
 
 
 @pytest.fixture(scope="session")
+def legacy_oracle() -> Iterator[Port]:
+    """vllm==0.27.1 served from its environment (oracle.process), started once a
+    worker (each start imports that vLLM: seconds) and closed at the end."""
+    from oracle.process import open_oracle_process
+
+    served, _ = open_oracle_process("0.27.1")
+    try:
+        yield served
+    finally:
+        served.close()
+
+
+@pytest.fixture(scope="session")
 def per_request() -> Port:
     return load_port("per_request")
 

@@ -252,29 +252,24 @@ def test_diff_on_a_bad_sparse_file_is_exit_2(tmp_path: Path) -> None:
     assert "topk[0][0][0]" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_equal_share_sparse_matches_0_27_1() -> None:
-    from oracle.process import open_oracle_process
-
-    legacy, _ = open_oracle_process("0.27.1")
-    try:
-        suite = load_suite("smoke")
-        items: list[tuple[str, Any]] = [("sparse-layout", c) for c in suite.sparse_cases[:12]]
-        items += [("sparse-workspace", c) for c in suite.sparse_workspace_configs[:30]]
-        items += [("sparse-mask", c) for c in suite.mask_cases[:3]]
-        results = [_run(legacy, EQUAL_SHARE, kind, item) for kind, item in items]
-        # Where 0.27.1 plans, equal_share is at parity; where it refuses, the refusal is 0.27.1's own class.
-        refused = [r for r in results if r.status != PARITY]
-        assert all(r.status == "oracle-error" and "OracleRefusal" in (r.error or "") for r in refused), refused
-        assert len(results) - len(refused) >= 40
-        # 0.27.1 checks its global mask against a fixed 64 MiB, then views the
-        # workspace it has: a small one cannot hold it (and 0.28.0 checks first).
-        small = _batch(
-            context_lens=(1000, 0, 5), query_lens=(600, 5, 100), force_masked_mha=True, mask_workspace_words=30000
-        )
-        assert legacy.plan_sparse(small).route == "masked-mha-overflow"
-        assert _run(legacy, EQUAL_SHARE, "sparse-layout", small).status == PARITY
-        # The pinned port is not 0.27.1's: its sparse workspace lost the floor.
-        floor = _run(legacy, PER_REQUEST, "sparse-workspace", SparseWorkspaceConfig(163840, 4, 64, 16))
-        assert floor.status == DIVERGENT
-    finally:
-        legacy.close()
+def test_equal_share_sparse_matches_0_27_1(legacy_oracle: Any) -> None:
+    legacy = legacy_oracle
+    suite = load_suite("smoke")
+    items: list[tuple[str, Any]] = [("sparse-layout", c) for c in suite.sparse_cases[:12]]
+    items += [("sparse-workspace", c) for c in suite.sparse_workspace_configs[:30]]
+    items += [("sparse-mask", c) for c in suite.mask_cases[:3]]
+    results = [_run(legacy, EQUAL_SHARE, kind, item) for kind, item in items]
+    # Where 0.27.1 plans, equal_share is at parity; where it refuses, the refusal is 0.27.1's own class.
+    refused = [r for r in results if r.status != PARITY]
+    assert all(r.status == "oracle-error" and "OracleRefusal" in (r.error or "") for r in refused), refused
+    assert len(results) - len(refused) >= 40
+    # 0.27.1 checks its global mask against a fixed 64 MiB, then views the
+    # workspace it has: a small one cannot hold it (and 0.28.0 checks first).
+    small = _batch(
+        context_lens=(1000, 0, 5), query_lens=(600, 5, 100), force_masked_mha=True, mask_workspace_words=30000
+    )
+    assert legacy.plan_sparse(small).route == "masked-mha-overflow"
+    assert _run(legacy, EQUAL_SHARE, "sparse-layout", small).status == PARITY
+    # The pinned port is not 0.27.1's: its sparse workspace lost the floor.
+    floor = _run(legacy, PER_REQUEST, "sparse-workspace", SparseWorkspaceConfig(163840, 4, 64, 16))
+    assert floor.status == DIVERGENT

@@ -25,6 +25,7 @@ from harness.kernels.masked_attention import PackedMask, RangeIndices, pack_sele
 from harness.kernels.sparse_prefill import PREFILL_FAMILIES, case_topk, generate_sparse_prefill, token_selection
 from harness.model import KEYLESS_ROWS, PRESETS
 from harness.model.sparse import SparseCase
+from harness.protocol.port import Port
 from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY
 from harness.sides.runner import run_item
 from ports.equal_share import PORT as EQUAL_SHARE
@@ -198,22 +199,17 @@ def test_the_cpp_port_passes_sparse_l3() -> None:
     assert "verdict PASS" in done.stdout and "sparse-prefill parity    12" in done.stdout
 
 
-def test_equal_share_sparse_l3_matches_0_27_1() -> None:
-    from oracle.process import open_oracle_process
-
-    legacy, _ = open_oracle_process("0.27.1")
-    try:
-        cases = [c for c in generate_sparse_prefill(11, 8) if c.family != "sparse-masked-ranges"]
-        results = [_run(legacy, EQUAL_SHARE, c) for c in cases]
-        assert {r.status for r in results} == {PARITY}, [r.detail() for r in results]
-        # 0.27.1's chunk masks span the whole batch: where 0.28.0's per-range
-        # masks fit, its overflow, and 0.27.1 refuses the item in its own words.
-        ranges = next(c for c in generate_sparse_prefill(11, 8) if c.family == "sparse-masked-ranges")
-        refused = _run(legacy, EQUAL_SHARE, ranges)
-        assert refused.status == ORACLE_ERROR
-        assert (refused.error or "").startswith("OracleRefusal: vllm==0.27.1: its sparse prefill cannot run")
-    finally:
-        legacy.close()
+def test_equal_share_sparse_l3_matches_0_27_1(legacy_oracle: Port) -> None:
+    legacy = legacy_oracle
+    cases = [c for c in generate_sparse_prefill(11, 8) if c.family != "sparse-masked-ranges"]
+    results = [_run(legacy, EQUAL_SHARE, c) for c in cases]
+    assert {r.status for r in results} == {PARITY}, [r.detail() for r in results]
+    # 0.27.1's chunk masks span the whole batch: where 0.28.0's per-range
+    # masks fit, its overflow, and 0.27.1 refuses the item in its own words.
+    ranges = next(c for c in generate_sparse_prefill(11, 8) if c.family == "sparse-masked-ranges")
+    refused = _run(legacy, EQUAL_SHARE, ranges)
+    assert refused.status == ORACLE_ERROR
+    assert (refused.error or "").startswith("OracleRefusal: vllm==0.27.1: its sparse prefill cannot run")
 
 
 # -- bad input ---------------------------------------------------------------------------------
