@@ -92,7 +92,8 @@ def module_source_file(name: str) -> Path:
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     if len(locations) == 1:
         base = Path(locations[0]).joinpath(*name.split(".")[1:])
-        for candidate in (base.parent / f"{base.name}.py", base / "__init__.py"):
+        # A package before a module of the same name, as Python's finder looks.
+        for candidate in (base / "__init__.py", base.parent / f"{base.name}.py"):
             if candidate.is_file():
                 return candidate
     raise OracleUnavailable(f"cannot find the source of {name} in the installed vLLM")

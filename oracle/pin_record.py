@@ -10,24 +10,34 @@ importing vLLM.
 
 The key (:func:`installation_key`) holds:
 
-- the bytes of every Python file of the installed ``vllm`` package, found the
-  way ``import vllm`` would find it, without importing it: any edit or
-  reinstall of vLLM's sources is another key, and so is a package shadowing it
-  on ``sys.path``;
-- the pin's bytes;
-- the interpreter and the versions of torch and triton, the device recipe and
-  every ``VLLM_*`` variable: what selects among vLLM's definitions at import.
+- every file of the installed ``vllm`` package, found the way ``import vllm``
+  would find it, without importing it (Python files by their bytes, compiled
+  extensions by size and time; symlinked folders followed): any edit or
+  reinstall of vLLM is another key;
+- the pin's bytes (the pin the check reads, ``oracle.pin.PIN_FILE``, looked up
+  at each start);
+- what else the import depends on: the interpreter, ``sys.path`` (a module
+  shadowing a dependency), every installed distribution's name and version, the
+  device recipe and every ``VLLM_*`` variable;
+- the check's own code (``oracle/pin.py``, ``oracle/environment.py``, this file).
 
 Invariants a reader must keep:
 
-- for a key, the record holds exactly what :func:`~oracle.pin.check_fingerprints`
-  and :func:`~oracle.pin.installed_version` returned when they last ran under
-  it, "ok" or not; nothing else writes one;
-- a record that cannot be read or decoded is a miss (the check runs and the
-  record is written again), never a status;
+- a record holds what :func:`~oracle.pin.check_fingerprints` and
+  :func:`~oracle.pin.installed_version` returned under its key, and only a
+  check that passed (every status "ok") is recorded: a refusal is checked
+  afresh at every start, so a drifted pin or a transient import failure never
+  sticks;
+- a record that cannot be read or decoded is a miss (the check runs again),
+  never a status;
 - with no folder (``--no-oracle-cache``), or with vLLM already imported in the
   process (its live modules are what runs, and the check then costs little),
   the check runs and nothing is recorded.
+
+What the key cannot see: a dependency's file edited in place without a version
+change. The answers such a run reads back were computed by the installation
+that passed the check; a question the cache cannot answer imports vLLM, and an
+import failure is then an oracle error on that item.
 """
 
 from __future__ import annotations
@@ -38,15 +48,20 @@ import importlib.metadata
 import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import oracle.environment
+import oracle.pin
 from oracle.environment import OracleUnavailable, module_source_file, selected_device
-from oracle.pin import PIN_FILE, SymbolStatus, check_fingerprints, installed_version
+from oracle.pin import SymbolStatus, check_fingerprints, installed_version
 
 RECORD_FORMAT = 1
 # Beside the cache's format-N/<fingerprint> folders, which pruning alone touches.
 RECORDS = "fingerprint-checks"
+# The check's own code, part of the key.
+_CHECKER_MODULES = (oracle.pin, oracle.environment, sys.modules[__name__])
 
 
 @dataclass(frozen=True)
@@ -66,16 +81,26 @@ def installed_package_root() -> Path | None:
         return None
 
 
-def _version_of(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+def _package_files(root: Path) -> Iterator[tuple[str, bytes]]:
+    """Every file under ``root`` (symlinked folders followed), in order: a Python
+    file by its bytes, any other (a compiled extension, which Python imports
+    before the source beside it) by its size and modification time."""
+    for folder, subfolders, files in os.walk(root, followlinks=True):
+        subfolders.sort()
+        for name in sorted(files):
+            path = Path(folder, name)
+            relative = str(path.relative_to(root))
+            if name.endswith(".py"):
+                yield relative, path.read_bytes()
+            else:
+                status = path.stat()
+                yield relative, f"{status.st_size} {status.st_mtime_ns}".encode()
 
 
-def installation_key(pin_path: Path = PIN_FILE) -> str | None:
+def installation_key(pin_path: Path | None = None) -> str | None:
     """The digest of everything the check's result depends on (module docstring),
-    or None when vLLM's package cannot be found without importing it."""
+    or None when vLLM's package cannot be found without importing it. ``pin_path``
+    defaults to the pin the check reads (``oracle.pin.PIN_FILE``, looked up now)."""
     root = installed_package_root()
     if root is None:
         return None
@@ -85,16 +110,19 @@ def installation_key(pin_path: Path = PIN_FILE) -> str | None:
         "package": str(root.resolve()),
         "interpreter": sys.executable,
         "python": sys.version,
-        "torch": _version_of("torch"),
-        "triton": _version_of("triton"),
+        # What else the import finds: the search path (a module shadowing a
+        # dependency) and every installed distribution's version.
+        "sys_path": sys.path,
+        "distributions": sorted((d.metadata["Name"] or "", d.version) for d in importlib.metadata.distributions()),
         "device": selected_device(),
         "vllm_variables": sorted((k, v) for k, v in os.environ.items() if k.startswith("VLLM_")),
+        # The check's own code: a changed check is another key.
+        "checker": [hashlib.sha256(Path(m.__file__ or "").read_bytes()).hexdigest() for m in _CHECKER_MODULES],
     }
     digest.update(json.dumps(context, sort_keys=True).encode() + b"\0")
-    digest.update(pin_path.read_bytes() + b"\0")
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+    digest.update((pin_path or oracle.pin.PIN_FILE).read_bytes() + b"\0")
+    for relative, content in _package_files(root):
+        digest.update(relative.encode() + b"\0" + content + b"\0")
     return digest.hexdigest()
 
 
@@ -158,5 +186,8 @@ def checked_fingerprints(cache_root: Path | None) -> CheckedPin:
     if recorded is not None:
         return recorded
     checked = check_now()
-    _write(path, checked)
+    # Only a check that passed is kept: a refusal (a drifted pin, a module that
+    # failed to import once) is checked afresh at every start.
+    if all(status.status == "ok" for status in checked.statuses):
+        _write(path, checked)
     return checked

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.all_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "smoke-dcp3-padded"
-TIME_BOX_S = 8.0
+TIME_BOX_S = 20.0
 # Seconds past the time box a shrink may take: one port call cut to the time
 # left (at least 1 s), the port's restart after it is killed, writing the files.
 GRACE_S = 40.0

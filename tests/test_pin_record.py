@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import oracle.pin
 import oracle.pin_record
 from oracle.environment import import_vllm_module, module_source_file
 from oracle.pin import MLA, PIN_FILE, SymbolStatus, check_fingerprints, installed_version
@@ -51,11 +53,19 @@ def test_every_input_of_the_check_is_in_the_key(package: Path, monkeypatch: pyte
     keys.append(installation_key())
     monkeypatch.setattr(oracle.pin_record, "selected_device", lambda: "cuda")
     keys.append(installation_key())
+    (package / "attention" / "_ext.so").write_bytes(b"\0")
+    keys.append(installation_key())
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "shadow"), *sys.path])
+    keys.append(installation_key())
+    # The pin the check reads, looked up at each start (a test may point it elsewhere).
     pin = tmp_path / "pin.json"
     pin.write_bytes(PIN_FILE.read_bytes() + b"\n")
     keys.append(installation_key(pin))
+    monkeypatch.setattr(oracle.pin, "PIN_FILE", pin)
+    assert installation_key() == keys[-1]
     assert None not in keys and len(set(keys)) == len(keys)
     # And nothing else: the same bytes, the same key.
+    monkeypatch.setattr(oracle.pin, "PIN_FILE", PIN_FILE)
     assert installation_key() == keys[-2]
 
 
@@ -88,6 +98,14 @@ def test_a_record_answers_the_next_start_and_a_broken_one_is_a_miss(
     # No folder (--no-oracle-cache): checked every time, recorded nowhere.
     checked_fingerprints(None)
     assert len(checks) == 6
+
+    # A refusal is never kept: the next start checks again.
+    refused = CheckedPin("0.28.0", "g2cf0a6915", (SymbolStatus("vllm._version", "a", None, "missing"),))
+    found = refused
+    monkeypatch.setattr(oracle.pin_record, "check_now", check)
+    shutil.rmtree(tmp_path / RECORDS)
+    assert checked_fingerprints(tmp_path) == refused == checked_fingerprints(tmp_path)
+    assert len(checks) == 8 and not (tmp_path / RECORDS).exists()
 
 
 def test_with_vllm_imported_the_live_modules_are_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
