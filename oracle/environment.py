@@ -106,16 +106,18 @@ def stood_in_modules(stand_ins: Mapping[str, ModuleType]) -> Iterator[None]:
     Only those names: ``mock.patch.dict(sys.modules)`` copies and restores the
     whole table (thousands of modules) on every call, which cost the sparse
     oracle seconds a suite, and it would drop every module the block imported."""
-    saved = {name: sys.modules.get(name) for name in stand_ins}
+    absent = object()
+    saved = {name: sys.modules.get(name, absent) for name in stand_ins}
     sys.modules.update(stand_ins)
     try:
         yield
     finally:
         for name, module in saved.items():
-            if module is None:
+            if module is absent:
                 sys.modules.pop(name, None)
             else:
-                sys.modules[name] = module
+                # A None entry (an import blocked on purpose) comes back as None.
+                sys.modules[name] = module  # type: ignore[assignment]
 
 
 def import_vllm_module(name: str) -> ModuleType:

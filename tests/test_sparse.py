@@ -273,3 +273,24 @@ def test_equal_share_sparse_matches_0_27_1(legacy_oracle: Any) -> None:
     # The pinned port is not 0.27.1's: its sparse workspace lost the floor.
     floor = _run(legacy, PER_REQUEST, "sparse-workspace", SparseWorkspaceConfig(163840, 4, 64, 16))
     assert floor.status == DIVERGENT
+
+
+def test_stood_in_modules_are_put_back_as_they_were() -> None:
+    """The sparse oracle's stand-ins for vLLM's CUDA-only modules touch only their
+    names: an absent name is absent again, a blocked one (None) blocked again,
+    and a module imported meanwhile stays imported."""
+    import sys
+    import types
+
+    from oracle.environment import stood_in_modules
+
+    blocked, absent = "parity_test_blocked_module", "parity_test_absent_module"
+    sys.modules[blocked] = None  # type: ignore[assignment]
+    try:
+        stand_ins = {blocked: types.ModuleType(blocked), absent: types.ModuleType(absent)}
+        with stood_in_modules(stand_ins):
+            assert sys.modules[blocked] is stand_ins[blocked] and sys.modules[absent] is stand_ins[absent]
+            import colorsys  # noqa: F401  (imported inside the block)
+        assert sys.modules[blocked] is None and absent not in sys.modules and "colorsys" in sys.modules
+    finally:
+        del sys.modules[blocked]
