@@ -178,7 +178,12 @@ def checked_fingerprints(cache_root: Path | None) -> CheckedPin:
     # can say whether something in this process changed them since: check them,
     # and record only what a check that imported vLLM itself found.
     imported = "vllm" in sys.modules
-    key = installation_key() if cache_root is not None and not imported else None
+    try:
+        key = installation_key() if cache_root is not None and not imported else None
+    except OSError:
+        # A file of the installation that cannot be read (a dangling link): no
+        # key can name it, so the check runs.
+        key = None
     if cache_root is None or key is None:
         return check_now()
     path = cache_root / RECORDS / f"{key}.json"

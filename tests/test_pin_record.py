@@ -95,9 +95,16 @@ def test_a_record_answers_the_next_start_and_a_broken_one_is_a_miss(
         assert checked_fingerprints(tmp_path) == found
     assert len(checks) == 5
 
+    # A file of the installation that cannot be read: no key, checked every time.
+    (package / "attention" / "dangling.py").symlink_to(package / "nowhere.py")
+    records = len(list((tmp_path / RECORDS).iterdir()))
+    assert checked_fingerprints(tmp_path) == found and len(checks) == 6
+    assert len(list((tmp_path / RECORDS).iterdir())) == records
+    (package / "attention" / "dangling.py").unlink()
+
     # No folder (--no-oracle-cache): checked every time, recorded nowhere.
     checked_fingerprints(None)
-    assert len(checks) == 6
+    assert len(checks) == 7
 
     # A refusal is never kept: the next start checks again.
     refused = CheckedPin("0.28.0", "g2cf0a6915", (SymbolStatus("vllm._version", "a", None, "missing"),))
@@ -105,7 +112,7 @@ def test_a_record_answers_the_next_start_and_a_broken_one_is_a_miss(
     monkeypatch.setattr(oracle.pin_record, "check_now", check)
     shutil.rmtree(tmp_path / RECORDS)
     assert checked_fingerprints(tmp_path) == refused == checked_fingerprints(tmp_path)
-    assert len(checks) == 8 and not (tmp_path / RECORDS).exists()
+    assert len(checks) == 9 and not (tmp_path / RECORDS).exists()
 
 
 def test_with_vllm_imported_the_live_modules_are_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
