@@ -22,6 +22,7 @@ from harness.search.coverage import FEATURES, REFUSAL_FEATURES, CoverageReport
 from harness.search.coverage_measuring import lse_view, measure, oracle_chunks, value_view
 from harness.search.coverage_targets import TARGETS_FILE, Target, load_targets
 from harness.search.coverage_verdicts import JudgedCoverage, judge
+from harness.sides.oracle_cache import CachedOracle
 from reports.coverage import render_markdown, render_text
 from reports.nightly import render_html
 from reports.nightly import render_markdown as night_markdown
@@ -89,11 +90,25 @@ def test_upstream_planner_shortcut_matches_the_full_layout(oracle: Port) -> None
     smoke = load_suite("smoke")
     compared = 0
     for case in [*smoke.cases, *SYNTHETIC.cases]:
-        shortcut = [(c.request_start, c.request_end, c.starts, c.seq_lens) for c in oracle_chunks(oracle, case)]
-        full = [(c.request_start, c.request_end, c.starts, c.seq_lens) for c in oracle_chunks(full_layout_only, case)]
+        shortcut = oracle_chunks(oracle, case)
+        full = oracle_chunks(full_layout_only, case)
         assert shortcut == full, case.name
         compared += case.dcp_world_size == 1
     assert compared > 50
+
+
+def test_an_oracle_behind_the_cache_measures_the_same_from_its_layouts(
+    oracle: Port, synthetic: CoverageReport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the oracle cache coverage asks layouts (kept, and the L1 comparison
+    asks the same ones), never the planner alone, which no cache keeps: the same report."""
+
+    def planner_alone(case: Case) -> None:
+        raise AssertionError(f"coverage asked the planner alone for {case.name} through the cache")
+
+    monkeypatch.setattr(oracle, "upstream_plan", planner_alone)
+    cached = CachedOracle(oracle, "coverage-test", None)
+    assert measure(SYNTHETIC, cached).values == synthetic.values
 
 
 def test_grid_features(oracle: Port, synthetic: CoverageReport) -> None:

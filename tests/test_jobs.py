@@ -39,7 +39,8 @@ PID_FILE = "PARITY_TEST_PID_FILE"
 # A third of the smoke suite: layout cases (a DCP one among them), workspace
 # configs, merge and prefill cases; RecordingPort fails some layouts.
 # An eighth of smoke that holds every kind of item and a DCP prefill (the tests
-# below assert both): each run asks the oracle afresh (--no-oracle-cache).
+# below assert both). The run's pair asks the oracle afresh (--no-oracle-cache), so
+# the pool's workers run the oracle themselves; the other pairs read the session's cache.
 MIXED = ["--suite", "smoke", "--shard", "4/8"]
 
 
@@ -106,19 +107,21 @@ def recorded(pids: Path) -> set[int]:
 
 
 def jobs_pair(
-    tmp_path: Path, argv: list[str], outputs: list[str], recording: bool = True
+    tmp_path: Path, argv: list[str], outputs: list[str], recording: bool = True, afresh: bool = False
 ) -> tuple[dict[str, bytes], dict[str, bytes]]:
     """``parity ARGV --jobs 1`` and ``--jobs 2``, each writing the files
     ``outputs`` names under its own folder (``{out}`` in ARGV); each run's
     files, the folder's path in them written ``{out}``. Checked on the way for
     a ``recording`` port: ``--jobs 1`` compares in the CLI's own process,
-    ``--jobs 2`` never does."""
+    ``--jobs 2`` never does. ``afresh``: each run asks the oracle itself
+    (``--no-oracle-cache``), in its workers too."""
     for attempt in range(2):
         folders = [tmp_path / f"attempt{attempt}-jobs{jobs}" for jobs in (1, 2)]
         argvs = []
         for jobs, folder in zip((1, 2), folders, strict=True):
             folder.mkdir()
-            argvs.append([a.replace("{out}", str(folder)) for a in argv] + ["--jobs", str(jobs), "--no-oracle-cache"])
+            cache = ["--no-oracle-cache"] if afresh else []
+            argvs.append([a.replace("{out}", str(folder)) for a in argv] + ["--jobs", str(jobs), *cache])
         runs = side_by_side(argvs, [folder / "pids" for folder in folders])
         files = []
         for (proc, cli), folder, jobs in zip(runs, folders, (1, 2), strict=True):
@@ -142,7 +145,7 @@ def _sources(files: dict[str, bytes]) -> list[str]:
 def test_run_writes_the_same_results_and_json_for_any_jobs(tmp_path: Path) -> None:
     argv = ["run", *MIXED, "--port", "tests.test_jobs:RecordingPort", "--results", "{out}/rows.jsonl",
             "--json", "{out}/doc.json"]  # fmt: skip
-    one, two = jobs_pair(tmp_path, argv, ["rows.jsonl", "doc.json"])
+    one, two = jobs_pair(tmp_path, argv, ["rows.jsonl", "doc.json"], afresh=True)
     assert one == two
     records = [json.loads(line) for line in one["rows.jsonl"].decode().splitlines()[1:]]
     assert {r["kind"] for r in records} == {

@@ -22,8 +22,10 @@ EQUAL_SHARE_BASELINE = ROOT / "cases" / "baselines" / "equal_share.json"
 
 
 def run_pytest(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """pytest as a port's repository runs it: the harness's own tests/conftest.py
+    (this session's recipe, one core per worker) is not loaded (``--noconftest``)."""
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", *args],
+        [sys.executable, "-m", "pytest", "-q", "--noconftest", *args],
         cwd=cwd, capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
 

@@ -13,6 +13,7 @@ the repository (which the run found on PYTHONPATH), and a ``cmd:`` port.
 from __future__ import annotations
 
 import html
+import os
 import re
 import shlex
 import subprocess
@@ -23,7 +24,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FRESH_SHELL = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+# The session's oracle cache (tests/conftest.py) rather than the user's: a fresh
+# shell's reproduce line reads the same kept answers, and the test writes nothing
+# under the home folder.
+FRESH_SHELL = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home())} | {
+    name: value for name, value in os.environ.items() if name == "PARITY_ORACLE_CACHE"
+}
 # The one smoke case each of the import-path and cmd: ports gets wrong.
 TARGET = "smoke-dcp3-padded"
 THEIR_PORT = f'''

@@ -83,9 +83,12 @@ class _Chunk:
 
 def oracle_chunks(oracle: Port, case: Case) -> list[_Chunk]:
     """The oracle's chunks of ``case``: upstream's planner alone without DCP when
-    the oracle offers it (the same plans the metadata builder makes), the whole
-    layout otherwise."""
-    plan = getattr(oracle, "upstream_plan", None)
+    the oracle is asked live and offers it (the same plans the metadata builder
+    makes), the whole layout otherwise. An oracle that keeps its answers
+    (:class:`~harness.sides.oracle_cache.CachedOracle`) is asked for layouts: the
+    L1 comparison asks the same ones, so the night's coverage costs it nothing
+    (and a run answered from the cache never imports vLLM)."""
+    plan = None if getattr(oracle, "keeps_answers", False) else getattr(oracle, "upstream_plan", None)
     if case.dcp_world_size == 1 and callable(plan):
         return [_Chunk(p.request_start, p.request_end, tuple(p.starts), tuple(p.seq_lens), None) for p in plan(case)]
     return [
@@ -94,7 +97,7 @@ def oracle_chunks(oracle: Port, case: Case) -> list[_Chunk]:
             c.request_end,
             c.starts,
             c.seq_lens,
-            c.padded_local_cu_seq_lens[-1] if c.padded_local_cu_seq_lens else None,
+            c.padded_local_cu_seq_lens[-1] if c.padded_local_cu_seq_lens and case.dcp_world_size > 1 else None,
             c if case.dcp_world_size > 1 else None,
         )
         for c in oracle.plan_layout(case).chunks
