@@ -145,7 +145,7 @@ def faulty_merge(fault: int, lse_token_stride_one: bool = False) -> Callable[...
         def token_stride(lse: torch.Tensor) -> int:
             return 1 if lse_token_stride_one else lse.stride(1)
 
-        block_t, block_h, block_d = merge_module.tile_shape(heads, dim)
+        block_t, block_h, block_d = merge_module.device_tile_shape(heads, dim, tokens, out.device)
         _faulty_merge_program()[(triton.cdiv(tokens, block_t) * triton.cdiv(heads, block_h),)](
             out,
             out_lse,

@@ -23,6 +23,10 @@ kernel runs at the device's memory bandwidth; a program per (token, head)
 moves a few hundred bytes and leaves most of it idle. The arithmetic of each
 element is the per-element recipe above, whatever the tile: the tile only
 decides which program computes an element, never how.
+On CPU tensors (Triton's interpreter) a program costs a fixed Python overhead
+per operation whatever its size, so there a tile is as large as
+:data:`INTERPRETED_TILE_ELEMENTS` allows (capped at the tokens there are): the
+same elements, the same recipe, a few programs instead of thousands.
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ import triton.language as tl
 # 16 a thread; enough loads in flight per program to hold an H200 at 90-100% of
 # its copy bandwidth on every benchmark shape (reports/gpu/).
 TILE_ELEMENTS = 2048
+# Elements one program merges in Triton's interpreter (CPU tensors), where each
+# program's every operation pays Python's overhead: a 3,000-token, 16-head,
+# 128-lane merge takes 17 s in 2,048-element tiles and 1 s in these.
+INTERPRETED_TILE_ELEMENTS = 1 << 18
 # At most this many heads a program.
 MAX_TILE_HEADS = 16
 # A head this wide or wider fills a program's row alone and the tile grows along
@@ -128,16 +136,28 @@ def _merge_program() -> Any:
     return merge_partial_tiles
 
 
-def tile_shape(heads: int, head_dim: int) -> tuple[int, int, int]:
+def tile_shape(heads: int, head_dim: int, tokens: int | None = None) -> tuple[int, int, int]:
     """``(BLOCK_T, BLOCK_H, BLOCK_D)`` for ``heads`` heads of ``head_dim`` lanes:
     every lane of a head (padded to a power of two), as many heads as fit in
     :data:`TILE_ELEMENTS` (at most :data:`MAX_TILE_HEADS`, one for a head of
-    :data:`WIDE_HEAD_LANES` or more), then tokens."""
+    :data:`WIDE_HEAD_LANES` or more), then tokens.
+
+    ``tokens`` given: the interpreter's tile, :data:`INTERPRETED_TILE_ELEMENTS`
+    with its tokens capped at ``tokens`` (padded to a power of two)."""
+    elements = TILE_ELEMENTS if tokens is None else INTERPRETED_TILE_ELEMENTS
     block_d = triton.next_power_of_2(head_dim)
-    fit = max(1, TILE_ELEMENTS // block_d)
+    fit = max(1, elements // block_d)
     block_h = 1 if block_d >= WIDE_HEAD_LANES else min(triton.next_power_of_2(heads), fit, MAX_TILE_HEADS)
-    block_t = max(1, TILE_ELEMENTS // (block_h * block_d))
+    block_t = max(1, elements // (block_h * block_d))
+    if tokens is not None:
+        block_t = min(block_t, triton.next_power_of_2(max(tokens, 1)))
     return block_t, block_h, block_d
+
+
+def device_tile_shape(heads: int, head_dim: int, tokens: int, device: torch.device) -> tuple[int, int, int]:
+    """:func:`tile_shape` for tensors on ``device``: the interpreter's tile on
+    CPU, the compiled kernel's on a GPU."""
+    return tile_shape(heads, head_dim, tokens if device.type == "cpu" else None)
 
 
 def rounds_once(device: torch.device) -> bool:
@@ -175,7 +195,7 @@ def merge_partials(
     if tokens == 0:
         return
     assert prefix.stride()[:2] == suffix.stride()[:2], "prefix and suffix must share their strides"
-    block_t, block_h, block_d = tile_shape(heads, dim)
+    block_t, block_h, block_d = device_tile_shape(heads, dim, tokens, out.device)
     tiles = triton.cdiv(tokens, block_t) * triton.cdiv(heads, block_h)
     _merge_program()[(tiles,)](
         out,
