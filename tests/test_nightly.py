@@ -75,9 +75,12 @@ def new_divergences(night_dir: Path) -> int:
 
 def test_report_and_history(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "no-gpu").mkdir()
-    # The first night leaves the kill matrix out (the second has one): it adds
-    # nothing to the history and the page checks below are the second night's.
-    first = nightly(capsys, tmp_path, "2026-11-27", "--gpu-reports", str(tmp_path / "no-gpu"), "--skip-mutants")
+    # The first night leaves the kill matrix and the numeric levels out (the
+    # second has them): they add nothing to the history, and the page checks
+    # below are the second night's.
+    first = nightly(
+        capsys, tmp_path, "2026-11-27", "--gpu-reports", str(tmp_path / "no-gpu"), "--skip-mutants", "--level", "layout"
+    )
     # The exit code is the baselines' verdict: non-zero exactly when some port has a new divergence.
     assert first == (1 if new_divergences(tmp_path / "2026-11-27") else 0)
     # A corrupt history line (a write cut short) is reported and skipped, never fatal.
