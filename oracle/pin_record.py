@@ -16,9 +16,10 @@ The key (:func:`installation_key`) holds:
   reinstall of vLLM is another key;
 - the pin's bytes (the pin the check reads, ``oracle.pin.PIN_FILE``, looked up
   at each start);
-- what else the import depends on: the interpreter, ``sys.path`` (a module
-  shadowing a dependency), every installed distribution's name and version, the
-  device recipe and every ``VLLM_*`` variable;
+- what else the import depends on: the interpreter, every module of vLLM's
+  installation folder that a ``sys.path`` entry searched before it shadows
+  (with that entry: :func:`shadowed_modules`), every installed distribution's
+  name and version, the device recipe and every ``VLLM_*`` variable;
 - the check's own code (``oracle/pin.py``, ``oracle/environment.py``, this file).
 
 Invariants a reader must keep:
@@ -35,7 +36,10 @@ Invariants a reader must keep:
   the check runs and nothing is recorded.
 
 What the key cannot see: a dependency's file edited in place without a version
-change. The answers such a run reads back were computed by the installation
+change, and a module that only a folder outside the installation provides (the
+folder a run starts in, a port's folder on ``PYTHONPATH``: they shadow nothing
+vLLM's installation holds, so the same installation keeps its key wherever a
+run starts). The answers such a run reads back were computed by the installation
 that passed the check; a question the cache cannot answer imports vLLM, and an
 import failure is then an oracle error on that item.
 """
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.machinery
 import importlib.metadata
 import json
 import os
@@ -62,6 +67,8 @@ RECORD_FORMAT = 1
 RECORDS = "fingerprint-checks"
 # The check's own code, part of the key.
 _CHECKER_MODULES = (oracle.pin, oracle.environment, sys.modules[__name__])
+# Longest first: a compiled extension's full suffix before the bare ".so".
+_MODULE_SUFFIXES = sorted(importlib.machinery.all_suffixes(), key=len, reverse=True)
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,44 @@ def _package_files(root: Path) -> Iterator[tuple[str, bytes]]:
                 yield relative, f"{status.st_size} {status.st_mtime_ns}".encode()
 
 
+def _top_level_modules(folder: str) -> set[str]:
+    """The top-level names ``folder`` (a ``sys.path`` entry) offers to ``import``:
+    its folders and its module files by name (none when it is not a folder)."""
+    names: set[str] = set()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return names
+    for entry in entries:
+        if entry.is_dir():
+            name = entry.name
+        else:
+            suffix = next((s for s in _MODULE_SUFFIXES if entry.name.endswith(s)), None)
+            if suffix is None:
+                continue
+            name = entry.name[: -len(suffix)]
+        if name.isidentifier() and name != "__pycache__":
+            names.add(name)
+    return names
+
+
+def shadowed_modules(site: Path) -> list[tuple[str, str]]:
+    """Each top-level module of ``site`` (the folder vLLM is installed in, beside
+    its dependencies) that a ``sys.path`` entry searched before ``site`` offers
+    too, with that entry: what ``import`` would load instead of the installed one."""
+    installed = _top_level_modules(str(site))
+    site = site.resolve()
+    shadowed: list[tuple[str, str]] = []
+    for entry in sys.path:
+        folder = Path(os.path.abspath(entry or os.curdir))
+        if folder.resolve() == site:
+            break
+        for name in sorted(_top_level_modules(str(folder)) & installed):
+            shadowed.append((name, str(folder)))
+            installed.discard(name)
+    return shadowed
+
+
 def installation_key(pin_path: Path | None = None) -> str | None:
     """The digest of everything the check's result depends on (module docstring),
     or None when vLLM's package cannot be found without importing it. ``pin_path``
@@ -110,9 +155,9 @@ def installation_key(pin_path: Path | None = None) -> str | None:
         "package": str(root.resolve()),
         "interpreter": sys.executable,
         "python": sys.version,
-        # What else the import finds: the search path (a module shadowing a
-        # dependency) and every installed distribution's version.
-        "sys_path": sys.path,
+        # What else the import finds: a module shadowing one installed beside
+        # vLLM, and every installed distribution's version.
+        "shadowed": shadowed_modules(root.parent),
         "distributions": sorted((d.metadata["Name"] or "", d.version) for d in importlib.metadata.distributions()),
         "device": selected_device(),
         "vllm_variables": sorted((k, v) for k, v in os.environ.items() if k.startswith("VLLM_")),

@@ -36,6 +36,7 @@ def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (root / "attention").mkdir(parents=True)
     (root / "__init__.py").write_text("")
     (root / "attention" / "mla.py").write_text("def plan():\n    return 1\n")
+    (root.parent / "dependency.py").write_text("")  # installed beside it
     monkeypatch.setattr(oracle.pin_record, "installed_package_root", lambda: root)
     monkeypatch.delitem(sys.modules, "vllm", raising=False)
     return root
@@ -55,7 +56,18 @@ def test_every_input_of_the_check_is_in_the_key(package: Path, monkeypatch: pyte
     keys.append(installation_key())
     (package / "attention" / "_ext.so").write_bytes(b"\0")
     keys.append(installation_key())
-    monkeypatch.setattr(sys, "path", [str(tmp_path / "shadow"), *sys.path])
+    # A folder searched first that offers nothing installed beside vLLM (a port's
+    # folder on PYTHONPATH, the folder a run starts in): the same key.
+    their_folder = tmp_path / "their-port"
+    their_folder.mkdir()
+    (their_folder / "their_port.py").write_text("")
+    monkeypatch.setattr(sys, "path", [str(their_folder), *sys.path])
+    assert installation_key() == keys[-1]
+    # One that shadows a module installed beside vLLM: another key.
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "dependency.py").write_text("")
+    monkeypatch.setattr(sys, "path", [str(shadow), *sys.path])
     keys.append(installation_key())
     # The pin the check reads, looked up at each start (a test may point it elsewhere).
     pin = tmp_path / "pin.json"
