@@ -100,8 +100,8 @@ def _faulty_merge_program() -> Any:
         lane = tl.arange(0, BLOCK_D)[None, None, :]
         in_head = lane < HEAD_DIM
         merge_here = merging[:, :, None] & in_head
-        s = tl.load(s_ptr + row_at + lane, mask=inside[:, :, None] & in_head, other=0.0)
-        p = tl.load(p_ptr + row_at + lane, mask=merge_here, other=0.0)
+        s = tl.load(s_ptr + row_at + lane, mask=inside[:, :, None] & in_head, other=1.0)
+        p = tl.load(p_ptr + row_at + lane, mask=merge_here, other=1.0)
         s_part = s * s_scale
         if ROUND_ONCE:
             merged = tl.fma(p, p_scale, s_part)

@@ -116,8 +116,11 @@ def _merge_program() -> Any:
         lane = tl.arange(0, BLOCK_D)[None, None, :]
         in_head = lane < HEAD_DIM
         merge_here = merging[:, :, None] & in_head
-        s = tl.load(s_ptr + row_at + lane, mask=inside[:, :, None] & in_head, other=0.0)
-        p = tl.load(p_ptr + row_at + lane, mask=merge_here, other=0.0)
+        # Lanes outside the mask are never stored; they load 1.0 rather than 0.0
+        # because Triton's interpreter converts a bfloat16 zero (as a subnormal)
+        # on a slow path, for the whole tile, wherever one appears.
+        s = tl.load(s_ptr + row_at + lane, mask=inside[:, :, None] & in_head, other=1.0)
+        p = tl.load(p_ptr + row_at + lane, mask=merge_here, other=1.0)
         if ROUND_ONCE:
             merged = tl.fma(p, p_scale, s * s_scale)
         else:
