@@ -16,6 +16,7 @@ import pytest
 from harness.cases.suites import load_suite
 from harness.sides.runner import plan_items
 from harness.verdicts.baseline import SuiteTargets
+from tests.collection_spy import SPY
 
 ROOT = Path(__file__).resolve().parent.parent
 EQUAL_SHARE_BASELINE = ROOT / "cases" / "baselines" / "equal_share.json"
@@ -30,16 +31,8 @@ def run_pytest(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT) 
     )  # fmt: skip
 
 
-SPY = "PARITY_TEST_COLLECTION_SPY"
-
-
-def pytest_collectstart(collector: pytest.Collector) -> None:
-    """A hook only where this module is loaded as a plugin (``-p tests.test_plugin``,
-    in every xdist worker too): records in the file ``$PARITY_TEST_COLLECTION_SPY``
-    that collection began."""
-    if SPY in os.environ:
-        with open(os.environ[SPY], "a") as spy:
-            spy.write(f"collection started at {collector.nodeid!r}\n")
+# The collection spy: a plugin that records that collection began (tests/collection_spy.py).
+SPY_PLUGIN = ("-p", "tests.collection_spy")
 
 
 def test_junit_has_one_item_per_case_and_level(tmp_path: Path) -> None:
@@ -151,7 +144,7 @@ def test_a_bad_option_stops_the_session_before_collection_in_one_line(
 ) -> None:
     spy = tmp_path / "collected"
     options = ("--parity-suite", "smoke", *argv) if "--parity-suite" not in argv else argv
-    proc = run_pytest("-p", "tests.test_plugin", *options, env={**os.environ, SPY: str(spy)})
+    proc = run_pytest(*SPY_PLUGIN, *options, env={**os.environ, SPY: str(spy)})
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(says), proc.stderr[-2000:]
@@ -162,7 +155,7 @@ def test_a_bad_option_stops_the_session_before_collection_in_one_line(
 def test_the_collection_spy_sees_collection(tmp_path: Path) -> None:
     """The control for the test above: with good options the spy records collection."""
     spy = tmp_path / "collected"
-    proc = run_pytest("-p", "tests.test_plugin", "--parity-suite", "smoke", "--parity-level", "layout",
+    proc = run_pytest(*SPY_PLUGIN, "--parity-suite", "smoke", "--parity-level", "layout",
                       "--collect-only", env={**os.environ, SPY: str(spy)})  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert spy.read_text().strip()
@@ -217,7 +210,7 @@ def run_in_trivial_repo(tmp_path: Path, *argv: str) -> tuple[subprocess.Complete
     """pytest in :func:`trivial_repo` with the collection spy loaded; the spy's file."""
     spy = tmp_path / "collected"
     env = {**os.environ, SPY: str(spy), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return run_pytest("-p", "tests.test_plugin", *argv, env=env, cwd=trivial_repo(tmp_path)), spy
+    return run_pytest(*SPY_PLUGIN, *argv, env=env, cwd=trivial_repo(tmp_path)), spy
 
 
 def test_without_parity_options_the_plugin_stays_off(tmp_path: Path) -> None:
