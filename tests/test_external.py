@@ -146,11 +146,16 @@ def test_prefill_over_the_protocol_is_judged_as_in_process(tmp_path: Path, capsy
     assert [r["status"] for name, r in rows.items() if name != FAULTY_CASE] == ["parity", "parity"]
 
 
+# The run's --timeout for the faulty prefill ports: the hanging one is cut at it,
+# and each healthy prefill over the protocol (about 1 s here) stays well inside it.
+PREFILL_TIMEOUT_S = 5
+
+
 @pytest.mark.parametrize(
     ("fault", "expected"),
     [
         ("crash", "port exited (code 3) before answering; stderr: ...fake port: committing crash on prefill"),
-        ("hang", "port did not answer within 10 s"),
+        ("hang", f"port did not answer within {PREFILL_TIMEOUT_S} s"),
         ("garbage", "port printed something that is not JSON: b'Segmentation fault (core dumped)'"),
         ("error", f"port error: cannot do prefill {FAULTY_CASE}"),
         ("wrong-shape", "output: port gave float16[5, 2, 15], oracle float16[5, 2, 16]"),
@@ -164,7 +169,8 @@ def test_prefill_faults_are_port_errors_and_the_run_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fault: str, expected: str
 ) -> None:
     port = f"cmd:{FAKE} --prefill --fault {fault} --fault-op prefill --on {FAULTY_CASE}"
-    code, rows = rows_of(tmp_path, capsys, "--cases", *NUMERIC, "--level", "prefill", "--port", port, "--timeout", "10")
+    timeout = ["--timeout", str(PREFILL_TIMEOUT_S)]
+    code, rows = rows_of(tmp_path, capsys, "--cases", *NUMERIC, "--level", "prefill", "--port", port, *timeout)
     assert code == 1
     assert rows[FAULTY_CASE]["status"] == "port-error"
     assert expected in rows[FAULTY_CASE]["detail"]

@@ -29,6 +29,8 @@ pytestmark = pytest.mark.all_cores
 
 # The limit of a planted mutant's calls here; it sleeps far past it.
 LIMIT_S = 0.2
+# The limit where every call of the planted mutant hangs (none has to finish in time).
+HANG_LIMIT_S = 0.05
 HANG_S = 30.0
 
 
@@ -58,14 +60,14 @@ class HangsOnceThenBf16(Mutant):
         return MUTANTS["merge-in-bf16"]().merge_states(inputs)
 
 
-def _quick_limit_for_planted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``parity mutants`` has no --timeout: the planted mutants' calls get LIMIT_S
+def _quick_limit_for_planted(monkeypatch: pytest.MonkeyPatch, limit_s: float = LIMIT_S) -> None:
+    """``parity mutants`` has no --timeout: the planted mutants' calls get ``limit_s``
     (the base's and the oracle's keep theirs)."""
 
     def run_item(oracle: Port, port: Port, kind: str, item: Any, kernels: Any, *rest: Any) -> Any:
         args = list(rest)
         if getattr(port, "source", "") == "test":
-            args = [args[0] if args else "cpu", LIMIT_S, *args[2:]]
+            args = [args[0] if args else "cpu", limit_s, *args[2:]]
         return real_run_item(oracle, port, kind, item, kernels, *args)
 
     monkeypatch.setattr("harness.search.mutants.run_item", run_item)
@@ -78,7 +80,7 @@ def test_a_mutant_that_only_hangs_is_not_killed(
     killed", exit 0). Now every merge item times out, none is a kill, the cell
     says "timed out", and the command fails as for a survivor."""
     monkeypatch.setitem(mutants_package.MUTANTS, HangingMerge.name, HangingMerge)
-    _quick_limit_for_planted(monkeypatch)
+    _quick_limit_for_planted(monkeypatch, HANG_LIMIT_S)
     code = main(["mutants", "--suite", "smoke", "--only", HangingMerge.name, "--level", "merge", "--no-shrink",
                  "--jobs", "1", "--out", str(tmp_path)])  # fmt: skip
     out = capsys.readouterr().out
