@@ -125,20 +125,44 @@ def _top_level_modules(folder: str) -> set[str]:
     return names
 
 
+def _holds_distributions(folder: Path) -> bool:
+    """Whether ``folder`` is where packages are installed (it holds their metadata)."""
+    try:
+        return any(e.name.endswith((".dist-info", ".egg-info")) for e in os.scandir(folder))
+    except OSError:
+        return False
+
+
 def shadowed_modules(site: Path) -> list[tuple[str, str]]:
-    """Each top-level module of ``site`` (the folder vLLM is installed in, beside
-    its dependencies) that a ``sys.path`` entry searched before ``site`` offers
-    too, with that entry: what ``import`` would load instead of the installed one."""
-    installed = _top_level_modules(str(site))
+    """What ``import`` could load in place of an installed module, in ``sys.path``
+    order up to the last installation folder (``site``, the folder vLLM is in,
+    and every entry holding distributions: a venv's, the user's, the system's):
+    each name a folder offers that an installation folder searched after it
+    offers too, with that folder; an entry that is no folder (a zip, a path
+    hook) as it is spelled. A folder that offers no installed name (the one a
+    run starts in, a port's folder on ``PYTHONPATH``) adds nothing, and entries
+    past the last installation folder shadow nothing installed."""
+    folders = [Path(os.path.abspath(entry or os.curdir)).resolve() for entry in sys.path]
     site = site.resolve()
+    installations = {f for f in folders if _holds_distributions(f)} | {site}
+    offered = {f: _top_level_modules(str(f)) for f in set(folders) | {site}}
+    searched = list(zip(sys.path, folders, strict=True))
+    if site not in folders:
+        searched.append((str(site), site))
+    last = max(i for i, (_, folder) in enumerate(searched) if folder in installations)
+    # The names installation folders offer after each position, from the back.
+    installed_after: list[set[str]] = [set() for _ in searched]
+    names: set[str] = set()
+    for i in range(len(searched) - 1, -1, -1):
+        installed_after[i] = set(names)
+        if searched[i][1] in installations:
+            names |= offered[searched[i][1]]
     shadowed: list[tuple[str, str]] = []
-    for entry in sys.path:
-        folder = Path(os.path.abspath(entry or os.curdir))
-        if folder.resolve() == site:
-            break
-        for name in sorted(_top_level_modules(str(folder)) & installed):
-            shadowed.append((name, str(folder)))
-            installed.discard(name)
+    for i, (entry, folder) in enumerate(searched[: last + 1]):
+        if not folder.is_dir():
+            shadowed.append(("", entry))
+        else:
+            shadowed += [(name, str(folder)) for name in sorted(offered[folder] & installed_after[i])]
     return shadowed
 
 

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET = "smoke-dcp3-padded"
 # The box's first evaluation may import vLLM (the oracle's answer for a smaller
 # case is not cached; a few seconds, more on a busy machine): the hanging port
-# call after it still gets what is left of the box, at least 1 s, and is cut.
+# call then overruns the box by at most its own limit (the time left when the
+# evaluation began, at least 1 s), which GRACE_S covers.
 TIME_BOX_S = 8.0
 # Seconds past the time box a shrink may take: one port call cut to the time
 # left (at least 1 s), the port's restart after it is killed, writing the files.

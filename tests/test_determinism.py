@@ -36,7 +36,7 @@ def test_byte_identical_results_across_runs_and_hash_seeds(tmp_path: Path) -> No
 
 def test_sigkill_leaves_readable_rows_and_resume_finishes(tmp_path: Path) -> None:
     rows = tmp_path / "rows.jsonl"
-    # An eighth of ci's layout items (about 1,100): enough rows to kill the run among them.
+    # An eighth of ci's layout items (about 1,100): the kill comes past 200 rows, well before the end.
     argv = [
         "run",
         "--suite",
@@ -54,14 +54,14 @@ def test_sigkill_leaves_readable_rows_and_resume_finishes(tmp_path: Path) -> Non
                             stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:
-        if rows.exists() and len(rows.read_bytes().splitlines()) > 500:
+        if rows.exists() and len(rows.read_bytes().splitlines()) > 200:
             break
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     # Killed mid-run, not reaped after a run that had already finished.
     assert proc.wait() == -signal.SIGKILL
     lines = rows.read_text().splitlines()
-    assert 500 < len(lines)
+    assert 200 < len(lines)
     header = json.loads(lines[0])["header"]
     assert header["suite"] == "ci" and header["port"] == "per_request"
     complete = [json.loads(line) for line in lines[1:-1]]  # the last line may be torn

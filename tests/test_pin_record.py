@@ -63,10 +63,13 @@ def test_every_input_of_the_check_is_in_the_key(package: Path, monkeypatch: pyte
     (their_folder / "their_port.py").write_text("")
     monkeypatch.setattr(sys, "path", [str(their_folder), *sys.path])
     assert installation_key() == keys[-1]
-    # One that shadows a module installed beside vLLM: another key.
+    # One that offers a module installed beside vLLM: after the installation it
+    # shadows nothing (the same key), before it another key.
     shadow = tmp_path / "shadow"
     shadow.mkdir()
     (shadow / "dependency.py").write_text("")
+    monkeypatch.setattr(sys, "path", [*sys.path, str(package.parent), str(shadow)])
+    assert installation_key() == keys[-1]
     monkeypatch.setattr(sys, "path", [str(shadow), *sys.path])
     keys.append(installation_key())
     # The pin the check reads, looked up at each start (a test may point it elsewhere).
