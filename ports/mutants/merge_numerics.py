@@ -67,6 +67,7 @@ def _faulty_merge_program() -> Any:
         BLOCK_T: tl.constexpr,
         BLOCK_H: tl.constexpr,
         ROUND_ONCE: tl.constexpr,
+        MASKED_FILL: tl.constexpr,
         FAULT: tl.constexpr,
         CUTOFF_GAP: tl.constexpr,
     ):
@@ -100,8 +101,8 @@ def _faulty_merge_program() -> Any:
         lane = tl.arange(0, BLOCK_D)[None, None, :]
         in_head = lane < HEAD_DIM
         merge_here = merging[:, :, None] & in_head
-        s = tl.load(s_ptr + row_at + lane, mask=inside[:, :, None] & in_head, other=1.0)
-        p = tl.load(p_ptr + row_at + lane, mask=merge_here, other=1.0)
+        s = tl.load(s_ptr + row_at + lane, mask=inside[:, :, None] & in_head, other=MASKED_FILL)
+        p = tl.load(p_ptr + row_at + lane, mask=merge_here, other=MASKED_FILL)
         s_part = s * s_scale
         if ROUND_ONCE:
             merged = tl.fma(p, p_scale, s_part)
@@ -171,6 +172,7 @@ def faulty_merge(fault: int, lse_token_stride_one: bool = False) -> Callable[...
             BLOCK_T=block_t,
             BLOCK_H=block_h,
             ROUND_ONCE=merge_module.rounds_once(out.device),
+            MASKED_FILL=merge_module.masked_fill(out.device),
             FAULT=fault,
             CUTOFF_GAP=FP32_EPS_GAP,
         )
