@@ -16,10 +16,11 @@ The key (:func:`installation_key`) holds:
   reinstall of vLLM is another key;
 - the pin's bytes (the pin the check reads, ``oracle.pin.PIN_FILE``, looked up
   at each start);
-- what else the import depends on: the interpreter, every module of vLLM's
-  installation folder that a ``sys.path`` entry searched before it shadows
-  (with that entry: :func:`shadowed_modules`), every installed distribution's
-  name and version, the device recipe and every ``VLLM_*`` variable;
+- what else the import depends on: the interpreter, every installed module
+  (of vLLM's folder or another folder holding distributions) that a
+  ``sys.path`` entry searched before it shadows, with that entry
+  (:func:`shadowed_modules`), every installed distribution's name and version,
+  the device recipe and every ``VLLM_*`` variable;
 - the check's own code (``oracle/pin.py``, ``oracle/environment.py``, this file).
 
 Invariants a reader must keep:
@@ -179,8 +180,8 @@ def installation_key(pin_path: Path | None = None) -> str | None:
         "package": str(root.resolve()),
         "interpreter": sys.executable,
         "python": sys.version,
-        # What else the import finds: a module shadowing one installed beside
-        # vLLM, and every installed distribution's version.
+        # What else the import finds: a module shadowing an installed one, and
+        # every installed distribution's version.
         "shadowed": shadowed_modules(root.parent),
         "distributions": sorted((d.metadata["Name"] or "", d.version) for d in importlib.metadata.distributions()),
         "device": selected_device(),
