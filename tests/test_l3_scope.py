@@ -8,6 +8,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,3 +99,47 @@ def test_an_external_port_s_sparse_l3_says_it_compared_the_fold_only(
     assert f"sparse-prefill compared {ExternalPort.l3_compares['sparse-prefill']}" in out
     assert main(["run", "--suite", "smoke", "--level", "sparse-prefill", "--port", "per_request"]) == 0
     assert f"sparse-prefill compared {WHOLE_LOOP_COMPARED['sparse-prefill']}" in capsys.readouterr().out
+
+
+def test_the_layout_digest_tells_apart_every_field_and_boundary() -> None:
+    """The digest the rows record (and this file's L1-against-L3 check reads):
+    equal for equal layouts, different when any one value of any chunk field
+    changes, when a value moves across a tuple's end, or when a DCP field is
+    None instead of empty."""
+    import dataclasses
+
+    from harness.cases.suites import load_suite
+    from ports.per_request import PORT
+
+    cases = [c for c in load_suite("smoke").cases if c.dcp_world_size > 1][:1]
+    cases += [c for c in load_suite("smoke").cases if c.dcp_world_size == 1][:1]
+    for case in cases:
+        layout = PORT.plan_layout(case)
+        again = PORT.plan_layout(case)
+        assert layout == again and layout.digest() == again.digest()
+        first = layout.chunks[0]
+        changed: list[dict[str, Any]] = []
+        for name, value in vars(first).items():
+            if type(value) is bool:
+                changed.append({name: not value})
+            elif type(value) is int:
+                changed.append({name: value + 1})
+            elif type(value) is tuple and value and type(value[0]) is tuple:
+                changed.append({name: (value[0] + (0,), *value[1:])})
+            elif type(value) is tuple:
+                changed.append({name: (*value, 0)})
+                if value:
+                    changed.append({name: (*value[:-1], value[-1] + 1)})
+            elif value is None:
+                changed.append({name: ()})
+        assert changed
+        digests = {layout.digest()}
+        for change in changed:
+            other = dataclasses.replace(layout, chunks=(dataclasses.replace(first, **change), *layout.chunks[1:]))
+            assert other != layout and other.digest() not in digests, change
+            digests.add(other.digest())
+    # A value moved across the boundary of two tuples (same values in the same order).
+    split = dataclasses.replace(first, query_start_loc=(0, 1), cu_seq_lens=(2, 3, 4))
+    moved = dataclasses.replace(first, query_start_loc=(0, 1, 2), cu_seq_lens=(3, 4))
+    digest_of = {chunk: dataclasses.replace(layout, chunks=(chunk,)).digest() for chunk in (split, moved)}
+    assert digest_of[split] != digest_of[moved]

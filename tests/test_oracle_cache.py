@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import multiprocessing
 import os
 import time
@@ -29,7 +30,7 @@ from harness.protocol.port import Port
 from harness.sides.oracle_cache import CachedOracle, with_oracle_cache
 from harness.sides.oracle_cache_answers import CachedOracleError
 from harness.sides.oracle_cache_keys import CACHE_FORMAT, oracle_fingerprint, sparse_sources
-from harness.sides.oracle_cache_store import LAST_USED, prune_stale_folders
+from harness.sides.oracle_cache_store import LAST_USED, prune_stale_folders, sealed, unsealed
 from harness.sides.runner import run_items
 from tests.oracle_cache_fakes import (
     FINGERPRINT,
@@ -407,6 +408,29 @@ def test_a_damaged_entry_is_a_miss_and_is_rewritten(tmp_path: Path, kind: str, d
     again = CachedOracle(fake, FINGERPRINT, tmp_path)
     same_answer(fresh, through(again, case))
     assert again.stats()["disk_hits"] == 1 and fake.calls == calls + 1
+
+
+@pytest.mark.parametrize(
+    "bad_run",
+    [[0.5, 3], [1, 2.0], [1, -1], [True, 2], [1], "0,3"],
+    ids=["float", "count", "negative", "bool", "short", "text"],
+)
+def test_a_sealed_layout_entry_with_a_bad_row_map_is_a_miss(tmp_path: Path, bad_run: Any) -> None:
+    """The row maps are expanded from runs checked on reading (the layout check
+    then trusts their elements): a run that is not two ints, in an entry whose
+    seal matches, is refused like any damaged entry."""
+    from ports.per_request import PORT  # a real layout, chunks and row maps
+
+    case = numeric_case(4)
+    fresh = CachedOracle(PORT, FINGERPRINT, tmp_path).plan_layout(case)
+    assert fresh.chunks and fresh.chunks[0].token_to_seq
+    (entry,) = [p for p in tmp_path.rglob("layout-*") if p.is_file()]
+    payload = json.loads(unsealed(entry.read_bytes()))
+    payload["layout"]["chunks"][0]["token_to_seq"][0] = bad_run
+    entry.write_bytes(sealed(json.dumps(payload, separators=(",", ":")).encode()))
+    reader = CachedOracle(PORT, FINGERPRINT, tmp_path)
+    assert reader.plan_layout(case) == fresh
+    assert reader.stats()["unreadable"] == 1 and reader.stats()["misses"] == 1
 
 
 def test_mutating_an_answer_changes_no_later_hit(tmp_path: Path) -> None:

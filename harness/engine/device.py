@@ -12,6 +12,13 @@ from harness.kernels import SharedKernels
 # --jobs and any machine's core count, and N workers never oversubscribe N cores.
 NUMERIC_THREADS = 1
 
+# The cyclic garbage collector's thresholds in every process that compares. A ci
+# run builds millions of small lists and tuples (the oracle cache's layouts) that
+# live to the end of the run; at Python's default (700 allocations) the collector
+# walks them again and again: a tenth of a warm layout run. Cycles are still
+# collected, less often.
+GC_THRESHOLDS = (100_000, 50, 100)
+
 
 def _use_device(device: str) -> None:
     """Set ``device``'s recipe (oracle.environment.use_device); a device this
@@ -42,12 +49,16 @@ def prepare_device(device: str) -> None:
 
 def select_device(device: str) -> SharedKernels:
     """Prepare the oracle's recipe for ``device``, fix torch's threads at
-    :data:`NUMERIC_THREADS` and return that device's shared kernels. Call
-    before the oracle is opened (vLLM reads the recipe on import)."""
+    :data:`NUMERIC_THREADS` and the collector's at :data:`GC_THRESHOLDS`, and
+    return that device's shared kernels. Call before the oracle is opened (vLLM
+    reads the recipe on import)."""
+    import gc
+
     import torch
 
     from harness.kernels import kernels_for
 
     torch.set_num_threads(NUMERIC_THREADS)
+    gc.set_threshold(*GC_THRESHOLDS)
     _use_device(device)
     return kernels_for(device)

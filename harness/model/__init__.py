@@ -317,11 +317,45 @@ class Layout:
 
     def digest(self) -> str:
         """A short hash of the whole layout: two layouts have the same one exactly
-        when every field of every chunk is the same (results rows record it)."""
-        import hashlib
-        import json
+        when every field of every chunk is the same (results rows record it, to
+        tell within one run whether L3 ran on the layout L1 compared).
 
-        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+        Every value is written with its kind and length before it, so no two
+        layouts write the same bytes; the row maps (millions of ints in a ci
+        run) go in as machine integers, not as text."""
+        import hashlib
+
+        hashed = hashlib.sha256()
+        _hash_values(hashed, (len(self.chunks), self.empty_token_slices))
+        for chunk in self.chunks:
+            _hash_values(hashed, [getattr(chunk, name) for name in _field_names(Chunk)])
+        return hashed.hexdigest()[:16]
+
+
+def _hash_values(hashed: Any, values: Any) -> None:
+    """Feed ``values`` (ints, bools, None and tuples of them, nested) to
+    ``hashed``, each tagged with its kind and, for a tuple, its length."""
+    import array
+
+    for value in values:
+        if value is None:
+            hashed.update(b"N")
+        elif type(value) is bool:
+            hashed.update(b"T" if value else b"F")
+        elif type(value) is int:
+            hashed.update(b"i%d;" % value)
+        elif type(value) is tuple and (not value or type(value[0]) is int):
+            hashed.update(b"t%d;" % len(value))
+            try:
+                hashed.update(array.array("q", value).tobytes())
+            except (OverflowError, TypeError):
+                # Beyond 64 bits (or not all ints): as text, tagged apart.
+                hashed.update(b"x" + ",".join(map(repr, value)).encode() + b";")
+        elif type(value) is tuple:
+            hashed.update(b"u%d;" % len(value))
+            _hash_values(hashed, value)
+        else:
+            hashed.update(b"r" + repr(value).encode() + b";")
 
 
 # -- numeric levels (L2, L3) ------------------------------------------------------------

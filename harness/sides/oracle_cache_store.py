@@ -83,7 +83,8 @@ def _layout_of(data: dict[str, Any]) -> Layout:
     """The inverse of :meth:`Layout.to_json` for the store's own entries, without
     :func:`~harness.model.layout_from_json`'s per-field checks (which guard
     against a port's replies and cost as much as asking the pinned oracle
-    again); the caller checks the result with :func:`check_layout`."""
+    again); the caller checks the result with :func:`check_layout` (the row maps
+    are expanded from runs checked here, :data:`ROW_MAPS`)."""
     decoders = _chunk_decoders()
     chunks = []
     for fields in data["chunks"]:
@@ -93,6 +94,20 @@ def _layout_of(data: dict[str, Any]) -> Layout:
             values[name] = value if value is None or decode is None else decode(value)
         chunks.append(Chunk(**values))
     return Layout(tuple(chunks), tuple((start, stop) for start, stop in data["empty_token_slices"]))
+
+
+# The row-map fields, expanded from runs whose values and counts are checked to
+# be ints: check_layout need not visit their millions of elements again.
+ROW_MAPS = frozenset(name for name in Chunk.field_names() if name.endswith("token_to_seq"))
+
+
+def _expanded_checked_runs(runs: Any) -> tuple[int, ...]:
+    if type(runs) is not list or not all(
+        type(run) is list and len(run) == 2 and type(run[0]) is int and type(run[1]) is int and run[1] >= 0
+        for run in runs
+    ):
+        raise ValueError("a row map that is not a list of [value, count] int pairs")
+    return expanded_runs(runs)
 
 
 def _ranks(value: list[list[int]]) -> tuple[tuple[int, ...], ...]:
@@ -107,7 +122,7 @@ def _chunk_decoders() -> tuple[tuple[str, Callable[[Any], Any] | None], ...]:
     decoders: list[tuple[str, Callable[[Any], Any] | None]] = []
     for name in Chunk.field_names():
         if name.endswith("token_to_seq"):
-            decoders.append((name, expanded_runs))
+            decoders.append((name, _expanded_checked_runs))
         elif name == "local_context_lens_allranks":
             decoders.append((name, _ranks))
         else:
@@ -136,13 +151,15 @@ def decode_json_entry(data: bytes, header: dict[str, Any]) -> Any:
     if "error" in payload:
         return KeptError(**payload["error"])
     if header["kind"] == "layout":
-        return check_layout(_layout_of(payload["layout"]))
+        return check_layout(_layout_of(payload["layout"]), built=ROW_MAPS)
     if header["kind"] == "sparse-layout":
         # The route's fields through the checked decoder; the chunks, which are
         # most of it, through the store's own (as a dense layout's).
         fields = payload["sparse_layout"]
         sparse = sparse_layout_from_json({**fields, "layout": {"chunks": [], "empty_token_slices": []}})
-        return check_sparse_layout(dataclasses.replace(sparse, layout=check_layout(_layout_of(fields["layout"]))))
+        return check_sparse_layout(
+            dataclasses.replace(sparse, layout=check_layout(_layout_of(fields["layout"]), built=ROW_MAPS))
+        )
     value = payload["value"]
     if type(value) is not int:
         raise ValueError("the entry's value is not an int")
