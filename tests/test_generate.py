@@ -100,3 +100,22 @@ def test_a_suite_is_loaded_once_per_process_until_its_files_change(
     edited = load_suite("smoke")
     assert edited is not first and edited != first
     assert load_suite("smoke") is edited
+
+
+def test_draws_below_are_randint_and_choice() -> None:
+    """The families' hot loops draw through draws_below instead of randint and
+    choice: the same values in the same order (a Python whose random module
+    drew otherwise would change every suite, and fails here first)."""
+    import random
+
+    from harness.cases.sweep_families import draws_below
+
+    for seed in range(200):
+        through_api, direct = random.Random(seed), random.Random(seed)
+        draw = draws_below(direct)
+        widths = [1, 2, 3, 5, 8, 32, 64, 600, 2 * 544 + 1, 1 << 20]
+        for width in widths * 5:
+            assert through_api.randint(1, width) == 1 + draw(width)
+            options = (1, 1, 2, 3, width)
+            assert through_api.choice(options) == options[draw(len(options))]
+        assert through_api.random() == direct.random()

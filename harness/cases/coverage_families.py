@@ -16,7 +16,7 @@ import math
 import random
 from collections.abc import Callable
 
-from harness.cases.sweep_families import _case, _queries
+from harness.cases.sweep_families import _case, _queries, draws_below
 from harness.model import Case, alignment_unit
 
 # Block sizes of hybrid attention + state-space models (528, 544, 1056: pages
@@ -35,13 +35,17 @@ DCP_BLOCK_SIZES = (1, 3, 16, 48, 64, 80, 128, 528, 544, 1056)
 MAX_DCP_UNIT = 1 << 14
 
 
-def _few_rows(rng: random.Random, block: int) -> int:
-    """A context of a few rows: most batches of thousands are short contexts."""
-    return rng.choice((1, 1, 2, 3, rng.randint(1, min(64, 2 * block))))
+def _few_rows(rng: random.Random, block: int, n: int) -> list[int]:
+    """``n`` contexts of a few rows: most batches of thousands are short contexts."""
+    # rng.choice((1, 1, 2, 3, rng.randint(1, min(64, 2 * block)))) per request.
+    draw, widest = draws_below(rng), min(64, 2 * block)
+    return [(1, 1, 2, 3, 1 + draw(widest))[draw(5)] for _ in range(n)]
 
 
 def _small_query_lens(rng: random.Random, n: int) -> tuple[int, ...]:
-    return tuple(rng.choice((1, 1, 2, rng.randint(1, 8))) for _ in range(n))
+    # rng.choice((1, 1, 2, rng.randint(1, 8))) per request.
+    draw = draws_below(rng)
+    return tuple((1, 1, 2, 1 + draw(8))[draw(4)] for _ in range(n))
 
 
 def wide_batch(rng: random.Random) -> Case:
@@ -63,7 +67,7 @@ def wide_batch(rng: random.Random) -> Case:
     workspace = max(block, rng.choice((1024, 4096, 16384, 65536)) // block * block)
     if rng.random() < 0.25:
         workspace += rng.randint(1, block) if block > 1 else rng.randint(1, 7)
-    contexts = [_few_rows(rng, block) for _ in range(n)]
+    contexts = _few_rows(rng, block, n)
     shape = rng.choice(("dense", "runs", "scattered"))
     if shape == "runs":
         # Long runs of requests with context between zero-context ones: a

@@ -6,9 +6,9 @@ to 1024 requests (:data:`SWEEP_FAMILIES`, the default of
 Each family is a function of one ``random.Random`` and nothing else, and
 returns a :class:`~harness.model.Case` without a name (the generator names
 it). The order of the draws is part of every suite: a draw added, removed or
-reordered in a family changes its cases (``tests/test_generate.py`` pins a
-digest). The drawing helpers here (``_queries``, ``_case``) are shared with
-:mod:`harness.cases.coverage_families`.
+reordered in a family changes its cases, and with them the items the committed
+baselines list. The drawing helpers here (``_queries``, ``_case``,
+:func:`draws_below`) are shared with :mod:`harness.cases.coverage_families`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,20 @@ WORST_CASE_CONTEXT = (60000,) + (16,) * 31
 WORST_CASE_QUERY = (513,) * 32
 
 
+def draws_below(rng: random.Random) -> Callable[[int], int]:
+    """``rng``'s draw of an int in ``[0, n)``: the one ``randint(a, b)`` makes as
+    ``a + draw(b - a + 1)`` and ``choice(seq)`` as ``seq[draw(len(seq))]``.
+    Called directly it gives the same values in the same order without their
+    argument checks, for the loops that draw millions (a ci suite's per-request
+    lengths); tests/test_generate.py holds it to randint's and choice's values."""
+    draw: Callable[[int], int] = rng._randbelow  # type: ignore[attr-defined]
+    return draw
+
+
 def _queries(rng: random.Random, n: int) -> tuple[int, ...]:
-    return tuple(rng.choice((1, rng.randint(1, 32), rng.randint(1, 600))) for _ in range(n))
+    # rng.choice((1, rng.randint(1, 32), rng.randint(1, 600))) per request.
+    draw = draws_below(rng)
+    return tuple((1, 1 + draw(32), 1 + draw(600))[draw(3)] for _ in range(n))
 
 
 def _base(rng: random.Random) -> tuple[int, int]:
@@ -134,7 +146,9 @@ def unaligned_tails(rng: random.Random) -> Case:
 def many_requests(rng: random.Random) -> Case:
     block, workspace = _base(rng)
     n = rng.randint(512, 1024)
-    contexts = [rng.choice((0, rng.randint(1, 64), rng.randint(1, 2 * block + 1))) for _ in range(n)]
+    # rng.choice((0, rng.randint(1, 64), rng.randint(1, 2 * block + 1))) per request.
+    draw, tail = draws_below(rng), 2 * block + 1
+    contexts = [(0, 1 + draw(64), 1 + draw(tail))[draw(3)] for _ in range(n)]
     return _case("many-requests", contexts, rng, block, workspace)
 
 
