@@ -329,12 +329,20 @@ class _Session:
     """Per-process state: the oracle (checked once) and the plan's port."""
 
     def __init__(self, config: pytest.Config) -> None:
+        import gc
+
         from harness.engine import UsageError, open_oracle, select_device
 
         plan: _Plan = config._parity_plan  # type: ignore[attr-defined]
         self.device: str = _option(config, "--parity-device")
+        # select_device tunes the collector for the harness's own processes; this
+        # one is the user's pytest session, whose collector stays as it was.
+        thresholds = gc.get_threshold()
         try:
-            self.kernels = select_device(self.device)
+            try:
+                self.kernels = select_device(self.device)
+            finally:
+                gc.set_threshold(*thresholds)
             self.oracle, self.provenance = open_oracle(
                 bool(config.getoption("--parity-allow-oracle-drift")),
                 cache=not config.getoption("--parity-no-oracle-cache"),

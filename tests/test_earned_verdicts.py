@@ -14,12 +14,15 @@ from typing import Any
 import pytest
 
 from harness.cli import main
+from tests.cli_in_process import parity_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "cases" / "smoke"
 
 
 def parity(*argv: str) -> subprocess.CompletedProcess[str]:
+    """A subprocess, for the tests whose subject is how the process ends; the
+    usage errors run in this process (tests/cli_in_process.py)."""
     return subprocess.run(
         [sys.executable, "-m", "harness", *argv], cwd=ROOT, capture_output=True, text=True, check=False
     )
@@ -35,31 +38,33 @@ def refused(proc: subprocess.CompletedProcess[str], expected: str) -> None:
 
 
 def test_run_selecting_no_items_is_usage() -> None:
-    proc = parity("run", "--cases", str(SMOKE / "giant-middle.json"), "--level", "prefill")
+    proc = parity_in_process("run", "--cases", str(SMOKE / "giant-middle.json"), "--level", "prefill")
     refused(proc, "selects no items: nothing would be compared")
 
 
 def test_gate_selecting_no_items_is_usage(tmp_path: Path) -> None:
-    proc = parity("gate", "--cases", str(SMOKE / "giant-middle.json"), "--level", "merge", "--out", str(tmp_path))
+    proc = parity_in_process(
+        "gate", "--cases", str(SMOKE / "giant-middle.json"), "--level", "merge", "--out", str(tmp_path)
+    )
     refused(proc, "selects no items")
     assert not (tmp_path / "summary.md").exists()
 
 
 def test_run_on_a_shard_with_no_items_is_usage() -> None:
-    proc = parity("run", "--cases", str(SMOKE / "giant-middle.json"), "--level", "layout", "--shard", "2/2")
+    proc = parity_in_process("run", "--cases", str(SMOKE / "giant-middle.json"), "--level", "layout", "--shard", "2/2")
     refused(proc, "shard 2/2 selects no items")
 
 
 def test_diff_at_a_level_the_case_lacks_is_usage() -> None:
     refused(
-        parity("diff", "smoke/smoke-upstream-worst-case", "--port", "equal_share", "--level", "merge"),
+        parity_in_process("diff", "smoke/smoke-upstream-worst-case", "--port", "equal_share", "--level", "merge"),
         "--level merge selects no items of a layout-only case",
     )
-    refused(parity("diff", "smoke/smoke-upstream-worst-case", "--level", "prefill"), "selects no items")
+    refused(parity_in_process("diff", "smoke/smoke-upstream-worst-case", "--level", "prefill"), "selects no items")
 
 
 def test_nightly_selecting_no_items_is_usage(tmp_path: Path) -> None:
-    proc = parity(
+    proc = parity_in_process(
         "nightly", "--size", "0", "--numeric-size", "0", "--level", "merge", "--ports", "per_request",
         "--out", str(tmp_path), "--skip-mutants",
     )  # fmt: skip
@@ -269,7 +274,7 @@ def test_an_unprintable_port_error_is_escaped(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_a_port_with_malformed_levels_is_usage() -> None:
-    refused(parity("run", "--suite", "smoke", "--port", "tests.value_ports:BadLevelsPort"),
+    refused(parity_in_process("run", "--suite", "smoke", "--port", "tests.value_ports:BadLevelsPort"),
             "port levels must be a tuple of level names, got int 5")  # fmt: skip
 
 

@@ -8,22 +8,20 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
+from tests.cli_in_process import parity_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "cases" / "smoke"
 GOOD = {"name": "x", "context_lens": [40, 0], "query_lens": [2, 3], "block_size": 16, "workspace_size": 64}
 
 
-def parity(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *argv], cwd=ROOT, capture_output=True, text=True, check=False
-    )
+# Bad input stops each command before any work: run in this process (tests/cli_in_process.py).
+parity = parity_in_process
 
 
 def one_line_exit_2(proc: subprocess.CompletedProcess[str], expected: str) -> None:

@@ -119,3 +119,33 @@ def test_draws_below_are_randint_and_choice() -> None:
             options = (1, 1, 2, 3, width)
             assert through_api.choice(options) == options[draw(len(options))]
         assert through_api.random() == direct.random()
+
+
+def test_the_hot_loops_draw_what_randint_and_choice_drew() -> None:
+    """Each loop rewritten over draws_below against its randint-and-choice form:
+    the same values, and the stream left at the same place."""
+    import random
+
+    from harness.cases import coverage_families, sweep_families
+
+    def many_requests_as_written(rng: random.Random) -> object:
+        block, workspace = sweep_families._base(rng)
+        n = rng.randint(512, 1024)
+        contexts = [rng.choice((0, rng.randint(1, 64), rng.randint(1, 2 * block + 1))) for _ in range(n)]
+        return sweep_families._case("many-requests", contexts, rng, block, workspace)
+
+    for seed in range(40):
+        new, old = random.Random(seed), random.Random(seed)
+        assert sweep_families.many_requests(new) == many_requests_as_written(old)
+        for n in (0, 1, 7, 300):
+            assert sweep_families._queries(new, n) == tuple(
+                old.choice((1, old.randint(1, 32), old.randint(1, 600))) for _ in range(n)
+            )
+            assert coverage_families._small_query_lens(new, n) == tuple(
+                old.choice((1, 1, 2, old.randint(1, 8))) for _ in range(n)
+            )
+            for block in (1, 3, 16, 544):
+                assert coverage_families._few_rows(new, block, n) == [
+                    old.choice((1, 1, 2, 3, old.randint(1, min(64, 2 * block)))) for _ in range(n)
+                ]
+        assert new.random() == old.random()

@@ -138,8 +138,14 @@ def test_the_layout_digest_tells_apart_every_field_and_boundary() -> None:
             other = dataclasses.replace(layout, chunks=(dataclasses.replace(first, **change), *layout.chunks[1:]))
             assert other != layout and other.digest() not in digests, change
             digests.add(other.digest())
-    # A value moved across the boundary of two tuples (same values in the same order).
-    split = dataclasses.replace(first, query_start_loc=(0, 1), cu_seq_lens=(2, 3, 4))
-    moved = dataclasses.replace(first, query_start_loc=(0, 1, 2), cu_seq_lens=(3, 4))
+    # A value moved across the boundary of two neighbouring tuple fields (the
+    # same values in the same order).
+    names = [name for name, value in vars(first).items()]
+    assert names.index("starts") == names.index("cu_seq_lens") + 1
+    split = dataclasses.replace(first, cu_seq_lens=(0, 1), starts=(2, 3, 4))
+    moved = dataclasses.replace(first, cu_seq_lens=(0, 1, 2), starts=(3, 4))
     digest_of = {chunk: dataclasses.replace(layout, chunks=(chunk,)).digest() for chunk in (split, moved)}
     assert digest_of[split] != digest_of[moved]
+    # Values beyond 64 bits go in as text, tagged and sized apart from any machine ints.
+    wide = [dataclasses.replace(first, starts=starts) for starts in ((1 << 70,), (1 << 70, 1), (1,), ())]
+    assert len({dataclasses.replace(layout, chunks=(chunk,)).digest() for chunk in wide}) == len(wide)

@@ -316,13 +316,16 @@ class Layout:
         }
 
     def digest(self) -> str:
-        """A short hash of the whole layout: two layouts have the same one exactly
-        when every field of every chunk is the same (results rows record it, to
-        tell within one run whether L3 ran on the layout L1 compared).
+        """A short hash of the whole layout (results rows record it, to tell
+        within one run whether L3 ran on the layout L1 compared): two checked
+        layouts (:func:`harness.protocol.port.check_layout`: plain ints, bools
+        where bools belong) have the same one exactly when they are equal, up
+        to the 64 bits kept of SHA-256.
 
-        Every value is written with its kind and length before it, so no two
-        layouts write the same bytes; the row maps (millions of ints in a ci
-        run) go in as machine integers, not as text."""
+        Every value is written with its kind and its length (a tuple's
+        elements, a text's bytes) before it, so the bytes read back one way;
+        the row maps (millions of ints in a ci run) go in as little-endian
+        64-bit integers, not as text."""
         import hashlib
 
         hashed = hashlib.sha256()
@@ -334,8 +337,9 @@ class Layout:
 
 def _hash_values(hashed: Any, values: Any) -> None:
     """Feed ``values`` (ints, bools, None and tuples of them, nested) to
-    ``hashed``, each tagged with its kind and, for a tuple, its length."""
+    ``hashed``, each tagged with its kind and length (see :meth:`Layout.digest`)."""
     import array
+    import sys
 
     for value in values:
         if value is None:
@@ -345,17 +349,26 @@ def _hash_values(hashed: Any, values: Any) -> None:
         elif type(value) is int:
             hashed.update(b"i%d;" % value)
         elif type(value) is tuple and (not value or type(value[0]) is int):
-            hashed.update(b"t%d;" % len(value))
             try:
-                hashed.update(array.array("q", value).tobytes())
+                packed = array.array("q", value)
             except (OverflowError, TypeError):
                 # Beyond 64 bits (or not all ints): as text, tagged apart.
-                hashed.update(b"x" + ",".join(map(repr, value)).encode() + b";")
+                _hash_text(hashed, b"x", ",".join(map(repr, value)))
+                continue
+            if sys.byteorder == "big":
+                packed.byteswap()
+            hashed.update(b"t%d;" % len(value))
+            hashed.update(packed.tobytes())
         elif type(value) is tuple:
             hashed.update(b"u%d;" % len(value))
             _hash_values(hashed, value)
         else:
-            hashed.update(b"r" + repr(value).encode() + b";")
+            _hash_text(hashed, b"r", repr(value))
+
+
+def _hash_text(hashed: Any, tag: bytes, text: str) -> None:
+    encoded = text.encode()
+    hashed.update(tag + b"%d;" % len(encoded) + encoded)
 
 
 # -- numeric levels (L2, L3) ------------------------------------------------------------

@@ -134,9 +134,11 @@ def _memory_bytes(kept: Any) -> int:
 
 
 def _layout_bytes(layout: Layout) -> int:
-    """:func:`_memory_bytes` of a layout, counted field by field without the
-    general walk (a ci run keeps thousands of layouts of about 25 chunks): each
-    tuple its own size and an int's per element, each other value one int's."""
+    """:func:`_memory_bytes`'s estimate for a layout, counted field by field
+    without the general walk (a ci run keeps thousands of layouts of about 25
+    chunks): each tuple its own size and an int's per element, each other value
+    one int's; shared objects are counted each time (an estimate for the memory
+    store's limit, never part of an answer)."""
     size = sys.getsizeof(layout) + sys.getsizeof(layout.chunks)
     size += sys.getsizeof(layout.empty_token_slices) + 3 * _INT_BYTES * len(layout.empty_token_slices)
     for chunk in layout.chunks:
