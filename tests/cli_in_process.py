@@ -1,13 +1,17 @@
 """``python -m harness ARGV`` run in the test's own process: a usage error
 costs no interpreter start (about 1.7 s, most of it importing torch).
 
-What a subprocess would show is what comes back: the exit code (``main``'s
-return, or a ``SystemExit``'s code), stdout, and stderr with a line for every
-warning Python's default filters would have printed (deprecation, import and
-resource warnings are silent there too). An exception escaping ``main`` is not
-caught: it fails the test as the traceback on a subprocess's stderr would.
-Tests whose subject is the process itself (hash seeds, signals, pids, exit
-paths out of a port's own code) start one instead.
+What comes back: the exit code (``main``'s return, which must be an int, or a
+``SystemExit``'s code), what the command wrote through ``sys.stdout`` and
+``sys.stderr``, and a stderr line for each warning it raised that Python's
+default filters would print (every repeat counted: stricter than a process).
+An exception escaping ``main`` is not caught: it fails the test as the
+traceback on a subprocess's stderr would. Not seen here: writes straight to
+file descriptor 2, child processes' output, and what the interpreter does on
+its way out. So only commands refused before any work use it (the case file,
+the port's name and levels, an empty selection: no pool, no oracle, no child);
+the tests whose subject is the process (hash seeds, signals, pids, exit paths
+out of a port's own code) start one.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ def parity_in_process(*argv: str) -> subprocess.CompletedProcess[str]:
         warnings.simplefilter("always")
         try:
             code = main(list(argv))
+            assert type(code) is int, f"main returned {code!r}, not an exit code"
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     shown = [w for w in caught if not issubclass(w.category, SILENT_BY_DEFAULT)]

@@ -132,7 +132,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # and the served oracle run: a test's in-process reference then has their bits
     # whatever ran before it in this worker.
     torch.set_num_threads(1)
-    # And the collector's thresholds, as select_device sets them in every comparing process.
+    # And the collector's thresholds, as select_device sets them in the harness's own comparing processes.
     import gc
 
     from harness.engine.device import GC_THRESHOLDS
