@@ -45,13 +45,14 @@ def _check_bool(value: Any, where: str, optional: bool = False) -> None:
         raise PortValueError(f"{where}: {_type_name(value)} {value!s:.40}, not bool")
 
 
-def check_sparse_layout(value: Any, where: str = "plan_sparse") -> SparseLayout:
+def check_sparse_layout(value: Any, where: str = "plan_sparse", built: frozenset[str] = frozenset()) -> SparseLayout:
     """``value`` as a side's ``plan_sparse`` returned it, checked field by field
-    with no coercion (the rule of :mod:`harness.protocol.port`)."""
+    with no coercion (the rule of :mod:`harness.protocol.port`; ``built`` as
+    :func:`~harness.protocol.port.check_layout`'s)."""
     if type(value) is not SparseLayout:
         raise PortValueError(f"{where} returned {_type_name(value)}, not a SparseLayout")
     check_int(value.workspace_size, f"{where}: workspace_size")
-    check_layout(value.layout)
+    check_layout(value.layout, built)
     check_int(value.prefill_max_query_len, f"{where}: prefill_max_query_len")
     check_int(value.prefill_max_seq_len, f"{where}: prefill_max_seq_len")
     for name in ("use_dense_mha", "masked_threshold", "use_masked_mha"):

@@ -157,9 +157,7 @@ def decode_json_entry(data: bytes, header: dict[str, Any]) -> Any:
         # most of it, through the store's own (as a dense layout's).
         fields = payload["sparse_layout"]
         sparse = sparse_layout_from_json({**fields, "layout": {"chunks": [], "empty_token_slices": []}})
-        return check_sparse_layout(
-            dataclasses.replace(sparse, layout=check_layout(_layout_of(fields["layout"]), built=ROW_MAPS))
-        )
+        return check_sparse_layout(dataclasses.replace(sparse, layout=_layout_of(fields["layout"])), built=ROW_MAPS)
     value = payload["value"]
     if type(value) is not int:
         raise ValueError("the entry's value is not an int")
