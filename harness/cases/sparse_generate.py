@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import random
 
+from harness.cases.sparse_decisions import FAMILY, generate_decision_cases
 from harness.model.sparse import (
     SPARSE_BACKENDS,
     TOPK_PATTERNS,
@@ -202,8 +203,18 @@ _SPARSE_MAKERS = {
 }
 
 
+# Families built from a table rather than drawn (harness/cases/sparse_decisions.py):
+# a group names one alone and takes its first ``count`` items.
+AIMED_FAMILIES = {FAMILY: generate_decision_cases}
+
+
 def generate_sparse(seed: int, count: int, families: list[str] | None = None) -> list[SparseCase]:
-    """``count`` sparse cases dealt round-robin over ``families`` (default all)."""
+    """``count`` sparse cases dealt round-robin over ``families`` (default all
+    the drawn ones), or the first ``count`` of one aimed family."""
+    if families and any(f in AIMED_FAMILIES for f in families):
+        if len(families) != 1:
+            raise ValueError(f"an aimed family ({', '.join(AIMED_FAMILIES)}) is named alone in its group")
+        return AIMED_FAMILIES[families[0]](seed, count)
     rng = random.Random(seed)
     chosen = families or list(SPARSE_FAMILIES)
     return [

@@ -109,6 +109,9 @@ class Suite:
     sparse_cases: tuple[SparseCase, ...] = ()
     sparse_workspace_configs: tuple[SparseWorkspaceConfig, ...] = ()
     mask_cases: tuple[TopkMaskCase, ...] = ()
+    # ``parity coverage`` holds the suite to MC/DC (every condition of every
+    # declared decision shown by a pair, harness/search/mcdc.py): suites.json's "mcdc".
+    mcdc: bool = False
 
 
 def workspace_grid(kind: str) -> tuple[WorkspaceConfig, ...]:
@@ -256,4 +259,9 @@ def _load_suite_once(name: str, size: int | None, numeric_size: int | None, file
             )
         seen = set(sparse_configs)
         sparse_configs += [c for c in sparse_workspace_grid(kind) if c not in seen]
-    return Suite(name, tuple(cases), grid, merge_cases, tuple(sparse_cases), tuple(sparse_configs), tuple(mask_cases))
+    held = spec.get("mcdc", False)
+    if not isinstance(held, bool):
+        raise CaseError(str(SUITES_FILE), name, "field 'mcdc' must be true or false")
+    return Suite(
+        name, tuple(cases), grid, merge_cases, tuple(sparse_cases), tuple(sparse_configs), tuple(mask_cases), held
+    )

@@ -37,6 +37,57 @@ SPARSE_BACKENDS = (
 PINNED_MASK_WORKSPACE_WORDS = 128 * 1024 * 1024 // 4  # 0.28.0: 128 MiB
 LEGACY_MASK_WORKSPACE_WORDS = 64 * 1024 * 1024 // 4  # 0.27.1: 64 MiB
 
+# The masked-MHA threshold table (SPEC 1d, ``_use_masked_mha``) as the harness
+# declares it: per (backend, tensor-parallel size), the minimum longest query
+# for each longest-sequence bucket ``(..., edge]`` of :data:`SEQ_LEN_EDGES`
+# (None: never in that bucket); past the last edge, never. Generators aim at it
+# and the MC/DC table (harness/search/decisions_sparse.py) reads it; a test
+# checks it against the oracle's function entry by entry.
+SEQ_LEN_EDGES = (2048, 4096, 8192, 16384, 32768)
+MASKED_MHA_THRESHOLDS: dict[tuple[str, int], tuple[int | None, ...]] = {
+    ("FLASHMLA_SPARSE", 1): (1536, 4096, None, None, None),
+    ("FLASHMLA_SPARSE", 2): (512, 1024, 4096, None, None),
+    ("FLASHMLA_SPARSE", 4): (512, 1024, 1536, 8192, None),
+    ("FLASHMLA_SPARSE", 8): (512, 512, 1024, 2048, 16384),
+    ("FLASHINFER_MLA_SPARSE", 8): (512, 1024, 1024, 2048, 32768),
+}
+KEYS_PER_WORD = 32
+
+
+def threshold_says_yes(minimums: tuple[int | None, ...], max_seq_len: int, max_query_len: int) -> bool:
+    """One row of :data:`MASKED_MHA_THRESHOLDS` read for a batch: the first bucket
+    whose edge is at least the longest sequence, then its minimum (None: no)."""
+    bucket = next((k for k, edge in enumerate(SEQ_LEN_EDGES) if max_seq_len <= edge), None)
+    if bucket is None:
+        return False
+    needed = minimums[bucket]
+    return needed is not None and max_query_len >= needed
+
+
+def edge_query(minimums: tuple[int | None, ...], bucket: int) -> int | None:
+    """A longest query that the row ``minimums`` reads differently one side and
+    the other of bucket edge ``bucket`` (longest sequence at the edge and one
+    past it), or None where no query length can: both sides share a minimum."""
+    edge = SEQ_LEN_EDGES[bucket]
+    candidates = sorted({1, edge} | {m + d for m in minimums if m is not None for d in (-1, 0)})
+    for query in candidates:
+        if 0 < query <= edge and threshold_says_yes(minimums, edge, query) != threshold_says_yes(
+            minimums, edge + 1, query
+        ):
+            return query
+    return None
+
+
+def mask_words(batch: int, max_query_len: int, max_key_len: int, key_starts_word: bool = False) -> int:
+    """The int32 words of a top-k mask (SPEC 1d): ``batch`` x query rows padded
+    to 128 (256 past 128) x ``ceil(keys / 32)`` words, plus one reserved word
+    per row for the global mask. The harness's own arithmetic, used to aim
+    items at an edge and to measure conditions: both sides still decide."""
+    tile = 128 if max_query_len <= 128 else 256
+    rows = -(-max_query_len // tile) * tile
+    return batch * rows * (-(-max_key_len // KEYS_PER_WORD) + int(key_starts_word))
+
+
 # The ways the prefill tokens of a sparse batch are attended (SPEC 1d), and the
 # two masked routes upstream cannot run: masked MHA forced where it cannot run
 # (no masked kernel: forward_mha asserts; a batch with context under DCP:

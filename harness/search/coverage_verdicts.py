@@ -159,5 +159,10 @@ def nightly_coverage(suite: Suite, oracle: Port, path: Path = TARGETS_FILE) -> J
 
 
 def write_json(judged: JudgedCoverage, out: Path) -> None:
+    write_json_document(judged.to_json(), out)
+
+
+def write_json_document(document: dict[str, Any], out: Path) -> None:
+    """``document`` as stable JSON (keys sorted) at ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(judged.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    out.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
