@@ -30,33 +30,28 @@ import random
 
 from harness.cases.sparse_decisions import FAMILY, generate_decision_cases
 from harness.model.sparse import (
+    MASKED_MHA_THRESHOLDS,
+    SEQ_LEN_EDGES,
     SPARSE_BACKENDS,
     TOPK_PATTERNS,
     SparseCase,
     SparseWorkspaceConfig,
     TopkMaskCase,
+    mask_words,
 )
 
 SPARSE_FAMILIES = ("sparse-route", "sparse-fit", "sparse-tile", "sparse-force", "sparse-mixed")
 MASK_FAMILIES = ("topk-mask-single", "topk-mask-batched", "topk-mask-global")
 
-# The masked-MHA threshold table's sequence-length bucket edges (SPEC 1d).
-BUCKET_EDGES = (2048, 4096, 8192, 16384, 32768)
+# The masked-MHA threshold table and its sequence-length bucket edges (SPEC 1d).
+BUCKET_EDGES = SEQ_LEN_EDGES
 TOPK_CLASSES = (1, 256, 512, 1024, 2048, 2049)
-THRESHOLD_TABLES = {
-    ("FLASHMLA_SPARSE", 1): (1536, 4096, None, None, None),
-    ("FLASHMLA_SPARSE", 2): (512, 1024, 4096, None, None),
-    ("FLASHMLA_SPARSE", 4): (512, 1024, 1536, 8192, None),
-    ("FLASHMLA_SPARSE", 8): (512, 512, 1024, 2048, 16384),
-    ("FLASHINFER_MLA_SPARSE", 8): (512, 1024, 1024, 2048, 32768),
-}
+THRESHOLD_TABLES = MASKED_MHA_THRESHOLDS
 
 
 def _mask_words(batch: int, max_query: int, max_keys: int, reserve: bool = False) -> int:
-    """The words a mask of this batch takes (the generator's own arithmetic,
-    used only to aim workspace sizes at an edge: both sides still decide)."""
-    tile = 128 if max_query <= 128 else 256
-    return batch * (-(-max_query // tile) * tile) * (-(-max_keys // 32) + int(reserve))
+    """The words a mask of this batch takes (only to aim workspace sizes at an edge: both sides still decide)."""
+    return mask_words(batch, max_query, max_keys, reserve)
 
 
 def _batch_with(rng: random.Random, max_seq: int, max_query: int, requests: int) -> tuple[list[int], list[int]]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from harness.model.sparse import PINNED_MASK_WORKSPACE_WORDS
+from harness.model.sparse import MASKED_MHA_THRESHOLDS, PINNED_MASK_WORKSPACE_WORDS, SEQ_LEN_EDGES
 from harness.search.coverage_feature import Feature, FeatureTally
 
 if TYPE_CHECKING:
@@ -36,14 +36,8 @@ EDGE_LABELS = tuple(f"{edge}{d}" for edge in BUCKETS[:-1] for d in ("-1", "", "+
 ROUTE_LABELS = ("dense-mha", "masked-mha", "mqa", "masked-mha-unavailable", "masked-mha-overflow")
 FIT_LABELS = ("fits", "misses", "fits-exactly", "misses-by-one")
 TERMS = ("8*max_model_len", "4*max_num_seqs*block_size", "65536", "max_num_seqs*index_topk", "block_size floor")
-MINIMUMS: dict[tuple[str, int], tuple[int | None, ...]] = {
-    ("FLASHMLA_SPARSE", 1): (1536, 4096, None, None, None),
-    ("FLASHMLA_SPARSE", 2): (512, 1024, 4096, None, None),
-    ("FLASHMLA_SPARSE", 4): (512, 1024, 1536, 8192, None),
-    ("FLASHMLA_SPARSE", 8): (512, 512, 1024, 2048, 16384),
-    ("FLASHINFER_MLA_SPARSE", 8): (512, 1024, 1024, 2048, 32768),
-}
-EDGES = (2048, 4096, 8192, 16384, 32768)
+MINIMUMS = MASKED_MHA_THRESHOLDS
+EDGES = SEQ_LEN_EDGES
 L3_FORMS = ("global", "per-range", "suffix-only")
 
 
