@@ -1,8 +1,17 @@
 """What the legacy oracle (vllm==0.27.1, :mod:`oracle.legacy`) executes of
-0.27.1: every symbol its side enters at every level, traced on the trace cases
-of :mod:`oracle.trace` plus one case per refusal (:func:`refusal_cases`), and
-the pin of that set (``oracle/pins/vllm-0.27.1.json``, written by
+0.27.1: every symbol its side enters at every level, the sparse ones included,
+traced on the trace cases of :mod:`oracle.trace` plus one case per refusal
+(:func:`refusal_cases`), and the pin of that set and of the upstream code the
+sparse oracle transcribes (``oracle/pins/vllm-0.27.1.json``, written by
 ``python -m oracle.legacy_pin --write-pin`` inside the 0.27.1 environment).
+
+The sparse levels run :func:`oracle.trace.run_sparse_levels` on 0.27.1's side,
+the same cases; 0.27.1 plans every one, and refuses one at L3: the per-range
+batch, whose global mask 0.27.1 checks against a fixed 64 MiB and then views in
+the batch's smaller mask workspace unchecked (``masked-mha-overflow``,
+:class:`~oracle.sparse_prefill.RouteNotCompared`), is traced up to that refusal,
+so 0.27.1's per-range masked loop is not (it is unreachable at CPU scale,
+docs/sparse.md).
 """
 
 from __future__ import annotations
@@ -38,9 +47,19 @@ def trace_legacy() -> dict[str, list[str]]:
     :mod:`oracle.trace` plus :func:`refusal_cases`), with the levels that enter it."""
     from harness.kernels import CpuKernels
     from harness.kernels.numeric import case_prefill_inputs, materialise_merge, materialise_prefill
-    from oracle.trace import layout_cases, merge_case, prefill_cases, tracing, workspace_configs
+    from oracle.sparse_prefill import RouteNotCompared
+    from oracle.trace import (
+        import_sparse_backend,
+        layout_cases,
+        merge_case,
+        prefill_cases,
+        run_sparse_levels,
+        tracing,
+        workspace_configs,
+    )
 
     side = LegacyOracleSide()
+    import_sparse_backend()
     with tracing() as trace:
         trace.level = "layout"
         for case in (*layout_cases(), *refusal_cases()):
@@ -60,22 +79,25 @@ def trace_legacy() -> dict[str, list[str]]:
         # Its DCP loop on every rank's cache: two chunks over two ranks.
         dcp = replace(prefill_cases()[-1], context_lens=(40, 23, 0), workspace_size=64, dcp_world_size=2)
         side.prefill(dcp, case_prefill_inputs(dcp), kernels)
+        run_sparse_levels(side, trace, refusals=(RouteNotCompared,))
     return {symbol: sorted(levels) for symbol, levels in sorted(trace.entered.items())}
 
 
 def legacy_pin() -> dict[str, Any]:
     """The pin of 0.27.1 (schema of ``oracle/pin.json``): its version and commit
-    id, and a fingerprint of every symbol :func:`trace_legacy` enters."""
-    from oracle.pin import fingerprint, installed_version, resolve
+    id, and a fingerprint of every symbol :func:`trace_legacy` enters and of the
+    upstream code its sparse oracle transcribes (:data:`oracle.pin.TRANSCRIBED`)."""
+    from oracle.pin import TRANSCRIBED, fingerprint, installed_version, resolve
 
     version, commit = installed_version()
+    symbols = sorted({*trace_legacy(), *TRANSCRIBED})
     return {
         "upstream_commit": None,
         "upstream_pr": None,
         "release": f"vllm=={version}",
         "release_version": version,
         "release_commit_id": commit,
-        "fingerprints": {symbol: fingerprint(resolve(symbol)) for symbol in trace_legacy()},
+        "fingerprints": {symbol: fingerprint(resolve(symbol)) for symbol in symbols},
     }
 
 

@@ -6,9 +6,10 @@ commit id that release reports, and a fingerprint (SHA-256 of the source text,
 first 16 hex digits) of every vLLM symbol an oracle run executes.
 
 The fingerprint set is derived, not chosen: :func:`record_fingerprints` traces
-an oracle run at every level (:mod:`oracle.trace`) and pins every vLLM function
-it entered, plus :data:`ALSO_PINNED`. A test traces again and fails on any
-entered symbol the pin lacks.
+an oracle run at every level, the sparse path's included (:mod:`oracle.trace`),
+and pins every vLLM function it entered, plus :data:`ALSO_PINNED` (the DCP
+context loop, and the upstream code the sparse oracle transcribes). A test
+traces again and fails on any entered symbol the pin lacks.
 
 :func:`check_fingerprints` is what every oracle start runs: its first status is
 the installed release (version and commit id against the pin), then one per
@@ -33,14 +34,28 @@ PIN_FILE = Path(__file__).with_name("pin.json")
 OTHER_PINS = Path(__file__).with_name("pins")
 
 MLA = "vllm.model_executor.layers.attention.mla_attention"
+SPARSE = "vllm.model_executor.layers.attention.sparse_mla_attention"
 
 # The status line of the installed release in check_fingerprints().
 RELEASE = "vllm._version"
 
-# Pinned although no traced level enters it: SPEC section 2 names the DCP twin
+# Upstream code the sparse oracle transcribes instead of calling it, each piece
+# beside its source in oracle/sparse.py: the builder's use_dense_mha flag and the
+# route's conjunctions (SPEC section 1d). No level enters them (each needs a whole
+# engine), yet the oracle's routes are their text: a change to either is drift.
+# Pinned for every release whose sparse path the harness runs (0.27.1's too).
+TRANSCRIBED: tuple[str, ...] = (
+    f"{MLA}:MLAAttention.forward_impl",
+    f"{SPARSE}:SparseMLACommonMetadataBuilder.build",
+)
+
+# Pinned although no traced level enters them: SPEC section 2 names the DCP twin
 # of the context loop as an oracle symbol, and forward_mha selects it whenever
-# dcp_world_size > 1, but L3 runs without DCP here.
-ALSO_PINNED: tuple[str, ...] = (f"{MLA}:MLACommonBaseImpl._context_parallel_compute_prefill_context",)
+# dcp_world_size > 1, but L3 runs without DCP here; and :data:`TRANSCRIBED`.
+ALSO_PINNED: tuple[str, ...] = (
+    f"{MLA}:MLACommonBaseImpl._context_parallel_compute_prefill_context",
+    *TRANSCRIBED,
+)
 
 
 def resolve(symbol: str) -> Any:

@@ -432,22 +432,71 @@ def test_served_dcp_prefill_rebuilds_the_ranks_and_checks_the_sent_cache() -> No
 # -- the pin --------------------------------------------------------------------------------
 
 PIN_SCRIPT = """
+import pathlib, tempfile
 from oracle.legacy_pin import trace_legacy
 from oracle.pin import OTHER_PINS, check_fingerprints
+from oracle.serve import hello
+from tests.edited_vllm import edited_module
 path = OTHER_PINS / "vllm-0.27.1.json"
 RESULT = {
     "traced": sorted(trace_legacy()),
     "statuses": [(s.symbol, s.status) for s in check_fingerprints(path)],
 }
+# What this release's process answers a start with while one sparse symbol is
+# edited in a copy of its module.
+with tempfile.TemporaryDirectory() as folder, edited_module(ARGUMENT, pathlib.Path(folder)):
+    RESULT["edited_hello"] = hello()
 """
 
+# A sparse symbol of 0.27.1 the legacy oracle's sparse-mask level and L3 run.
+EDITED = "vllm.model_executor.layers.attention.sparse_mla_attention:SparseMLACommonImpl._remap_topk_to_ranges"
 
-def test_the_0_27_1_pin_holds_every_symbol_it_runs() -> None:
+
+@pytest.fixture(scope="module")
+def legacy_pin_run() -> dict[str, Any]:
+    """0.27.1's trace, its pin's statuses, and its hello with ``EDITED`` edited
+    in a copy of its module (one process, in the 0.27.1 environment)."""
+    result: dict[str, Any] = run_legacy(PIN_SCRIPT, EDITED)
+    return result
+
+
+def test_the_0_27_1_pin_holds_every_symbol_it_runs(legacy_pin_run: dict[str, Any]) -> None:
+    from oracle.pin import TRANSCRIBED
+
     pin = json.loads((ROOT / "oracle" / "pins" / "vllm-0.27.1.json").read_text(encoding="utf-8"))
-    result = run_legacy(PIN_SCRIPT, None)
-    assert sorted(pin["fingerprints"]) == result["traced"]
-    assert all(status == "ok" for _, status in result["statuses"]), result["statuses"]
+    # Every symbol it runs, the sparse levels' included, and the code its sparse oracle transcribes.
+    assert sorted(pin["fingerprints"]) == sorted({*legacy_pin_run["traced"], *TRANSCRIBED})
+    assert EDITED in pin["fingerprints"]
+    assert all(status == "ok" for _, status in legacy_pin_run["statuses"]), legacy_pin_run["statuses"]
     assert pin["release_version"] == "0.27.1" and pin["upstream_commit"] is None
+
+
+def test_a_sparse_symbol_edited_in_0_27_1_refuses_its_start(
+    legacy_pin_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 0.27.1 process's hello, with one sparse symbol edited in a copy of its
+    module, names it drifted; a start on that hello is refused naming it."""
+    from harness.engine import UsageError, open_oracle
+
+    hello = legacy_pin_run["edited_hello"]
+    drifted = [(s["symbol"], s["status"]) for s in hello["fingerprints"] if s["status"] != "ok"]
+    assert drifted == [(EDITED, "mismatch")]
+
+    class Served:
+        name = "oracle vllm==0.27.1"
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    served = Served()
+    monkeypatch.setattr("oracle.process.open_oracle_process", lambda release: (served, hello))
+    with pytest.raises(UsageError) as refused:
+        open_oracle(False, "vllm==0.27.1")
+    pinned = json.loads((ROOT / "oracle" / "pins" / "vllm-0.27.1.json").read_text(encoding="utf-8"))
+    expected = pinned["fingerprints"][EDITED]
+    assert str(refused.value).startswith(f"oracle fingerprint mismatch: {EDITED} (pinned {expected}, installed ")
+    assert served.closed
 
 
 def test_layout_json_round_trips(legacy_layouts: dict[str, Any]) -> None:
