@@ -39,7 +39,9 @@ Invariants:
   is passed to the oracle uncached (``bypassed``), and an answer that cannot be
   stored is handed on unkept. Real DCP ranks never reach this object:
   :mod:`harness.sides.dcp_ranks` runs its own oracle on each rank.
-- A disk entry that cannot be read is a miss (``unreadable``) and the fresh
+- A disk entry that cannot be read, or whose answer is not its kind's (checked
+  as strictly for the sparse kinds as for the dense ones,
+  :mod:`harness.sides.oracle_cache_store`), is a miss (``unreadable``) and the fresh
   answer replaces it; a folder that cannot be written is counted
   (``write_failures``) and the run goes on. The cache never fails an item.
 """

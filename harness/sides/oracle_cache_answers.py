@@ -43,6 +43,16 @@ from harness.sides.oracle_cache_keys import Uncacheable
 
 # The forms an answer's tensors come back in (handed_out).
 TENSOR_FORMS = ("tuple", "dict", "tensor", "list")
+# The form each tensor kind's answers take, and the names its tensors must have
+# (None: any names, each a str, none twice): an entry of another form or other
+# names is not this kind's answer (tensor_entry_fits).
+KIND_FORMS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "merge": ("tuple", ("output", "lse")),
+    "prefill": ("dict", None),
+    "sparse-prefill": ("dict", None),
+    "sparse-mask": ("tensor", ("mask",)),
+    "sparse-remap": ("list", None),  # "0", "1", ... in order
+}
 # Dtypes an entry file can hold (safetensors').
 _STORED_DTYPES = {
     torch.float64: "F64",
@@ -108,6 +118,29 @@ class KeptTensors:
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for _, t in self.items)
+
+
+def tensor_entry_fits(kind: str, form: str, names: list[str]) -> bool:
+    """Whether tensors of ``form`` named ``names`` (in order) can be ``kind``'s
+    answer: the form its answers take, and its names (:data:`KIND_FORMS`); a
+    remap's are its indices in order."""
+    expected = KIND_FORMS.get(kind)
+    if expected is None or form != expected[0] or not all(type(n) is str for n in names):
+        return False
+    if len(set(names)) != len(names):
+        return False
+    if kind == "sparse-remap":
+        return names == [str(i) for i in range(len(names))]
+    return expected[1] is None or tuple(names) == expected[1]
+
+
+def error_of(fields: Any) -> KeptError:
+    """A kept error as an entry holds it (its three fields, each a str); ValueError otherwise."""
+    if type(fields) is not dict or sorted(fields) != ["message", "module", "name"]:
+        raise ValueError("the entry's error is not a module, a name and a message")
+    if not all(type(v) is str for v in fields.values()) or not fields["name"]:
+        raise ValueError("the entry's error fields are not strings")
+    return KeptError(fields["module"], fields["name"], fields["message"])
 
 
 def kept_error(exc: BaseException) -> KeptError | None:

@@ -28,8 +28,12 @@ Invariants:
   its name (``os.replace``, :func:`write_atomically`): a reader sees no entry
   or a whole one, and two writers of one key write the same bytes. Its bytes
   end in their SHA-256. An entry that cannot be parsed, whose digest does not
-  match (a flipped bit in a tensor), or that does not name its own key, raises
-  on decoding (the cache counts it ``unreadable``, a miss).
+  match (a flipped bit in a tensor), that does not name its own key, or whose
+  answer is mistyped for its kind (the dense and the sparse kinds alike: a
+  layout or sparse layout its check refuses, a size that is not an ``int``, an
+  error that is not three strings, tensors of another form or names than the
+  kind's, :func:`~harness.sides.oracle_cache_answers.tensor_entry_fits`),
+  raises on decoding (the cache counts it ``unreadable``, a miss).
 - Pruning never raises, and deletes only other fingerprints' folders.
 """
 
@@ -54,7 +58,13 @@ from harness.compare.sparse import check_sparse_layout
 from harness.model import Chunk, Layout, expanded_runs
 from harness.model.sparse import SparseLayout, sparse_layout_from_json
 from harness.protocol.port import check_layout
-from harness.sides.oracle_cache_answers import TENSOR_FORMS, KeptError, KeptTensors, fresh_copy
+from harness.sides.oracle_cache_answers import (
+    KeptError,
+    KeptTensors,
+    error_of,
+    fresh_copy,
+    tensor_entry_fits,
+)
 from harness.sides.oracle_cache_keys import CACHE_FORMAT
 
 ENVIRONMENT_VARIABLE = "PARITY_ORACLE_CACHE"
@@ -149,7 +159,7 @@ def decode_json_entry(data: bytes, header: dict[str, Any]) -> Any:
     if not isinstance(payload, dict) or {k: payload.get(k) for k in header} != header:
         raise ValueError("the entry names another key")
     if "error" in payload:
-        return KeptError(**payload["error"])
+        return error_of(payload["error"])
     if header["kind"] == "layout":
         return check_layout(_layout_of(payload["layout"]), built=ROW_MAPS)
     if header["kind"] == "sparse-layout":
@@ -207,12 +217,30 @@ def decode_tensor_entry(data: bytes, header: dict[str, Any]) -> KeptTensors | Ke
     if {key: entry.get(key) for key in header} != header:
         raise ValueError("the entry names another key")
     if "error" in entry:
-        return KeptError(**entry["error"])
-    listed = entry["tensors"]
-    if sorted(name for name, _, _ in listed) != sorted(loaded) or entry["form"] not in TENSOR_FORMS:
-        raise ValueError("the entry's tensors are not the ones it lists")
+        if loaded:
+            raise ValueError("the entry holds an error and tensors")
+        return error_of(entry["error"])
+    listed, form = entry["tensors"], entry["form"]
+    if type(listed) is not list or not all(_listed_tensor(t) for t in listed):
+        raise ValueError("the entry's tensor list is not [name, device, stride] triples")
+    names = [name for name, _, _ in listed]
+    # The kind's form is one of TENSOR_FORMS (what handed_out makes of it).
+    if sorted(names) != sorted(loaded) or not tensor_entry_fits(header["kind"], form, names):
+        raise ValueError("the entry's tensors are not the ones it lists, or not its kind's answer")
     items = tuple((name, fresh_copy(loaded[name], device, tuple(stride))) for name, device, stride in listed)
-    return KeptTensors(entry["form"], items)
+    return KeptTensors(form, items)
+
+
+def _listed_tensor(value: Any) -> bool:
+    """Whether ``value`` is one ``[name, device, stride]`` of an entry's tensor list."""
+    return (
+        type(value) is list
+        and len(value) == 3
+        and type(value[0]) is str
+        and type(value[1]) is str
+        and type(value[2]) is list
+        and all(type(step) is int for step in value[2])
+    )
 
 
 def write_atomically(path: Path, data: bytes) -> None:
