@@ -25,6 +25,8 @@ import json
 import sys
 from typing import Any
 
+from harness.cases.fields import CaseError
+from harness.cases.json_input import parse_json
 from oracle.environment import OracleUnavailable, import_vllm_module
 from oracle.pin import resolve
 
@@ -117,9 +119,9 @@ def parse_symbols(argv: list[str], stdin_text: str | None) -> list[str]:
         symbols = list(argv)
     else:
         try:
-            loaded = json.loads(stdin_text or "")
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"stdin is not a JSON list of symbols ({exc.msg} at char {exc.pos})") from None
+            loaded = parse_json(stdin_text or "", "stdin")
+        except CaseError as exc:
+            raise ValueError(f"stdin is not a JSON list of symbols ({exc.reason})") from None
         if not isinstance(loaded, list) or not all(isinstance(s, str) for s in loaded):
             raise ValueError("stdin must be a JSON list of strings 'module:qual.name'")
         symbols = loaded

@@ -7,7 +7,6 @@ Every figure comes from the JSON; nothing here measures or judges anything.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -282,13 +281,21 @@ def main(argv: list[str] | None = None) -> int:
     from the newest of them."""
     import sys
 
+    from harness.cases.fields import CaseError
+    from harness.cases.json_input import read_json
+
     paths = sorted(Path(name) for name in (argv if argv is not None else sys.argv[1:]))
-    for path in paths:
-        markdown = render_markdown(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        reports = [read_json(path, what="not a GPU report") for path in paths]
+    except CaseError as exc:
+        print(f"reports.gpu: error: {exc}", file=sys.stderr)
+        return 2
+    for path, report in zip(paths, reports, strict=True):
+        markdown = render_markdown(report)
         path.with_suffix(".md").write_text(markdown, encoding="utf-8")
         print(f"wrote {path.with_suffix('.md')}")
     if paths:
-        write_figures_block(paths[-1], json.loads(paths[-1].read_text(encoding="utf-8")))
+        write_figures_block(paths[-1], reports[-1])
         print(f"wrote the gpu block of {FIGURES_PAGE}")
     return 0
 

@@ -29,19 +29,36 @@ absurd case is refused before anything is allocated for it.
 
 An *item file* (:func:`load_item_file`, what ``parity diff FILE`` reads) is a
 case file, a merge case as :meth:`~harness.model.MergeCase.to_json` writes it,
-or a workspace configuration ``{"kind": "workspace", "max_model_len": ...}``;
-``parity explore`` writes its finds in these three forms.
+a workspace configuration ``{"kind": "workspace", "max_model_len": ...}``
+(``parity explore`` writes its finds in these three forms), or a sparse item
+(:mod:`harness.cases.sparse_inputs`: kinds ``sparse``, ``sparse-workspace``,
+``topk-mask``, or recognised by its fields). :func:`item_kind` tells them apart.
+
+``--cases`` files (:func:`load_run_files`, what ``run``, ``gate`` and ``diff
+--cases`` read) are read each by its kind: case files and the sparse items
+make a suite; a merge case or a workspace configuration is refused in one line
+naming the file, its kind and the command that reads it (``parity diff FILE``).
+Every file is read through :func:`harness.cases.json_input.read_json`: a syntax
+error names the file, the line and the column.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.cases.fields import LIMITS, CaseError, int_field, int_tuple_field, numeric_from_json
-from harness.cases.sparse_inputs import sparse_item_from_json
+from harness.cases.json_input import read_json
+from harness.cases.sparse_inputs import (
+    sparse_case_from_json,
+    sparse_workspace_config_from_json,
+    topk_mask_case_from_json,
+)
 from harness.model import (
     MERGE_LSE_VIEWS,
     MERGE_PATTERNS,
@@ -52,6 +69,7 @@ from harness.model import (
     WorkspaceConfig,
     alignment_unit,
 )
+from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 
 _REQUIRED = ("name", "context_lens", "query_lens", "block_size", "workspace_size")
 _OPTIONAL = (
@@ -127,30 +145,36 @@ def case_from_json(data: Any, source: str) -> Case:
 
 
 def load_case_file(path: Path) -> list[Case]:
-    """All cases in one file, validated; a bad file raises :class:`CaseError`."""
+    """All cases in one file, validated; a bad file raises :class:`CaseError`
+    (a file holding another kind of item names its kind and the command that
+    reads it)."""
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CaseError(source, None, f"cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise CaseError(source, None, "is not UTF-8 text") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CaseError(source, None, f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    data = read_json(path, source)
+    kind = item_kind(data, source)
+    if kind != "layout":
+        raise CaseError(source, None, f"is {ITEM_KINDS[kind]}, not a case file ({reader_of(kind, source)})")
+    return _cases_of(data, source)
+
+
+def _cases_of(data: Any, source: str) -> list[Case]:
     if isinstance(data, dict) and "cases" in data:
         items = data["cases"]
         if not isinstance(items, list):
             raise CaseError(source, "cases", "must be a list of case objects")
+        for i, item in enumerate(items):
+            kind = item_kind(item, f"{source}#cases[{i}]")
+            if kind != "layout":
+                raise CaseError(
+                    f"{source}#cases[{i}]",
+                    None,
+                    f"is {ITEM_KINDS[kind]}: a case list holds layout cases only (give it a file of its own)",
+                )
         return [case_from_json(item, f"{source}#cases[{i}]") for i, item in enumerate(items)]
     return [case_from_json(data, source)]
 
 
-def load_cases(paths: list[Path]) -> list[Case]:
-    """Cases from files and folders (``*.json`` inside, sorted by path), names unique."""
-    cases: list[Case] = []
-    seen: dict[str, str] = {}
+def _json_files(paths: list[Path]) -> Iterator[Path]:
+    """The files ``--cases`` names: each file, and a folder's ``*.json`` sorted by path."""
     for path in paths:
         if path.is_dir():
             files = sorted(path.rglob("*.json"))
@@ -160,12 +184,19 @@ def load_cases(paths: list[Path]) -> list[Case]:
             files = [path]
         else:
             raise CaseError(str(path), None, "no such file or folder")
-        for file in files:
-            for case in load_case_file(file):
-                if case.name in seen:
-                    raise CaseError(str(file), "name", f"{case.name!r} is already defined in {seen[case.name]}")
-                seen[case.name] = str(file)
-                cases.append(case)
+        yield from files
+
+
+def load_cases(paths: list[Path]) -> list[Case]:
+    """Cases from files and folders (``*.json`` inside, sorted by path), names unique."""
+    cases: list[Case] = []
+    seen: dict[str, str] = {}
+    for file in _json_files(paths):
+        for case in load_case_file(file):
+            if case.name in seen:
+                raise CaseError(str(file), "name", f"{case.name!r} is already defined in {seen[case.name]}")
+            seen[case.name] = str(file)
+            cases.append(case)
     return cases
 
 
@@ -239,27 +270,145 @@ def merge_case_from_json(data: dict[str, Any], source: str) -> MergeCase:
     return MergeCase(**values)
 
 
+# -- what an input file holds ---------------------------------------------------------------
+
+# Each item kind an input file can hold, in words.
+ITEM_KINDS = {
+    "layout": "a case file",
+    "sparse-layout": "a sparse batch (kind sparse)",
+    "sparse-workspace": "a sparse workspace configuration (kind sparse-workspace)",
+    "sparse-mask": "a top-k mask case (kind topk-mask)",
+    "merge": "a merge case",
+    "workspace": "a workspace configuration (kind workspace)",
+}
+# The values of an item file's "kind" field and the item kind each names.
+KIND_FIELD = {
+    "workspace": "workspace",
+    "sparse": "sparse-layout",
+    "sparse-workspace": "sparse-workspace",
+    "topk-mask": "sparse-mask",
+}
+# The kinds ``parity run --cases`` (and gate) reads as a suite; ``parity diff FILE`` reads every kind.
+RUN_KINDS = ("layout", "sparse-layout", "sparse-workspace", "sparse-mask")
+# Files the harness writes that hold no item, by a field only they have, and what reads each.
+_NOT_ITEMS = (
+    ("entries", "a baseline", "parity gate --baseline {} reads it"),
+    ("provenance", "a run report (parity run --json)", "no command reads it back as input"),
+)
+
+
+def item_kind(data: Any, source: str) -> str:
+    """The item kind (a key of :data:`ITEM_KINDS`) of an input file's JSON, by its
+    ``"kind"`` or, without one, by its fields: an object with ``index_topk`` is a
+    sparse item (a top-k mask case with ``seq_lens``, a sparse batch with
+    ``context_lens``, else a sparse workspace configuration), one with
+    ``pattern`` and ``num_tokens`` a merge case, anything else (not an object
+    included) a case file, which its own checks refuse when it is none."""
+    if not isinstance(data, dict):
+        return "layout"
+    if "kind" in data:
+        kind = data["kind"]
+        if kind not in KIND_FIELD:
+            raise CaseError(source, "kind", f"must be one of {', '.join(KIND_FIELD)}, got {json.dumps(kind)}")
+        return KIND_FIELD[kind]
+    for field, what, reader in _NOT_ITEMS:
+        if field in data:
+            raise CaseError(source, None, f"is {what}, not a case or item file: {reader.format(source)}")
+    if "index_topk" in data:
+        if "seq_lens" in data:
+            return "sparse-mask"
+        return "sparse-layout" if "context_lens" in data else "sparse-workspace"
+    if "pattern" in data and "num_tokens" in data:
+        return "merge"
+    return "layout"
+
+
+def reader_of(kind: str, path: str) -> str:
+    """The commands that read a file of item kind ``kind``, as a user would type them."""
+    if kind in RUN_KINDS:
+        return f"parity run --cases {path} or parity diff {path} reads it"
+    return f"parity diff {path} reads it"
+
+
+def _item_from_json(kind: str, data: dict[str, Any], source: str) -> Any:
+    """The one item of a single-item file of ``kind`` (not ``layout``), checked."""
+    if kind == "workspace":
+        return workspace_config_from_json(data, source)
+    if kind == "merge":
+        return merge_case_from_json(data, source)
+    if kind == "sparse-layout":
+        return sparse_case_from_json(data, source)
+    if kind == "sparse-workspace":
+        return sparse_workspace_config_from_json(data, source)
+    return topk_mask_case_from_json(data, source)
+
+
 def load_item_file(path: Path) -> tuple[str, Any]:
     """An item file: ``("layout", cases)`` for a case file (one case or
-    ``{"cases": [...]}``), ``("merge", merge_case)`` or ``("workspace", config)``.
-    Anything else is a :class:`CaseError` naming the file."""
+    ``{"cases": [...]}``), else ``(kind, item)`` for the one item of another
+    kind (:func:`item_kind`: merge, workspace, sparse-layout, sparse-workspace,
+    sparse-mask). Anything else is a :class:`CaseError` naming the file."""
     source = str(path)
     if path.is_dir():
         raise CaseError(source, None, "is a folder, not a case or find file")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CaseError(source, None, f"cannot read ({exc.strerror or exc})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CaseError(source, None, f"is not a JSON case or find file ({type(exc).__name__})") from None
+    data = read_json(path, source)
     if not isinstance(data, dict):
         raise CaseError(source, None, "must hold a JSON object (a case, a merge case or a workspace config)")
-    if data.get("kind") == "workspace":
-        return "workspace", workspace_config_from_json(data, source)
-    if data.get("kind") in ("sparse", "sparse-workspace", "topk-mask"):
-        return sparse_item_from_json(data, source)
-    if "context_lens" in data or "cases" in data:
-        return "layout", load_case_file(path)
-    if "pattern" in data and "num_tokens" in data:
-        return "merge", merge_case_from_json(data, source)
-    raise CaseError(source, None, "is neither a case, a merge case nor a workspace config")
+    kind = item_kind(data, source)
+    if kind == "layout":
+        if "context_lens" not in data and "cases" not in data:
+            raise CaseError(source, None, "is neither a case, a sparse item, a merge case nor a workspace config")
+        return "layout", _cases_of(data, source)
+    return kind, _item_from_json(kind, data, source)
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """What ``--cases`` files hold for a run: layout cases (prefill cases those
+    with a numeric section), sparse batches (sparse L3 cases those with one),
+    sparse workspace configurations and top-k mask cases, in file order."""
+
+    cases: tuple[Case, ...] = ()
+    sparse_cases: tuple[SparseCase, ...] = ()
+    sparse_workspace_configs: tuple[SparseWorkspaceConfig, ...] = ()
+    mask_cases: tuple[TopkMaskCase, ...] = ()
+
+    def items(self) -> tuple[Any, ...]:
+        return (*self.cases, *self.sparse_cases, *self.sparse_workspace_configs, *self.mask_cases)
+
+
+def load_run_file(path: Path) -> RunFiles:
+    """One ``--cases`` file read by its kind (:func:`item_kind`); a kind a run
+    cannot hold (a merge case, a workspace configuration) is refused in one
+    line naming the file, the kind and the command that reads it."""
+    source = str(path)
+    data = read_json(path, source)
+    kind = item_kind(data, source)
+    if kind == "layout":
+        return RunFiles(cases=tuple(_cases_of(data, source)))
+    if kind not in RUN_KINDS:
+        raise CaseError(
+            source, None, f"is {ITEM_KINDS[kind]}, which parity run --cases does not read: {reader_of(kind, source)}"
+        )
+    item = _item_from_json(kind, data, source)
+    if kind == "sparse-layout":
+        return RunFiles(sparse_cases=(item,))
+    if kind == "sparse-workspace":
+        return RunFiles(sparse_workspace_configs=(item,))
+    return RunFiles(mask_cases=(item,))
+
+
+def load_run_files(paths: list[Path]) -> RunFiles:
+    """Every item of ``--cases`` files and folders (``*.json`` inside, sorted by
+    path), each file read by its kind; item names unique across all of them."""
+    files = list(_json_files(paths))
+    held: list[RunFiles] = []
+    seen: dict[str, str] = {}
+    for file in files:
+        held.append(load_run_file(file))
+        for item in held[-1].items():
+            if item.name in seen:
+                raise CaseError(str(file), "name", f"{item.name!r} is already defined in {seen[item.name]}")
+            seen[item.name] = str(file)
+    fields = (f.name for f in dataclasses.fields(RunFiles))
+    return RunFiles(*(tuple(itertools.chain.from_iterable(getattr(h, name) for h in held)) for name in fields))

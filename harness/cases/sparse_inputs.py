@@ -4,7 +4,9 @@ A sparse item file is a JSON object with ``"kind"``: ``"sparse"`` (a
 :class:`~harness.model.sparse.SparseCase`), ``"sparse-workspace"`` (a
 :class:`~harness.model.sparse.SparseWorkspaceConfig`) or ``"topk-mask"`` (a
 :class:`~harness.model.sparse.TopkMaskCase`, optionally with explicit indices
-``"topk"``: per request, per query row, ``index_topk`` integers). Anything
+``"topk"``: per request, per query row, ``index_topk`` integers); an object
+without a kind is recognised by its fields as one of these when it has
+``index_topk`` (:func:`harness.cases.files.item_kind`). Anything
 wrong is a :class:`~harness.cases.files.CaseError` naming the file, the field and the
 reason. An index outside ``[0, sequence length)`` other than ``-1`` is refused:
 upstream's mask builder never checks one and would set bits past the row, so
@@ -34,7 +36,6 @@ from harness.model.sparse import (
 if TYPE_CHECKING:
     import torch
 
-SPARSE_KINDS = ("sparse", "sparse-workspace", "topk-mask")
 # index_topk beyond this is refused before anything is allocated.
 MAX_INDEX_TOPK = 1 << 16
 # A mask case's indices (rows times index_topk) and its mask's words, bounded
@@ -256,18 +257,6 @@ def topk_mask_case_from_json(data: dict[str, Any], source: str) -> TopkMaskCase:
     if "topk" in data:
         case = dataclasses.replace(case, topk=_topk_field(data["topk"], case, source))
     return case
-
-
-def sparse_item_from_json(data: dict[str, Any], source: str) -> tuple[str, Any]:
-    """``(kind, item)`` of a sparse item object (its ``"kind"`` one of :data:`SPARSE_KINDS`)."""
-    kind = data.get("kind")
-    if kind == "sparse":
-        return "sparse-layout", sparse_case_from_json(data, source)
-    if kind == "sparse-workspace":
-        return "sparse-workspace", sparse_workspace_config_from_json(data, source)
-    if kind == "topk-mask":
-        return "sparse-mask", topk_mask_case_from_json(data, source)
-    raise CaseError(source, "kind", f"must be one of {', '.join(SPARSE_KINDS)}, got {json.dumps(kind)}")
 
 
 # -- the indices ----------------------------------------------------------------------------

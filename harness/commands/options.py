@@ -97,7 +97,12 @@ def dcp_backend_option(p: argparse.ArgumentParser) -> None:
 def selection_options(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--suite", default="ci", help=f"one of {', '.join(suite_names())} (default ci)")
-    group.add_argument("--cases", nargs="+", metavar="FILE_OR_DIR", help="case files or folders instead of a suite")
+    group.add_argument(
+        "--cases",
+        nargs="+",
+        metavar="FILE_OR_DIR",
+        help="case files, sparse item files or folders of them instead of a suite (each file read by its kind)",
+    )
     p.add_argument(
         "--size", type=non_negative_int, help="number of generated layout cases (overrides the suite's count)"
     )

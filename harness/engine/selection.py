@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.cases.files import load_cases
+from harness.cases.files import load_run_files
 from harness.cases.suites import Suite, load_suite
 from harness.engine.errors import UsageError
 from harness.engine.oracles import release_of
@@ -71,8 +71,20 @@ def real_ranks_of(request: RunRequest) -> RealRanks | None:
 
 
 def select_suite(request: RunRequest) -> Suite:
+    """The request's suite, or a suite named ``cases`` of its ``--cases`` files,
+    each read by its kind (:func:`harness.cases.files.load_run_files`): layout
+    and prefill cases, sparse batches (sparse L3 cases those with a numeric
+    section), sparse workspace configurations and top-k mask cases."""
     if request.cases:
-        return Suite("cases", tuple(load_cases([Path(p) for p in request.cases])), ())
+        held = load_run_files([Path(p) for p in request.cases])
+        return Suite(
+            "cases",
+            held.cases,
+            (),
+            sparse_cases=held.sparse_cases,
+            sparse_workspace_configs=held.sparse_workspace_configs,
+            mask_cases=held.mask_cases,
+        )
     return load_suite(request.suite, size=request.size)
 
 

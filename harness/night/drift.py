@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.cases.json_input import read_json
 from harness.sides.items import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult, level_of
 from harness.sides.runner import plan_items, run_item
 
@@ -65,7 +66,7 @@ def latest_drift_report(folder: Path = DRIFT_REPORTS) -> tuple[Path, dict[str, A
     files = sorted(folder.glob("20*.json")) if folder.is_dir() else []
     if not files:
         return None
-    return files[-1], json.loads(files[-1].read_text(encoding="utf-8"))
+    return files[-1], read_json(files[-1], what="not a drift report")
 
 
 class DriftError(Exception):

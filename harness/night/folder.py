@@ -31,6 +31,7 @@ from typing import IO, Any
 import pandas as pd
 
 from harness.cases.fields import CaseError
+from harness.cases.json_input import read_json
 from harness.night.data import Night
 from harness.night.sizes import _ISO_DATE
 from harness.verdicts.provenance import port_digest, source_digest
@@ -148,10 +149,7 @@ def read_meta(directory: Path) -> dict[str, Any]:
     path = directory / NIGHT_META
     if not path.exists():
         raise CaseError(str(path), None, "missing: not a nightly output folder")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CaseError(str(path), None, f"not a night's metadata ({exc})") from None
+    meta = read_json(path, what="not a night's metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("date"), str):
         raise CaseError(str(path), "date", "not a night's metadata")
     try:

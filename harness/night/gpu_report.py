@@ -10,12 +10,13 @@ JSON only: rendering it is reports/gpu.py's, and the harness never imports repor
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.cases.fields import CaseError
+from harness.cases.json_input import read_json
 from harness.night.history import warn
 
 # The GPU reports benchmarks/gpu_report.py writes; the latest becomes the night's GPU section.
@@ -34,10 +35,10 @@ def latest_gpu_report(
     if not dated:
         return None
     try:
-        data = json.loads(dated[-1].read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = read_json(dated[-1])
+    except CaseError as exc:
         if report:
-            report(f"{dated[-1]}: not a GPU report, left out of the night ({exc})")
+            report(f"{dated[-1]}: not a GPU report, left out of the night ({exc.reason})")
         return None
     if not isinstance(data, dict):
         if report:

@@ -94,6 +94,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from harness.cases.fields import CaseError
+from harness.cases.json_input import read_json
 from harness.compare.bits import ulp_text
 from harness.sides.items import DIVERGENT, LEVELS, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, level_of
 
@@ -268,14 +269,7 @@ def load_baseline(path: Path) -> list[BaselineEntry]:
     checks it against a suite). Bad input raises :class:`CaseError` naming the
     file, the field and the reason."""
     source = str(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CaseError(source, None, f"cannot read ({exc.strerror or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise CaseError(source, None, f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except UnicodeDecodeError:
-        raise CaseError(source, None, "is not UTF-8 text") from None
+    data = read_json(path, source)
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         raise CaseError(source, "entries", "a baseline is an object with a list of entries")
     unknown = sorted(set(data) - {"port", "oracle", "entries"})

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from harness.cases.fields import CaseError
+from harness.cases.json_input import read_json
 from harness.verdicts.baseline import (
     BaselineEntry,
     SuiteTargets,
@@ -109,7 +110,9 @@ def load_shard(directory: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     for path in (meta_path, results_path):
         if not path.exists():
             raise CaseError(str(path), None, "missing: not a gate output folder")
-    meta: dict[str, Any] = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta = read_json(meta_path, what="not a gate output folder's gate.json")
+    if not isinstance(meta, dict):
+        raise CaseError(str(meta_path), None, "is not a gate output folder's gate.json (not a JSON object)")
     table = pd.read_parquet(results_path).drop(columns=["baseline", "reason", "baseline_entry"], errors="ignore")
     return table, meta
 

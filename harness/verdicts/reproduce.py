@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases.fields import CaseError
-from harness.cases.files import load_case_file, load_cases, load_item_file
+from harness.cases.files import load_case_file, load_item_file, load_run_file, load_run_files
 from harness.model import Case, MergeCase, WorkspaceConfig
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
@@ -271,7 +271,8 @@ def _lookups(suite: str | None, size: int | None, case_paths: Sequence[str] | No
     """Where a name is looked up, in order; each place is loaded only when reached
     (a bare name is looked up in every default place, to refuse an ambiguous one)."""
     if case_paths:
-        yield f"--cases {' '.join(case_paths)}", _in_cases(load_cases([Path(p) for p in case_paths]), [])
+        held = load_run_files([Path(p) for p in case_paths])
+        yield f"--cases {' '.join(case_paths)}", _in_cases(list(held.cases), [], [*held.sparse_cases, *held.mask_cases])
         return
     suites = [suite] if suite else list(DEFAULT_SUITES)
     yield f"suite {suites[0]}", _in_suite(suites[0], size)
@@ -430,25 +431,26 @@ def port_import_root(port_spec: str | None) -> str | None:
 
 def case_file_holding(name: str, case_paths: Sequence[str]) -> tuple[str, int] | None:
     """The case file among ``case_paths`` (files and folders, as ``--cases``
-    takes them) that defines case ``name``, and how many cases it holds."""
+    takes them) that defines item ``name`` (a case or a sparse item), and how
+    many items it holds."""
     return _case_file_index(tuple(case_paths)).get(name)
 
 
 @functools.lru_cache(maxsize=8)
 def _case_file_index(case_paths: tuple[str, ...]) -> dict[str, tuple[str, int]]:
-    """Each case name of ``case_paths`` to its file (the first that defines it) and
-    the file's case count, read once per process: a table prints an id per row."""
+    """Each item name of ``case_paths`` to its file (the first that defines it) and
+    the file's item count, read once per process: a table prints an id per row."""
     index: dict[str, tuple[str, int]] = {}
     for given in case_paths:
         path = Path(given)
         files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
         for file in files:
             try:
-                cases = load_case_file(file)
+                items = load_run_file(file).items()
             except CaseError:
                 continue
-            for case in cases:
-                index.setdefault(case.name, (str(file), len(cases)))
+            for item in items:
+                index.setdefault(item.name, (str(file), len(items)))
     return index
 
 

@@ -17,22 +17,22 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.cases.fields import CaseError
+from harness.cases.json_input import parse_json, read_text
 
 
 def read_rows(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The header and the complete rows; a torn last line (a kill mid-write) is dropped."""
     header: dict[str, Any] | None = None
     rows: list[dict[str, Any]] = []
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     lines = text.split("\n")
     complete = lines if text.endswith("\n") else lines[:-1]
     for number, line in enumerate(complete, start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            raise CaseError(str(path), f"line {number}", "is not JSON: not a results file") from None
+        record = parse_json(line, str(path), first_line=number, what="not a results file")
+        if not isinstance(record, dict):
+            raise CaseError(str(path), f"line {number}", "is not a JSON object: not a results file")
         if "header" in record:
             header = record["header"]
         else:
