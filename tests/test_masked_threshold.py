@@ -34,8 +34,8 @@ def test_threshold_is_upstreams_everywhere_it_can_change(mla: Any) -> None:
     upstream_minimums = {
         m for per_tp in mla._DSV32_MASKED_MHA_THRESHOLDS.values() for row in per_tp.values() for m in row if m
     }
-    seq_lens = _around(upstream_edges | set(SEQ_LEN_BUCKETS) | {0, 1}) + [1 << 40]
-    query_lens = _around(upstream_minimums | {row.least_query_len for row in MASKED_MHA_MIN_QUERY} | {0, 1}) + [1 << 40]
+    seq_lens = [*_around(upstream_edges | set(SEQ_LEN_BUCKETS) | {0, 1}), 1 << 40]
+    query_lens = [*_around(upstream_minimums | {row.least_query_len for row in MASKED_MHA_MIN_QUERY} | {0, 1}), 1 << 40]
     sizes = [*range(1, 9), 16]
     checked, masked = 0, 0
     for backend, tp, seq, query in itertools.product(SPARSE_BACKENDS, sizes, seq_lens, query_lens):

@@ -21,6 +21,7 @@ from harness.search.shrink import checker, shrink
 from harness.sides.items import DIVERGENT, LEVELS, PARITY, PORT_ERROR
 from harness.sides.runner import compare_case, compare_prefill, compare_workspace, selected_item_ids
 from ports.mutants import MUTANTS, fault_probe
+from ports.mutants.conditions import CONDITION_MUTANTS
 from tests.conftest import make_case
 
 # The level at which each mutant's bug shows: the ci suite must kill it there.
@@ -77,6 +78,14 @@ KILL_LEVEL: dict[str, str] = {
 }
 # The sparse mutants' aimed-at classes have their items in tests/test_sparse.py.
 SPARSE_AIMED = {name for name, level in KILL_LEVEL.items() if level.startswith("sparse-")}
+# One mutant per condition of the declared decisions: the items that kill them are
+# their conditions' MC/DC pairs, and ci's kill matrix for them runs in
+# tests/test_mcdc_mutants.py (the smoke suite holds no such pairs).
+CONDITION_NAMES = {m.name for m in CONDITION_MUTANTS}
+KILL_LEVEL.update(
+    {m.name: "layout" if m.conditions[0][0].startswith("dense.") else "sparse-layout" for m in CONDITION_MUTANTS}
+)
+SMOKE_MUTANTS = [name for name in MUTANTS if name not in CONDITION_NAMES]
 
 # -- issue 12: one small item of the input class each new mutant is aimed at --------------------
 # per_request is exact on every one of them and the mutant is not, so each mutant
@@ -172,7 +181,16 @@ def test_catalogue() -> None:
     assert set(KILL_LEVEL) == set(MUTANTS) and set(KILL_LEVEL.values()) <= set(LEVELS)
     aimed = {name for name, mutant in MUTANTS.items() if mutant.aimed_at}
     assert len(aimed) >= 10
-    assert aimed == set(LAYOUT_KILLS) | set(WORKSPACE_KILLS) | set(PREFILL_KILLS) | set(MERGE_KILLS) | SPARSE_AIMED
+    assert (
+        aimed
+        == set(LAYOUT_KILLS)
+        | set(WORKSPACE_KILLS)
+        | set(PREFILL_KILLS)
+        | set(MERGE_KILLS)
+        | SPARSE_AIMED
+        | CONDITION_NAMES
+    )
+    assert all(m.conditions for m in CONDITION_MUTANTS)
 
 
 @pytest.mark.parametrize("name", sorted(LAYOUT_KILLS))
@@ -248,10 +266,11 @@ def smoke_kill(oracle: Port, name: str) -> tuple[str, MutantRow] | None:
 @pytest.mark.parametrize("group", range(SMOKE_GROUPS))
 def test_smoke_kills_every_mutant_but_the_wide_ones(cached_oracle: Port, group: int) -> None:
     """The documented claim: the smoke suite kills every mutant in the catalogue but
-    :data:`SMOKE_SURVIVORS`, and those do survive it, at every level (so the list
+    the per-condition ones (ci's MC/DC pairs kill those: tests/test_mcdc_mutants.py)
+    and :data:`SMOKE_SURVIVORS`, and those do survive it, at every level (so the list
     cannot go stale). Each of :data:`SMOKE_GROUPS` tests holds every SMOKE_GROUPS-th
     mutant; a mutant stops at its first kill (:func:`smoke_kill`)."""
-    names = list(MUTANTS)[group::SMOKE_GROUPS]
+    names = SMOKE_MUTANTS[group::SMOKE_GROUPS]
     kills = {name: smoke_kill(cached_oracle, name) for name in names}
     assert {name for name, kill in kills.items() if kill is None} == SMOKE_SURVIVORS & set(names)
     # Four kills the docs name, each at the level its mutant's bug shows at.
@@ -273,8 +292,8 @@ def test_smoke_kills_every_mutant_but_the_wide_ones(cached_oracle: Port, group: 
 
 
 def test_the_smoke_groups_hold_every_mutant_once() -> None:
-    groups = [list(MUTANTS)[g::SMOKE_GROUPS] for g in range(SMOKE_GROUPS)]
-    assert sorted(n for g in groups for n in g) == sorted(MUTANTS)
+    groups = [SMOKE_MUTANTS[g::SMOKE_GROUPS] for g in range(SMOKE_GROUPS)]
+    assert sorted(n for g in groups for n in g) == sorted(set(MUTANTS) - CONDITION_NAMES)
 
 
 def test_every_mutant_has_the_level_that_sees_it() -> None:
@@ -293,7 +312,7 @@ def test_ci_kills_every_mutant(cached_oracle: Port, level: str) -> None:
     (tests/test_mutant_reach.py holds that the pass changes no kill). At the
     other levels every mutant dies early and the search is exhaustive."""
     suite = load_suite("ci")
-    named = [name for name, at in KILL_LEVEL.items() if at == level]
+    named = [name for name, at in KILL_LEVEL.items() if at == level and name not in CONDITION_NAMES]
     mutants = [MUTANTS[name]() for name in named]
     probe = fault_probe if level == "layout" else None
     rows = kill_matrix(cached_oracle, mutants, suite, (level,), CpuKernels(), probe=probe)

@@ -21,8 +21,11 @@ and the oracle's answer to it:
 - ``sparse.global_fits`` and ``sparse.mask_form``: the global mask's fit and
   whether the batch reads it (``_try_build_global_mask``).
 
-An operand that upstream evaluates lazily (``a and b``: ``b`` only when ``a``)
-is ``None`` where it was not evaluated, as DO-178C's short-circuit rule reads it.
+Every operand is evaluated on every item where it has a meaning, whether or
+not upstream's ``and`` reads it there: a condition shown only by an operand
+left out (a wildcard) could be one that no bug in it would change. ``None``
+marks an operand with no meaning on the item (no table row for its backend, no
+mask workspace to compare a mask with, no global mask without context).
 """
 
 from __future__ import annotations
@@ -44,16 +47,6 @@ from harness.search.mcdc import Condition, Decision, Observation
 
 DENSE_CAP = 65536
 C = Condition
-
-
-def _lazy_and(values: list[tuple[str, bool]]) -> dict[str, bool | None]:
-    """Operands of ``a and b and ...`` as upstream evaluates them: None past the first False."""
-    out: dict[str, bool | None] = {}
-    stopped = False
-    for name, value in values:
-        out[name] = None if stopped else value
-        stopped = stopped or not value
-    return out
 
 
 # -- the workspace size -------------------------------------------------------------------
@@ -197,17 +190,13 @@ THRESHOLD_ROWS = {row: _row_decision(*row, minimums) for row, minimums in MASKED
 MASKS_FIT = Decision(
     "sparse.masks_fit",
     "sparse",
-    "masks_fit = a mask workspace exists and mask(batch, max_query, max(max_query, longest chunk)) fits it",
+    "masks_fit = a mask workspace exists and mask(batch, max_query, max(max_query, longest chunk)) fits it: "
+    "the mask over the suffix's keys and the mask over the longest chunk's keys both fit",
     "SparseMLACommonImpl.masked_mha_workspace_fits",
     (
         C("has_workspace", "a top-k mask workspace is allocated (the masked kernel exists)"),
         C("suffix_fits", "the suffix mask (keys = max_query_len) fits the workspace", edge=1),
-        C(
-            "chunk_keys_fit",
-            "the mask over the longest chunk's keys fits the workspace",
-            edge=1,
-            coupled="more keys than the suffix's: it implies suffix_fits",
-        ),
+        C("chunk_keys_fit", "the mask over the longest chunk's keys fits the workspace", edge=1),
     ),
     lambda v: v["has_workspace"] and v["suffix_fits"] and v["chunk_keys_fit"],
 )
@@ -224,6 +213,11 @@ USE_MASKED = Decision(
         C("masks_fit", "masked_mha_workspace_fits (the oracle's answer)"),
     ),
     lambda v: v["masked_kernel"] and v["no_dcp"] and v["threshold"] and v["masks_fit"],
+    {
+        "masked_kernel": "no input makes it matter: without the masked kernel there is no mask workspace, so "
+        "masks_fit is false as well and decides alone (masked_kernel shows in sparse.masks_fit's has_workspace "
+        "and sparse.masked_runnable)"
+    },
 )
 
 USE_MHA = Decision(
@@ -282,6 +276,11 @@ OVERFLOW = Decision(
         C("last_chunk", "the last of several chunks' mask overflows", edge=1),
     ),
     lambda v: not v["global_form"] and any(v[p] for p in POSITIONS),
+    {
+        "global_form": "no input makes it matter: a global mask that fits is at least as large as every per-range "
+        "mask (as many rows or more, more keys, one more word), so where the batch reads it no per-range mask "
+        "overflows either"
+    },
 )
 
 GLOBAL_FITS = Decision(
@@ -333,9 +332,7 @@ def observe_case(item: str, case: SparseCase, plan: SparseLayout) -> Iterator[tu
     topk_gap = {"within_topk": max_seq - case.index_topk}
     yield (
         USE_DENSE,
-        Observation(
-            item, {"within_topk": within, "force_mqa": case.force_mqa if within else None}, plan.use_dense_mha, topk_gap
-        ),
+        Observation(item, {"within_topk": within, "force_mqa": case.force_mqa}, plan.use_dense_mha, topk_gap),
     )
     row = (case.backend, case.tensor_parallel_size)
     has_table = any(backend == case.backend for backend, _ in MASKED_MHA_THRESHOLDS)
@@ -367,13 +364,14 @@ def observe_case(item: str, case: SparseCase, plan: SparseLayout) -> Iterator[tu
     chunks = plan.layout.chunks
     longest = max((c.max_seq_len for c in chunks), default=0)
     suffix_words = mask_words(batch, max_query, max_query)
-    chunk_words = mask_words(batch, max_query, max(max_query, longest))
+    chunk_words = mask_words(batch, max_query, longest)
     if plan.masks_fit is not None:
-        fit = _lazy_and([("has_workspace", case.masked_kernel), ("suffix_fits", suffix_words <= words)]) | {
-            "chunk_keys_fit": None
+        # Without a workspace there is nothing to compare a mask with (upstream returns first).
+        fit: dict[str, bool | None] = {
+            "has_workspace": case.masked_kernel,
+            "suffix_fits": suffix_words <= words if case.masked_kernel else None,
+            "chunk_keys_fit": chunk_words <= words if case.masked_kernel else None,
         }
-        if fit["suffix_fits"]:
-            fit["chunk_keys_fit"] = chunk_words <= words
         yield (
             MASKS_FIT,
             Observation(
@@ -384,38 +382,32 @@ def observe_case(item: str, case: SparseCase, plan: SparseLayout) -> Iterator[tu
             USE_MASKED,
             Observation(
                 item,
-                _lazy_and(
-                    [
-                        ("masked_kernel", case.masked_kernel),
-                        ("no_dcp", case.dcp_world_size <= 1),
-                        ("threshold", plan.masked_threshold),
-                        ("masks_fit", plan.masks_fit),
-                    ]
-                ),
+                {
+                    "masked_kernel": case.masked_kernel,
+                    "no_dcp": case.dcp_world_size <= 1,
+                    "threshold": plan.masked_threshold,
+                    "masks_fit": plan.masks_fit,
+                },
                 plan.use_masked_mha,
                 {"no_dcp": case.dcp_world_size - 1},
             ),
         )
-    dense_or_masked: dict[str, bool | None] = {"use_dense_mha": plan.use_dense_mha, "use_masked_mha": None}
-    if not plan.use_dense_mha:
-        dense_or_masked["use_masked_mha"] = plan.use_masked_mha
-    either = plan.use_dense_mha or plan.use_masked_mha
-    dense_or_masked["force_mqa"] = case.force_mqa if either else None
+    dense_or_masked: dict[str, bool | None] = {
+        "use_dense_mha": plan.use_dense_mha,
+        "use_masked_mha": plan.use_masked_mha,
+        "force_mqa": case.force_mqa,
+    }
     yield USE_MHA, Observation(item, dense_or_masked, plan.route != "mqa")
+    # Every route reports its mask shapes: the global mask's fit and form are decided on each.
+    has_context = any(case.context_lens)
+    yield from _observe_mask_form(item, case, plan, words, has_context)
     if plan.route == "mqa":
         return
-    forced = {
-        "force_dense": case.force_dense_mha,
-        "within_topk": None if case.force_dense_mha else within,
-        "force_masked": case.force_masked_mha if within and not case.force_dense_mha else None,
-    }
+    forced = {"force_dense": case.force_dense_mha, "within_topk": within, "force_masked": case.force_masked_mha}
     yield DENSE_ROUTE, Observation(item, forced, plan.route == "dense-mha", topk_gap)
     if plan.route == "dense-mha":
         return
-    has_context = any(case.context_lens)
-    runnable = _lazy_and([("masked_kernel", case.masked_kernel), ("has_context", has_context)]) | {"dcp": None}
-    if case.masked_kernel and has_context:
-        runnable["dcp"] = case.dcp_world_size > 1
+    runnable = {"masked_kernel": case.masked_kernel, "has_context": has_context, "dcp": case.dcp_world_size > 1}
     yield (
         RUNNABLE,
         Observation(item, runnable, plan.route != "masked-mha-unavailable", {"dcp": case.dcp_world_size - 2}),
@@ -423,7 +415,21 @@ def observe_case(item: str, case: SparseCase, plan: SparseLayout) -> Iterator[tu
     if plan.route == "masked-mha-unavailable":
         return
     yield from _observe_overflow(item, case, plan, words, has_context)
+
+
+def _observe_mask_form(
+    item: str, case: SparseCase, plan: SparseLayout, words: int, has_context: bool
+) -> Iterator[tuple[Decision, Observation]]:
+    yield (
+        MASK_FORM,
+        Observation(
+            item,
+            {"has_context": has_context, "global_fits": plan.global_mask_fits if has_context else None},
+            plan.global_mask_shape is not None and plan.suffix_mask_shape == plan.global_mask_shape,
+        ),
+    )
     if has_context and plan.global_mask_shape is not None:
+        batch, max_query, max_seq = len(case.query_lens), plan.prefill_max_query_len, plan.prefill_max_seq_len
         global_words = mask_words(batch, max_query, max_seq, key_starts_word=True)
         yield (
             GLOBAL_FITS,
@@ -440,30 +446,22 @@ def _observe_overflow(
     item: str, case: SparseCase, plan: SparseLayout, words: int, has_context: bool
 ) -> Iterator[tuple[Decision, Observation]]:
     global_form = bool(has_context and plan.global_mask_fits)
-    yield (
-        MASK_FORM,
-        Observation(
-            item,
-            {"has_context": has_context, "global_fits": plan.global_mask_fits if has_context else None},
-            plan.global_mask_shape is not None and plan.suffix_mask_shape == plan.global_mask_shape,
-        ),
-    )
+    # Each per-range mask's words, read whether or not the batch reads the global mask.
     values: dict[str, bool | None] = {"global_form": global_form}
     distances: dict[str, int | None] = {}
-    if not global_form:
-        batch, max_query = len(case.query_lens), plan.prefill_max_query_len
-        needed: dict[str, list[int]] = {p: [] for p in POSITIONS}
-        needed["suffix"].append(mask_words(batch, max_query, max_query))
-        chunks = plan.layout.chunks
-        for k, chunk in enumerate(chunks):
-            position = (
-                "only_chunk"
-                if len(chunks) == 1
-                else ("first_chunk" if k == 0 else "last_chunk" if k == len(chunks) - 1 else "inner_chunk")
-            )
-            requests = chunk.request_end - chunk.request_start
-            needed[position].append(mask_words(requests, chunk.max_query_len, chunk.max_seq_len))
-        for position, sizes in needed.items():
-            values[position] = any(n > words for n in sizes)
-            distances[position] = max(sizes) - words - 1 if sizes else None
+    batch, max_query = len(case.query_lens), plan.prefill_max_query_len
+    needed: dict[str, list[int]] = {p: [] for p in POSITIONS}
+    needed["suffix"].append(mask_words(batch, max_query, max_query))
+    chunks = plan.layout.chunks
+    for k, chunk in enumerate(chunks):
+        position = (
+            "only_chunk"
+            if len(chunks) == 1
+            else ("first_chunk" if k == 0 else "last_chunk" if k == len(chunks) - 1 else "inner_chunk")
+        )
+        requests = chunk.request_end - chunk.request_start
+        needed[position].append(mask_words(requests, chunk.max_query_len, chunk.max_seq_len))
+    for position, sizes in needed.items():
+        values[position] = any(n > words for n in sizes)
+        distances[position] = max(sizes) - words - 1 if sizes else None
     yield OVERFLOW, Observation(item, values, plan.route == "masked-mha-overflow", distances)

@@ -194,8 +194,11 @@ def _near(condition: Condition, distance: int | None) -> int | None:
     return distance
 
 
-def find_pair(decision: Decision, condition: Condition, observations: list[Observation]) -> Pair | None:
-    """The first independence pair of ``condition`` (a unique-cause pair if any)."""
+def find_pair(
+    decision: Decision, condition: Condition, observations: list[Observation], edges: bool = True
+) -> Pair | None:
+    """The first independence pair of ``condition`` (a unique-cause pair if any);
+    ``edges=False`` accepts an edge condition's pair off its edge."""
     name = condition.name
     true = [o for o in observations if o.values.get(name) is True]
     false = [o for o in observations if o.values.get(name) is False]
@@ -203,7 +206,7 @@ def find_pair(decision: Decision, condition: Condition, observations: list[Obser
     for a in true:
         determinant_a: bool | None = None
         for b in false:
-            if a.outcome == b.outcome or not _on_edge(condition, a, b):
+            if a.outcome == b.outcome or (edges and not _on_edge(condition, a, b)):
                 continue
             if _unique_cause(decision, name, a, b):
                 return _pair("unique-cause", a, b)
@@ -213,6 +216,34 @@ def find_pair(decision: Decision, condition: Condition, observations: list[Obser
                 if determinant_a and _determinant(decision, b, name):
                     masking = _pair("masking", a, b)
     return masking
+
+
+def witness_pair(decision: Decision, condition: Condition, observations: list[Observation], item: str) -> Pair | None:
+    """An independence pair of ``condition`` one side of which is an observation
+    of ``item`` (its id, or a step of it: ``item@...``), or None: whether the item
+    that killed a mutant aimed at ``condition`` is one of the condition's witnesses
+    (on or off an edge condition's edge: a dropped operand dies anywhere)."""
+    distinct: dict[tuple[Any, ...], Observation] = {}
+    for obs in observations:
+        if _agrees(decision, obs):
+            distinct.setdefault(_signature(decision, obs), obs)
+    for mine in observations:
+        value = mine.values.get(condition.name)
+        if value is None or not (mine.item == item or mine.item.startswith(item + "@")) or not _agrees(decision, mine):
+            continue
+        # The only observation with its value of the condition: every pair found has it on one side.
+        others = [o for o in distinct.values() if o.values.get(condition.name) is (not value)]
+        pair = find_pair(decision, condition, [mine, *others], edges=False)
+        if pair is not None:
+            return pair
+    return None
+
+
+def _agrees(decision: Decision, obs: Observation) -> bool:
+    try:
+        return decision.evaluate(obs.values) == obs.outcome
+    except NotEvaluated:
+        return False
 
 
 def _pair(form: str, a: Observation, b: Observation) -> Pair:

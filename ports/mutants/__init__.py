@@ -24,7 +24,10 @@ port. Each family of mutants is a module, each mutant beside its description:
   transposed LSE views, no token with context);
 * :mod:`~ports.mutants.three_pieces`: requests in three or more pieces;
 * :mod:`~ports.mutants.dcp_steps`: the rows of a chunk's DCP step;
-* :mod:`~ports.mutants.sparse`: the sparse path.
+* :mod:`~ports.mutants.sparse`: the sparse path;
+* :mod:`~ports.mutants.conditions`: one per condition of the declared planner
+  decisions (MC/DC, harness/search/decisions_*.py), each killed by its
+  condition's independence pair on ci.
 
 :mod:`ports.mutants.catalogue` puts the dense families in report order. A mutant
 aimed at an input class a suite must produce names that class and the level that
@@ -36,10 +39,16 @@ from __future__ import annotations
 
 from ports.mutants.base import Mutant
 from ports.mutants.catalogue import DENSE_MUTANTS
+from ports.mutants.conditions import CONDITION_MUTANTS
 from ports.mutants.reach import ReachProbe, fault_probe
 from ports.mutants.sparse import SPARSE_MUTANTS
 
-# Every mutant by name: the dense path's (catalogue), then the sparse path's.
-MUTANTS: dict[str, type[Mutant]] = {**DENSE_MUTANTS, **{m.name: m for m in SPARSE_MUTANTS}}
+# Every mutant by name: the dense path's (catalogue), the sparse path's, then one
+# per condition of the declared decisions (ports/mutants/conditions.py).
+MUTANTS: dict[str, type[Mutant]] = {
+    **DENSE_MUTANTS,
+    **{m.name: m for m in SPARSE_MUTANTS},
+    **{m.name: m for m in CONDITION_MUTANTS},
+}
 
 __all__ = ["MUTANTS", "Mutant", "ReachProbe", "fault_probe"]

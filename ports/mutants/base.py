@@ -46,6 +46,9 @@ class Mutant(PerRequestPort):
     # The input class that kills it and the level that sees it (empty for a mutant
     # not aimed at one), so a suite's generators can be checked against it.
     aimed_at = ""
+    # The declared decision conditions it gets wrong, ``(decision id, condition)``
+    # (harness/search/decisions_*.py): the condition's MC/DC pair on ci kills it.
+    conditions: tuple[tuple[str, str], ...] = ()
 
     def swaps(self) -> list[tuple[Any, str, Any]]:
         return []

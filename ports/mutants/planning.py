@@ -47,6 +47,7 @@ class UnalignedSplit(Mutant):
     name = "unaligned-split"
     description = "cuts a request at any row, not on the block (alignment) boundary"
     source = "hand port"
+    conditions = (("dense.cut_aligned", "free_rows_unaligned"),)
 
     def swaps(self) -> list[tuple[Any, str, Any]]:
         real = planner_module._largest_split

@@ -48,6 +48,7 @@ class RouteStrictTopk(Mutant):
     description = "takes dense MHA only when the longest sequence is shorter than index_topk (< for <=)"
     source = "hand port"
     aimed_at = "a batch whose longest sequence is exactly index_topk (sparse-layout)"
+    conditions = (("sparse.use_dense_mha", "within_topk"), ("sparse.dense_route", "within_topk"))
 
     def swaps(self) -> list[tuple[Any, str, Any]]:
         return [(sparse_module, "within_topk", lambda max_seq, topk: max_seq < topk)]

@@ -72,6 +72,12 @@ class PlannedChunk:
         return self.first + len(self.spans)
 
 
+def fits_whole(geometry: Geometry, used: int, need: int) -> bool:
+    """A span that costs ``need`` joins a chunk that holds ``used`` rows whole:
+    the budget is a limit the chunk may reach exactly."""
+    return used + need <= geometry.budget
+
+
 def _largest_split(geometry: Geometry, start: int, remaining: int, free_rows: int) -> int:
     """Longest aligned prefix of a request's remaining context that fits ``free_rows``.
 
@@ -112,7 +118,7 @@ def plan_chunks(context_lens: list[int], geometry: Geometry) -> list[PlannedChun
         while request < n and context_lens[request] > 0:
             remaining = context_lens[request] - offset
             need = geometry.cost(offset, remaining)
-            if used + need <= geometry.budget:
+            if fits_whole(geometry, used, need):
                 spans.append((offset, remaining))
                 used += need
                 request, offset = request + 1, 0

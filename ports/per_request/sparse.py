@@ -8,8 +8,9 @@ the per-range remap). Nothing here imports vLLM.
 
 from __future__ import annotations
 
+import bisect
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from harness.model import Layout, alignment_unit
 from harness.model.sparse import PINNED_MASK_WORKSPACE_WORDS, Shape, SparseCase, SparseLayout, SparseWorkspaceConfig
@@ -26,19 +27,54 @@ KEY_BITS = 32  # keys per mask word; key k is bit (k % 32), least significant fi
 # enough blocks that a mask on the GPU is packed in a handful of launches.
 FLAGS_PER_BLOCK = 1 << 24
 
-# Minimum prefill query length for masked MHA, per backend and tensor-parallel
-# size, one entry per sequence-length bucket (None: never in that bucket); a
-# batch whose longest sequence passes the last bucket never takes masked MHA.
-MASKED_MHA_MIN_QUERY: dict[str, dict[int, tuple[int | None, ...]]] = {
-    "FLASHMLA_SPARSE": {
-        1: (1536, 4096, None, None, None),
-        2: (512, 1024, 4096, None, None),
-        4: (512, 1024, 1536, 8192, None),
-        8: (512, 512, 1024, 2048, 16384),
-    },
-    "FLASHINFER_MLA_SPARSE": {8: (512, 1024, 1024, 2048, 32768)},
-}
-SEQ_LEN_BUCKETS = (2048, 4096, 8192, 16384, 32768)
+# When masked MHA pays off (SPEC 1d), as data: the sequence-length ceilings,
+# ascending (a batch whose longest sequence passes the last never takes masked
+# MHA), and one row per backend, tensor-parallel size and ceiling that allows
+# it, holding the least longest-query that takes it. A ceiling a (backend, TP)
+# pair has no row for never takes masked MHA for that pair.
+SEQ_LEN_BUCKETS: tuple[int, ...] = (2048, 4096, 8192, 16384, 32768)
+
+
+class MaskedMhaRow(NamedTuple):
+    backend: str
+    tensor_parallel_size: int
+    longest_seq_len: int  # a ceiling of SEQ_LEN_BUCKETS
+    least_query_len: int
+
+
+MASKED_MHA_MIN_QUERY: tuple[MaskedMhaRow, ...] = (
+    MaskedMhaRow("FLASHMLA_SPARSE", 1, 2048, 1536),
+    MaskedMhaRow("FLASHMLA_SPARSE", 1, 4096, 4096),
+    MaskedMhaRow("FLASHMLA_SPARSE", 2, 2048, 512),
+    MaskedMhaRow("FLASHMLA_SPARSE", 2, 4096, 1024),
+    MaskedMhaRow("FLASHMLA_SPARSE", 2, 8192, 4096),
+    MaskedMhaRow("FLASHMLA_SPARSE", 4, 2048, 512),
+    MaskedMhaRow("FLASHMLA_SPARSE", 4, 4096, 1024),
+    MaskedMhaRow("FLASHMLA_SPARSE", 4, 8192, 1536),
+    MaskedMhaRow("FLASHMLA_SPARSE", 4, 16384, 8192),
+    MaskedMhaRow("FLASHMLA_SPARSE", 8, 2048, 512),
+    MaskedMhaRow("FLASHMLA_SPARSE", 8, 4096, 512),
+    MaskedMhaRow("FLASHMLA_SPARSE", 8, 8192, 1024),
+    MaskedMhaRow("FLASHMLA_SPARSE", 8, 16384, 2048),
+    MaskedMhaRow("FLASHMLA_SPARSE", 8, 32768, 16384),
+    MaskedMhaRow("FLASHINFER_MLA_SPARSE", 8, 2048, 512),
+    MaskedMhaRow("FLASHINFER_MLA_SPARSE", 8, 4096, 1024),
+    MaskedMhaRow("FLASHINFER_MLA_SPARSE", 8, 8192, 1024),
+    MaskedMhaRow("FLASHINFER_MLA_SPARSE", 8, 16384, 2048),
+    MaskedMhaRow("FLASHINFER_MLA_SPARSE", 8, 32768, 32768),
+)
+
+
+def least_query_for(backend: str, tensor_parallel_size: int, ceiling: int) -> int | None:
+    """The least longest-query of the row for this pair and ceiling; None: no row."""
+    return next(
+        (
+            row.least_query_len
+            for row in MASKED_MHA_MIN_QUERY
+            if (row.backend, row.tensor_parallel_size, row.longest_seq_len) == (backend, tensor_parallel_size, ceiling)
+        ),
+        None,
+    )
 
 
 def sparse_workspace_size(config: SparseWorkspaceConfig) -> int:
@@ -68,15 +104,23 @@ def topk_mask_shape(batch: int, max_query_len: int, max_key_len: int, key_starts
 
 
 def masked_threshold(backend: str, tensor_parallel_size: int, query_len: int, seq_len: int) -> bool:
-    """Whether the batch is long enough for masked MHA on this backend and TP size."""
-    minimums = MASKED_MHA_MIN_QUERY.get(backend, {}).get(tensor_parallel_size)
-    if minimums is None:
+    """Whether the batch is long enough for masked MHA on this backend and TP size.
+
+    Invariants: the ceiling that governs a batch is the lowest of
+    :data:`SEQ_LEN_BUCKETS` at or above its longest sequence ``seq_len`` (found
+    by a lower-bound search over the sorted ceilings, so a sequence exactly at a
+    ceiling is under it), the same for every backend and TP size. The answer is
+    yes exactly when :data:`MASKED_MHA_MIN_QUERY` has a row for (``backend``,
+    ``tensor_parallel_size``, that ceiling) and the longest query ``query_len``
+    is at least the row's ``least_query_len``. Hence no: for a pair without
+    rows, for a batch past the last ceiling, and for a governing ceiling the
+    pair has no row for (a higher ceiling's row never stands in for it).
+    """
+    governing = bisect.bisect_left(SEQ_LEN_BUCKETS, seq_len)
+    if governing == len(SEQ_LEN_BUCKETS):
         return False
-    for bucket, limit in enumerate(SEQ_LEN_BUCKETS):
-        if seq_len <= limit:
-            needed = minimums[bucket]
-            return needed is not None and query_len >= needed
-    return False
+    least = least_query_for(backend, tensor_parallel_size, SEQ_LEN_BUCKETS[governing])
+    return least is not None and query_len >= least
 
 
 def mask_workspace(case: SparseCase) -> int:
@@ -113,27 +157,87 @@ def plan_sparse(case: SparseCase) -> SparseLayout:
     return route_sparse(case, workspace, layout)
 
 
+# -- the route, one decision a function (SPEC 1d) ------------------------------------------
+
+
+def dense_mha_flag(case: SparseCase) -> bool:
+    """The builder's flag: every key of the longest sequence can be selected, and MQA is not forced."""
+    return within_topk(case.max_seq_len, case.index_topk) and not case.force_mqa
+
+
+def masks_fit(case: SparseCase, layout: Layout, mask_words: int) -> bool:
+    """Whether the suffix mask and every chunk's mask fit the mask workspace: the
+    largest is the whole batch's rows over the longest of the suffix's keys and
+    the longest chunk's. No masked kernel: no workspace, no fit."""
+    if not case.masked_kernel:
+        return False
+    longest_chunk = max((chunk.max_seq_len for chunk in layout.chunks), default=0)
+    keys = max(case.max_query_len, longest_chunk)
+    return _words(topk_mask_shape(len(case.query_lens), case.max_query_len, keys)) <= mask_words
+
+
+def masked_mha_flag(case: SparseCase, threshold: bool, fits: bool) -> bool:
+    """Masked MHA is wanted: the kernel exists, no DCP, the threshold says so and the masks fit."""
+    return case.masked_kernel and case.dcp_world_size <= 1 and threshold and fits
+
+
+def takes_mha(case: SparseCase, use_dense: bool, use_masked: bool) -> bool:
+    """The prefill tokens go an MHA way at all (else sparse MQA)."""
+    return (use_dense or use_masked) and not case.force_mqa
+
+
+def prefers_dense(case: SparseCase) -> bool:
+    """Within MHA, the dense kind: forced, or every key selectable and masked not forced."""
+    return case.force_dense_mha or (within_topk(case.max_seq_len, case.index_topk) and not case.force_masked_mha)
+
+
+def masked_runs(case: SparseCase) -> bool:
+    """The masked route can run: the kernel exists, and the context loop (which
+    has no DCP form) is not asked to run under DCP."""
+    has_context = any(case.context_lens)
+    return case.masked_kernel and not (has_context and case.dcp_world_size > 1)
+
+
+def global_mask_shape(case: SparseCase) -> Shape | None:
+    """The global mask over whole sequences, with its reserved word: only a batch with context has one."""
+    if not any(case.context_lens):
+        return None
+    return topk_mask_shape(len(case.query_lens), case.max_query_len, case.max_seq_len, key_starts_word=True)
+
+
+def reads_global_mask(global_shape: Shape | None, global_fits: bool | None) -> bool:
+    """The suffix and the chunks read the global mask: the batch has one, and it fits."""
+    return global_shape is not None and bool(global_fits)
+
+
+def global_mask_fits(shape: Shape, mask_words: int) -> bool:
+    """The global mask fits the workspace: it may fill it exactly."""
+    return _words(shape) <= mask_words
+
+
+def mask_overflows(suffix_shape: Shape, chunk_shapes: tuple[Shape, ...], mask_words: int) -> bool:
+    """Some mask a masked run builds (the suffix's, or any chunk's) does not fit the workspace."""
+    return any(_words(shape) > mask_words for shape in (suffix_shape, *chunk_shapes))
+
+
 def route_sparse(case: SparseCase, workspace: int, layout: Layout) -> SparseLayout:
     """The route and mask shapes of ``case`` once its chunks are planned."""
     batch = len(case.query_lens)
     max_query, max_seq = case.max_query_len, case.max_seq_len
     mask_words = mask_workspace(case)
-    use_dense = within_topk(max_seq, case.index_topk) and not case.force_mqa
+    use_dense = dense_mha_flag(case)
     threshold = masked_threshold(case.backend, case.tensor_parallel_size, max_query, max_seq)
-    longest_chunk = max((chunk.max_seq_len for chunk in layout.chunks), default=0)
-    # The suffix and every chunk mask are at most this big; no workspace: no fit.
-    fits = case.masked_kernel and _words(topk_mask_shape(batch, max_query, max(max_query, longest_chunk))) <= mask_words
-    use_masked = case.masked_kernel and case.dcp_world_size <= 1 and threshold and fits
+    fits = masks_fit(case, layout, mask_words)
+    use_masked = masked_mha_flag(case, threshold, fits)
     route = "mqa"
-    if (use_dense or use_masked) and not case.force_mqa:
-        dense = case.force_dense_mha or (within_topk(max_seq, case.index_topk) and not case.force_masked_mha)
-        # The masked context loop has no DCP form: it refuses a batch with context.
-        runnable = case.masked_kernel and (case.dcp_world_size <= 1 or not any(case.context_lens))
-        route = "dense-mha" if dense else ("masked-mha" if runnable else "masked-mha-unavailable")
-    has_context = any(case.context_lens)
-    global_shape = topk_mask_shape(batch, max_query, max_seq, key_starts_word=True) if has_context else None
-    global_fits = None if global_shape is None else _words(global_shape) <= mask_words
-    if global_shape is not None and global_fits:
+    if takes_mha(case, use_dense, use_masked):
+        if prefers_dense(case):
+            route = "dense-mha"
+        else:
+            route = "masked-mha" if masked_runs(case) else "masked-mha-unavailable"
+    global_shape = global_mask_shape(case)
+    global_fits = None if global_shape is None else global_mask_fits(global_shape, mask_words)
+    if global_shape is not None and reads_global_mask(global_shape, global_fits):
         suffix_shape = global_shape
         chunk_shapes = tuple(
             (chunk.request_end - chunk.request_start, global_shape[1], global_shape[2]) for chunk in layout.chunks
@@ -144,7 +248,7 @@ def route_sparse(case: SparseCase, workspace: int, layout: Layout) -> SparseLayo
             topk_mask_shape(chunk.request_end - chunk.request_start, chunk.max_query_len, chunk.max_seq_len)
             for chunk in layout.chunks
         )
-    if route == "masked-mha" and any(_words(shape) > mask_words for shape in (suffix_shape, *chunk_shapes)):
+    if route == "masked-mha" and mask_overflows(suffix_shape, chunk_shapes, mask_words):
         route = "masked-mha-overflow"
     return SparseLayout(
         workspace_size=workspace,
