@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from harness.night.data import EXPECTED_ONLY, FAIL, INCOMPLETE, PASS, PortNight
-from reports.nightly_tables import NOT_REACHED, NOWHERE, VERDICT_TEXT, family_level_table
+from reports.nightly_tables import NOT_REACHED, NOT_SEARCHED, NOWHERE, VERDICT_TEXT, family_level_table
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1150px; }
@@ -50,7 +50,14 @@ td.reproduce { font-family: monospace; font-size: 0.85em; user-select: all; word
 # The CSS class of a verdict cell; the classes' colours are the page's legend.
 VERDICT_CLASS = {PASS: "pass", EXPECTED_ONLY: "expected", FAIL: "fail", INCOMPLETE: "incomplete"}
 # The CSS class of a kill-matrix cell (reports/nightly_tables.py's ``kill_cell``).
-KILL_CLASS = {"killed": "pass", "survived": "fail", "SURVIVED": "fail", NOT_REACHED: "na", NOWHERE: "na"}
+KILL_CLASS = {
+    "killed": "pass",
+    "survived": "fail",
+    "SURVIVED": "fail",
+    NOT_REACHED: "na",
+    NOWHERE: "na",
+    NOT_SEARCHED: "na",
+}
 KILL_CLASS["timed out"] = "incomplete"  # a call past its time limit: nothing was compared
 
 

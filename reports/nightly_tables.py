@@ -173,12 +173,14 @@ def explore_table(result: dict[str, Any]) -> pd.DataFrame:
 # A level none of whose items calls a mutant's fault cannot catch it (harness/search/mutants.py's reach pass).
 NOT_REACHED = "n/a"
 NOWHERE = "n/a at every level run"
+NOT_SEARCHED = "not searched"
 # A mutant no level killed, by its cells: a survivor first, then one that only timed out.
 UNKILLED = (("survived", "SURVIVED"), ("timed out", "timed out"))
 KILL_NOTE = (
     "n/a (grey): no item of that level calls the mutant's fault (ports/mutants/reach.py: the fault-free base "
     "on those items never reaches its fault sites), so its bug cannot show there; survived (red): items of "
-    "that level reached the fault and none diverged."
+    "that level reached the fault and none diverged; not searched (grey): a per-condition mutant is searched "
+    "only at the level where its planning decision is compared exactly."
 )
 
 
@@ -188,6 +190,8 @@ def kill_cell(mutant: dict[str, Any], level: str) -> str:
     else ``survived``. A matrix without ``ran`` (older) has no n/a."""
     if mutant["kills"].get(level):
         return "killed"
+    if level in mutant.get("not_searched", []):
+        return NOT_SEARCHED
     if (mutant.get("timed_out") or {}).get(level):
         return "timed out"
     return NOT_REACHED if mutant.get("ran", {}).get(level) == 0 else "survived"

@@ -71,6 +71,9 @@ class MutantRow:
     # Whether a reach pass chose its items, and if it could not, why it ran on every item.
     guided: bool = False
     unproven: str | None = None
+    # The levels it was not searched at: a mutant that names the levels its fault
+    # shows at (``Mutant.shows_at``: a planning decision's) is searched there only.
+    not_searched: list[str] = field(default_factory=list)
 
     @property
     def killed(self) -> bool:
@@ -82,9 +85,12 @@ class MutantRow:
         return not self.killed and any(self.timed_out.values())
 
     def cell(self, level: str) -> str:
-        """``killed``, ``timed out`` (no kill at ``level``, a call past its limit) or ``survived``."""
+        """``killed``, ``timed out`` (no kill at ``level``, a call past its limit),
+        ``not searched`` (a level its fault is not declared to show at) or ``survived``."""
         if self.kills.get(level):
             return "killed"
+        if level in self.not_searched:
+            return "not searched"
         return "timed out" if self.timed_out.get(level) else "survived"
 
     def to_json(self) -> dict[str, Any]:
@@ -98,6 +104,7 @@ class MutantRow:
             "decided": dict(self.decided),
             "timed_out": {lv: list(ids) for lv, ids in self.timed_out.items()},
             "reach": {"guided": self.guided, "unproven": self.unproven},
+            "not_searched": list(self.not_searched),
         }
 
 
@@ -340,6 +347,14 @@ def kill_matrix(
                 reach = reach_pass(oracle, probe, every_site, by_level[level], kernels, pool, timeout_s)
                 for position, sites in enumerate(sites_of):
                     searched[position, level] = reaching_items(by_level[level], reach, sites)
+    skipped = {
+        (position, level)
+        for position, mutant in enumerate(mutants)
+        for level in levels
+        if getattr(mutant, "shows_at", ()) and level not in mutant.shows_at
+    }
+    for key in skipped:
+        searched[key] = []
     searches = [(position, mutant, level) for position, mutant in enumerate(mutants) for level in levels]
     if pool is None:
         outcomes: list[Outcome] = []
@@ -371,7 +386,9 @@ def kill_matrix(
             on_kill(mutant, level, kill, result)
         rows[position].kills[level] = kill
         rows[position].timed_out[level] = list(timed_out)
-        decided = kill.items_tried if kill is not None else len(by_level[level])
+        if (position, level) in skipped:
+            rows[position].not_searched.append(level)
+        decided = 0 if (position, level) in skipped else kill.items_tried if kill is not None else len(by_level[level])
         rows[position].decided[level] = decided
         rows[position].ran[level] = sum(1 for tried, _, _ in searched[position, level] if tried <= decided)
     return rows
@@ -418,6 +435,13 @@ def render_matrix(rows: list[MutantRow], levels: tuple[str, ...], suite: str) ->
     ]
     if timeouts:
         lines += ["", "Calls past the time limit (no kill; the search went on): " + "; ".join(timeouts) + "."]
+    not_searched = [r.name for r in rows if r.not_searched]
+    if not_searched:
+        lines += [
+            "",
+            f"Not searched at every level: {len(not_searched)} per-condition mutants, each searched only at the "
+            "level where its planning decision is compared exactly (ports/mutants/conditions.py).",
+        ]
     unproven = [f"`{r.name}` ({r.unproven})" for r in rows if r.guided and r.unproven]
     if unproven:
         lines += ["", "Reach unproven, run on every item: " + "; ".join(unproven) + "."]

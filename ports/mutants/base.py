@@ -49,6 +49,8 @@ class Mutant(PerRequestPort):
     # The declared decision conditions it gets wrong, ``(decision id, condition)``
     # (harness/search/decisions_*.py): the condition's MC/DC pair on ci kills it.
     conditions: tuple[tuple[str, str], ...] = ()
+    # The levels the kill matrix searches it at; empty: every level.
+    shows_at: tuple[str, ...] = ()
 
     def swaps(self) -> list[tuple[Any, str, Any]]:
         return []

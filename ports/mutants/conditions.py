@@ -28,7 +28,13 @@ CAP = sparse_module.DENSE_WORKSPACE_CAP
 
 
 class ConditionMutant(Mutant):
-    """A mutant aimed at one condition of one declared decision (``conditions``)."""
+    """A mutant aimed at one condition of one declared decision (``conditions``).
+
+    Its fault is a planning decision, compared exactly at the level that plans:
+    the kill matrix searches it there only (``shows_at``), not at the numeric
+    levels, which would run every numeric item for each of these mutants."""
+
+    shows_at = ("sparse-layout",)
 
 
 def _one(target: Any, name: str, replacement: Any) -> list[tuple[Any, str, Any]]:
@@ -441,6 +447,8 @@ THRESHOLD_ROW_MUTANTS = (
 
 class DenseConditionMutant(ConditionMutant):
     """A mutant aimed at a condition of the dense planner (seen at the layout level)."""
+
+    shows_at = ("layout",)
 
 
 class FitsStrictly(DenseConditionMutant):

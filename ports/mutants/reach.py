@@ -65,7 +65,7 @@ import torch
 from ports.mutants.base import Mutant, swapped
 
 # What a mutant class may set besides methods without changing what the base runs.
-DESCRIPTIVE_ATTRIBUTES = frozenset({"name", "description", "source", "aimed_at", "conditions"})
+DESCRIPTIVE_ATTRIBUTES = frozenset({"name", "description", "source", "aimed_at", "conditions", "shows_at"})
 # What Python itself puts in a class's namespace; any other dunder (__getattr__,
 # __call__...) is a method like the rest: a site, or unknown.
 CLASS_BOOKKEEPING = frozenset(
