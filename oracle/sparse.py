@@ -34,13 +34,14 @@ them in ``sys.modules`` for the duration of a call.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import types
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
-from harness.model import Case, Layout
+from harness.model import PRESETS, Case, Layout
 from harness.model.sparse import Shape, SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
 from oracle.environment import import_vllm_module, stood_in_modules
 
@@ -50,6 +51,9 @@ if TYPE_CHECKING:
 SPARSE = "vllm.model_executor.layers.attention.sparse_mla_attention"
 MASK_MODULE = "vllm.model_executor.layers.attention.sparse_mla_mask"
 FLASH_MODULE = "vllm.vllm_flash_attn"
+# The model the sparse path stands for, DeepSeek-V3.2, whose MLA heads are V3's
+# (qk 128 + 64, v 128): the route's threshold table is for it (section 1d).
+DSV32_HEADS = PRESETS["deepseek-v3"]
 # Beyond any mask a case can ask for: the probe's numel when only a shape is wanted.
 _UNBOUNDED = 1 << 62
 
@@ -135,7 +139,10 @@ class SparseOracle:
         from oracle.vllm_config import workspace_vllm_config
 
         vllm_config = workspace_vllm_config(config)  # type: ignore[arg-type]
-        vllm_config.model_config.hf_config = SimpleNamespace(index_topk=config.index_topk)
+        # The model's config, where index_topk lives: 0.27.1 and 0.28.0 read it as
+        # ``hf_config``, 0.33.0 as ``hf_text_config`` (the text model's, the same object here).
+        hf_config = SimpleNamespace(index_topk=config.index_topk)
+        vllm_config.model_config.hf_config = vllm_config.model_config.hf_text_config = hf_config
         sizing = self.sparse.SparseMLACommonMetadataBuilder.determine_chunked_prefill_workspace_size
         return int(sizing(vllm_config))
 
@@ -210,6 +217,22 @@ class SparseOracle:
             raise RuntimeError("_try_build_global_mask refused an unbounded workspace")
         return shape, verdict is not None, verdict is False
 
+    def _threshold_model(self, has_context: bool) -> dict[str, Any]:
+        """What a later release's ``_use_masked_mha`` also asks (0.33.0: the model's
+        head dimensions, its table keyed by them, and whether the batch has context,
+        ``prefill.chunked_context is not None`` in ``MLAAttention._use_sparse_mha``);
+        nothing for a release whose table is DeepSeek-V3.2's alone (0.27.1, 0.28.0:
+        ``_DSV32_MASKED_MHA_THRESHOLDS``). The model is DeepSeek-V3.2's, as that
+        table's: its MLA heads (:data:`DSV32_HEADS`), whatever a numeric case's
+        scaled-down tensors are."""
+        asked = inspect.signature(self.mla._use_masked_mha).parameters
+        model = {
+            "qk_head_dim": DSV32_HEADS.qk_head_dim,
+            "v_head_dim": DSV32_HEADS.v_head_dim,
+            "has_context": has_context,
+        }
+        return {name: value for name, value in model.items() if name in asked}
+
     def plan(self, case: SparseCase) -> SparseLayout:
         torch = self.torch
         workspace = self.workspace_size(case.workspace_config)
@@ -234,6 +257,7 @@ class SparseOracle:
                 tensor_parallel_size=case.tensor_parallel_size,
                 query_len=max_query,
                 seq_len=max_seq,
+                **self._threshold_model(metadata is not None),
             )
         )
         fits: bool | None = None

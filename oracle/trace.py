@@ -191,8 +191,9 @@ def prefill_cases() -> tuple[Case, ...]:
     )
 
 
-def run_levels(side: OracleSide, trace: Trace) -> None:
-    """Drive ``side`` through every level, tagging what each level enters."""
+def run_levels(side: OracleSide, trace: Trace, refusals: tuple[type[Exception], ...] = ()) -> None:
+    """Drive ``side`` through every level, tagging what each level enters
+    (``refusals``: as :func:`run_sparse_levels`'s)."""
     from harness.kernels import CpuKernels
     from harness.kernels.numeric import materialise_merge, materialise_prefill
 
@@ -215,7 +216,7 @@ def run_levels(side: OracleSide, trace: Trace) -> None:
         inputs = materialise_prefill(case.context_lens, case.query_lens, case.block_size, case.numeric)
         side.prefill(case, inputs, kernels)
 
-    run_sparse_levels(side, trace)
+    run_sparse_levels(side, trace, refusals)
 
 
 # -- the sparse path ------------------------------------------------------------------------
@@ -345,15 +346,17 @@ def import_sparse_backend() -> None:
     import_vllm_module(SPARSE)
 
 
-def trace_in_process() -> dict[str, list[str]]:
-    """Open the oracle, then trace :func:`run_levels`; ``{symbol: levels}``."""
+def trace_in_process(refusals: tuple[type[Exception], ...] = ()) -> dict[str, list[str]]:
+    """Open the oracle, then trace :func:`run_levels`; ``{symbol: levels}``
+    (``refusals``: the installed release's own refusals of a sparse case, for a
+    release other than the pinned one, :mod:`oracle.release_pin`)."""
     from oracle.side import OracleSide
 
     side = OracleSide()
     side.import_upstream()
     import_sparse_backend()
     with tracing() as trace:
-        run_levels(side, trace)
+        run_levels(side, trace, refusals)
     return {symbol: sorted(levels) for symbol, levels in sorted(trace.entered.items())}
 
 

@@ -16,8 +16,23 @@ from harness.night.drift import DRIFT_REPORTS, latest_drift_report
 
 __all__ = ["DRIFT_REPORTS", "latest_drift_report"]
 
-LEVEL_NAMES = {"layout": "L1 layout (+ workspace size)", "merge": "L2 merge", "prefill": "L3 prefill"}
-STATUS_COLUMNS = ("parity", "both-refuse", "divergent", "pinned-error", "release-error")
+LEVEL_NAMES = {
+    "layout": "L1 layout (+ workspace size)",
+    "merge": "L2 merge",
+    "prefill": "L3 prefill",
+    "sparse-layout": "sparse-layout (+ sparse workspace size)",
+    "sparse-mask": "sparse-mask (top-k masks and remaps)",
+    "sparse-prefill": "sparse-prefill",
+}
+STATUS_COLUMNS = (
+    "parity",
+    "both-refuse",
+    "layout-only",
+    "divergent",
+    "refuse-differently",
+    "pinned-error",
+    "release-error",
+)
 # Items listed per level beyond the tables; the JSON holds every one.
 LISTED_ITEMS = 20
 
@@ -32,8 +47,10 @@ def _names(names: list[str]) -> str:
 
 
 def _short(symbol: str) -> str:
-    """``module:qual.name`` without the MLA module's long prefix (the table's width)."""
-    return symbol.replace("vllm.model_executor.layers.attention.mla_attention:", "mla_attention:")
+    """``module:qual.name`` without the MLA modules' long prefix (the table's width)."""
+    for module in ("mla_attention", "sparse_mla_attention"):
+        symbol = symbol.replace(f"vllm.model_executor.layers.attention.{module}:", f"{module}:")
+    return symbol
 
 
 def symbol_table(drift: list[dict[str, Any]]) -> list[str]:
@@ -86,6 +103,68 @@ def fields_added_note(drift: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def examples(items: list[dict[str, Any]], limit: int = LISTED_ITEMS) -> list[dict[str, Any]]:
+    """At most ``limit`` items to list, in suite order, every kind of change
+    (status and changed fields) represented: the first of each kind, then the
+    second of each, and so on."""
+    kinds: dict[tuple[str, ...], list[int]] = {}
+    for index, item in enumerate(items):
+        kinds.setdefault((item["status"], *item.get("changed", [])), []).append(index)
+    chosen: list[int] = []
+    depth = 0
+    while len(chosen) < min(limit, len(items)):
+        chosen += [indices[depth] for indices in kinds.values() if depth < len(indices)][: limit - len(chosen)]
+        depth += 1
+    return [items[i] for i in sorted(chosen)]
+
+
+def symbol_lines(name: str, drift: dict[str, Any]) -> list[str]:
+    """What a level executes of vLLM and what of it the release moved."""
+    if "symbols_drifted" not in drift:
+        return []
+    executed = f"the pinned oracle executes {drift.get('symbols_executed_pinned', drift['symbols_executed'])}"
+    if "symbols_executed_release" in drift:
+        executed += (
+            f" fingerprinted symbols at this level, the release's {drift['symbols_executed_release']} "
+            f"({drift['symbols_executed']} together)"
+        )
+    else:
+        executed += " fingerprinted symbols at this level"
+    line = f"- {name}: {executed}; changed or missing in the release: "
+    line += f"{_names([_short(s) for s in drift['symbols_drifted']])}"
+    if drift.get("symbols_new"):
+        line += f"; new in the release's trace: {_names([_short(s) for s in drift['symbols_new']])}"
+    lines = [line + "."]
+    transcribed = drift.get("symbols_transcribed") or {}
+    if transcribed:
+        shown = ", ".join(f"`{_short(s)}` {status}" for s, status in transcribed.items())
+        lines.append(
+            f"- {name}: transcribed, not called (the release's answers use the pin's transcription, so parity "
+            f"does not measure a change there): {shown}."
+        )
+    return lines
+
+
+def level_lines(name: str, drift: dict[str, Any]) -> list[str]:
+    """One level's symbols, changed fields, routes, error classes and first items."""
+    lines = symbol_lines(name, drift)
+    if drift["changed"]:
+        changed = ", ".join(f"`{k}` ({v} items)" for k, v in drift["changed"].items())
+        lines.append(f"- {name}: changed {changed}.")
+    moved = {pair: n for pair, n in drift.get("routes", {}).items() if pair.split(" -> ")[0] != pair.split(" -> ")[1]}
+    if drift.get("routes"):
+        kept = sum(n for pair, n in drift["routes"].items() if pair not in moved)
+        shown = "; ".join(f"{pair} ({n})" for pair, n in moved.items()) or "none"
+        lines.append(f"- {name}: routes changed (pinned -> release): {shown}; {kept} kept their route.")
+    for status, classes in drift["error_classes"].items():
+        shown = "; ".join(f"{text} ({n})" for text, n in classes.items())
+        lines.append(f"- {name}, {status} classes: {shown}")
+    for item in examples([i for i in drift["not_parity"] if i["status"] not in ("both-refuse", "layout-only")]):
+        changed = f" [{', '.join(item['changed'])}]" if item.get("changed") else ""
+        lines.append(f"  - `{item['id']}` {item['status']}{changed}: {item['detail']}")
+    return lines
+
+
 def release_markdown(release: dict[str, Any]) -> list[str]:
     counts = release["symbols"]["counts"]
     parity = release["parity"]
@@ -95,37 +174,28 @@ def release_markdown(release: dict[str, Any]) -> list[str]:
         "",
         f"- Installed: vllm {release['vllm_version']} ({release['vllm_commit']}), torch {release['torch_version']}.",
         f"- Environment: `{release.get('environment', '?')}`, {gibibytes(release.get('environment_bytes'))} on disk.",
-        f"- Time: sources {seconds.get('sources', '?')} s, parity {seconds.get('parity', '?')} s.",
+        "- Time: "
+        + ", ".join(f"{part} {seconds[part]} s" for part in ("trace", "sources", "parity") if part in seconds)
+        + ".",
         f"- Release's own pin: {release.get('release_pin') or 'none (oracle/pins has no file for it)'}.",
         "",
         f"### Oracle-vs-oracle parity, suite {release.get('suite', '?')}: {parity['verdict'].upper()}",
         "",
         "The pinned oracle (in-process) against this release's (`python -m oracle.serve` in its environment), "
         "item by item with the harness's runner. `both-refuse`: both releases refuse the item (agreement); "
-        "`pinned-error` / `release-error`: only that one refuses or fails.",
+        "`layout-only`: a sparse L3 batch both route to sparse MQA (compared at sparse-layout); "
+        "`pinned-error` / `release-error`: only that one refuses or fails; `refuse-differently`: both "
+        "refuse, for different reasons.",
         "",
         *level_table(parity["levels"]),
         "",
         parity["torch_note"],
         "",
     ]
+    if parity.get("sparse_note"):
+        lines += [parity["sparse_note"], ""]
     for level, drift in parity["levels"].items():
-        name = LEVEL_NAMES.get(level, level)
-        if "symbols_drifted" in drift:
-            drifted = drift["symbols_drifted"]
-            lines.append(
-                f"- {name}: the pinned oracle executes {drift['symbols_executed']} fingerprinted symbols at this "
-                f"level; changed or missing in the release: {_names([_short(s) for s in drifted])}."
-            )
-        if drift["changed"]:
-            changed = ", ".join(f"`{k}` ({v} items)" for k, v in drift["changed"].items())
-            lines.append(f"- {name}: changed {changed}.")
-        for status, classes in drift["error_classes"].items():
-            shown = "; ".join(f"{text} ({n})" for text, n in classes.items())
-            lines.append(f"- {name}, {status} classes: {shown}")
-        listed = [i for i in drift["not_parity"] if i["status"] != "both-refuse"][:LISTED_ITEMS]
-        for item in listed:
-            lines.append(f"  - `{item['id']}` {item['status']}: {item['detail']}")
+        lines += level_lines(LEVEL_NAMES.get(level, level), drift)
     lines += [
         "",
         f"### Source drift of {sum(counts.values())} fingerprinted symbols: "

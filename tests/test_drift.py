@@ -3,7 +3,9 @@
 CI never builds a newer release's environment, so the "release" here is the
 pinned environment itself, made to differ: a second source snapshot with a
 modified symbol, fake modules read by the real ``python -m oracle.sources``,
-and a release port that changes one layout field.
+and a release port that changes one layout field. The sparse levels (routes,
+masks and remaps, sparse-prefill, the per-level symbols of both traces) are
+tests/test_drift_sparse.py's.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 For each ``--against vllm==X`` (default: every release newer than the pin with
 a ``requirements/vllm-X.txt`` here), :mod:`harness.night.drift` diffs the source of
-every fingerprinted symbol between the pinned release and X, and runs the
-pinned oracle against X's (served from ``.tox/vllm-X``, built on first use) on
-a suite; :mod:`reports.drift_report` writes ``<out>/<date>.md`` and ``.json``.
+every fingerprinted symbol between the pinned release and X, traces what X's
+oracle side enters at every level, and runs the pinned oracle against X's
+(served from ``.tox/vllm-X``, built on first use) on a suite at every level, the
+sparse ones included; :mod:`reports.drift_report` writes ``<out>/<date>.md`` and ``.json``.
 
 Exit codes: 0 every release at parity on every level (source drift alone is
 not a failure: it is what the report is for), 1 some item diverges or only one
@@ -172,6 +173,7 @@ def _measure(
         drift_record,
         drift_symbols,
         read_sources,
+        read_trace,
         release_record,
         symbol_drift,
     )
@@ -184,13 +186,19 @@ def _measure(
     from oracle.trace import trace_in_process
 
     entered = trace_in_process()
-    all_symbols = sorted({s for r in releases for s in drift_symbols(r)})
+    # What each release's own side enters, level by level (its environment traces it).
+    traces, trace_seconds = {}, {}
+    for release in releases:
+        started = time.perf_counter()
+        traces[release] = read_trace(pythons[release])
+        trace_seconds[release] = time.perf_counter() - started
+    all_symbols = sorted({s for r in releases for s in drift_symbols(r, traces[r])})
     pinned_all = SourceSnapshot.from_json(collect(all_symbols))
     records = []
     for release in releases:
         print(f"parity drift: vllm=={release} against the pin ({provenance['release']})", file=sys.stderr)
         python = pythons[release]
-        symbols = drift_symbols(release)
+        symbols = drift_symbols(release, traces[release])
         started = time.perf_counter()
         snapshot = read_sources(python, symbols)
         if snapshot.version != release:
@@ -219,7 +227,11 @@ def _measure(
             "environment": f".tox/{environment.name}",
             "environment_bytes": directory_bytes(environment),
             "release_pin": own_pin,
-            "seconds": {"sources": round(sources_s, 1), "parity": round(parity_s, 1)},
+            "seconds": {
+                "trace": round(trace_seconds[release], 1),
+                "sources": round(sources_s, 1),
+                "parity": round(parity_s, 1),
+            },
         }
-        records.append(release_record(pinned_all, snapshot, drifts, level_drift, extra, entered))
+        records.append(release_record(pinned_all, snapshot, drifts, level_drift, extra, entered, traces[release]))
     return drift_record(today(), pinned_all, suite.name, levels, records)

@@ -10,8 +10,15 @@ For each release two things are measured:
   missing from (or new in) the release.
 * **Oracle-vs-oracle parity.** The pinned oracle (in-process) against the
   release's (:class:`oracle.process.OracleProcess`, in its own environment) on
-  a suite, with the harness's own runner (:func:`harness.sides.runner.run_item`):
-  per item the layout fields or tensors that changed (:func:`compare_oracles`).
+  a suite at every level, the sparse ones included, with the harness's own
+  runner (:mod:`harness.night.drift_items`): per item the layout or sparse
+  layout fields, mask or remap, or tensors that changed.
+* **Where, per level.** A symbol belongs to the levels whose trace enters it:
+  the pinned release's (:func:`oracle.trace.trace_in_process`) and the
+  release's own (``python -m oracle.release_pin --trace`` in its environment,
+  :func:`read_trace`). Each level names the symbols it executes that the
+  release changed, lacks or adds (:func:`level_symbol_drift`), and the
+  transcribed upstream code its answers stand on (:data:`TRANSCRIBED_LEVELS`).
 
 Invariants: the diff compares exactly the text :func:`oracle.pin.fingerprint`
 hashes, so a symbol is "unchanged" exactly when both fingerprints agree. An
@@ -26,35 +33,56 @@ import json
 import os
 import re
 import subprocess
-import time
+import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.cases.json_input import read_json
-from harness.sides.items import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult, level_of
-from harness.sides.runner import plan_items, run_item
+from harness.night.drift_items import (
+    AGREEING,
+    BOTH_REFUSE,
+    ITEM_STATUSES,
+    LAYOUT_ONLY,
+    PINNED_ERROR,
+    REFUSE_DIFFERENTLY,
+    RELEASE_ERROR,
+    ItemDrift,
+    LevelDrift,
+    changed_layout_fields,
+    changed_sparse_fields,
+    compare_oracles,
+    error_class,
+    item_drift,
+    torch_note,
+)
 
-if TYPE_CHECKING:
-    from harness.cases.suites import Suite
-    from harness.kernels import SharedKernels
-    from harness.model import Layout
-    from harness.protocol.port import Port
+# The parity part lives in harness.night.drift_items; its names are this module's too.
+__all__ = [
+    "AGREEING",
+    "BOTH_REFUSE",
+    "ITEM_STATUSES",
+    "LAYOUT_ONLY",
+    "PINNED_ERROR",
+    "REFUSE_DIFFERENTLY",
+    "RELEASE_ERROR",
+    "ItemDrift",
+    "LevelDrift",
+    "changed_layout_fields",
+    "changed_sparse_fields",
+    "compare_oracles",
+    "error_class",
+    "item_drift",
+    "torch_note",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES_TIMEOUT_S = 900.0
 
 # Symbol statuses.
 UNCHANGED, CHANGED, MISSING, NEW = "unchanged", "changed", "missing", "new"
-# Item statuses of oracle-vs-oracle parity. The runner's oracle is the pinned
-# release and its "port" the newer one, so its errors are renamed for whose they are.
-PINNED_ERROR, RELEASE_ERROR, BOTH_REFUSE = "pinned-error", "release-error", "both-refuse"
-# Both refuse, for different reasons (one may be a crash): not agreement.
-REFUSE_DIFFERENTLY = "refuse-differently"
-ITEM_STATUSES = (PARITY, DIVERGENT, BOTH_REFUSE, REFUSE_DIFFERENTLY, PINNED_ERROR, RELEASE_ERROR)
-AGREEING = (PARITY, BOTH_REFUSE)
 
 
 # Where ``parity drift`` writes by default, and the nightly reads the latest from.
@@ -120,14 +148,16 @@ def parse_against(specs: Iterable[str]) -> list[str]:
     return releases
 
 
-def drift_symbols(release: str) -> list[str]:
-    """The pin's fingerprinted symbols, then those only the release's own pin holds."""
+def drift_symbols(release: str, traced: Iterable[str] = ()) -> list[str]:
+    """The pin's fingerprinted symbols, then those only the release's own pin
+    holds, then any other the release's trace (``traced``) enters."""
     from oracle.pin import load_pin, pin_file_for, pinned_symbols
 
     symbols = list(pinned_symbols())
     own = pin_file_for(release)
     if own.is_file():
         symbols += [s for s in load_pin(own)["fingerprints"] if s not in symbols]
+    symbols += sorted(s for s in set(traced) if s not in symbols)
     return symbols
 
 
@@ -177,13 +207,15 @@ class SourceSnapshot:
         return str(self.release["torch_version"])
 
 
-def read_sources(python: Path | str, symbols: list[str], timeout_s: float = SOURCES_TIMEOUT_S) -> SourceSnapshot:
-    """Run ``python -m oracle.sources`` with ``symbols`` on stdin in the environment of ``python``."""
+def _run_module(python: Path | str, args: list[str], stdin: str, timeout_s: float) -> str:
+    """``python -m ARGS`` in the environment of ``python`` (nothing of this
+    interpreter's settings reaches it); its stdout, or a one-line DriftError."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    command = f"{python} -m {args[0]}"
     try:
         done = subprocess.run(
-            [str(python), "-m", "oracle.sources"],
-            input=json.dumps(symbols),
+            [str(python), "-m", *args],
+            input=stdin,
             capture_output=True,
             text=True,
             cwd=ROOT,
@@ -192,12 +224,31 @@ def read_sources(python: Path | str, symbols: list[str], timeout_s: float = SOUR
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise DriftError(f"{python} -m oracle.sources: {type(exc).__name__}: {exc}") from None
+        raise DriftError(f"{command}: {type(exc).__name__}: {exc}") from None
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or ["(no stderr)"]
-        raise DriftError(f"{python} -m oracle.sources exited {done.returncode}: {tail[0]}")
+        raise DriftError(f"{command} exited {done.returncode}: {tail[0]}")
+    return done.stdout
+
+
+def read_trace(python: Path | str, timeout_s: float = SOURCES_TIMEOUT_S) -> dict[str, list[str]]:
+    """``{symbol: levels}``: what the oracle side of the release installed in the
+    environment of ``python`` enters at every level (``python -m oracle.release_pin --trace``)."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "trace.json"
+        _run_module(python, ["oracle.release_pin", "--trace", str(out)], "", timeout_s)
+        try:
+            data = json.loads(out.read_text(encoding="utf-8"))
+            return {str(symbol): [str(level) for level in levels] for symbol, levels in data.items()}
+        except (OSError, json.JSONDecodeError, AttributeError, TypeError) as exc:
+            raise DriftError(f"{python} -m oracle.release_pin wrote no trace ({type(exc).__name__}: {exc})") from None
+
+
+def read_sources(python: Path | str, symbols: list[str], timeout_s: float = SOURCES_TIMEOUT_S) -> SourceSnapshot:
+    """Run ``python -m oracle.sources`` with ``symbols`` on stdin in the environment of ``python``."""
+    stdout = _run_module(python, ["oracle.sources"], json.dumps(symbols), timeout_s)
     try:
-        return SourceSnapshot.from_json(json.loads(done.stdout))
+        return SourceSnapshot.from_json(json.loads(stdout))
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise DriftError(f"{python} -m oracle.sources printed no snapshot ({type(exc).__name__}: {exc})") from None
 
@@ -287,209 +338,6 @@ def symbol_drift(symbols: list[str], pinned: SourceSnapshot, release: SourceSnap
     return drifts
 
 
-# -- oracle-vs-oracle parity ---------------------------------------------------------------
-
-
-_NUMBER = re.compile(r"\d+")
-
-
-def error_class(message: str) -> str:
-    """An error message with its numbers folded (``N``), so refusals group by kind;
-    the release's name (``vllm==X: ``, which the process's errors carry) is dropped."""
-    message = re.sub(r"vllm==[\d.]+: ", "", message)
-    # The process's wrapper is not part of what the release said.
-    message = re.sub(r"^(OracleProcessError|OracleRefusal): ", "", message)
-    return _NUMBER.sub("N", message)[:200]
-
-
-def changed_layout_fields(pinned: Layout, release: Layout) -> list[str]:
-    """Every layout field that differs in any chunk (in Chunk's field order),
-    then ``num_chunks`` and ``empty_token_slices``; not only the first."""
-    from harness.model import Chunk
-
-    changed = [
-        name
-        for name in Chunk.field_names()
-        if any(getattr(a, name) != getattr(b, name) for a, b in zip(pinned.chunks, release.chunks, strict=False))
-    ]
-    if pinned.num_chunks != release.num_chunks:
-        changed.append("num_chunks")
-    if pinned.empty_token_slices != release.empty_token_slices:
-        changed.append("empty_token_slices")
-    return changed
-
-
-@dataclass
-class ItemDrift:
-    """One item of the suite: its drift status, the fields or tensors that
-    changed (empty at parity) and a one-line detail."""
-
-    id: str
-    kind: str
-    family: str
-    status: str
-    changed: list[str] = field(default_factory=list)
-    detail: str = ""
-    pinned_error: str | None = None
-    release_error: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "family": self.family,
-            "status": self.status,
-            "changed": self.changed,
-            "detail": self.detail,
-            "pinned_error": self.pinned_error,
-            "release_error": self.release_error,
-        }
-
-
-def _ask_release(release: Port, kind: str, item: Any, kernels: SharedKernels, device: str) -> str | None:
-    """The release's error on an item the pinned oracle refused (None: it answered)."""
-    from harness.kernels import kernels_for_case
-    from harness.kernels.numeric import materialise_merge, materialise_prefill
-
-    try:
-        if kind == "layout":
-            release.plan_layout(item)
-        elif kind == "workspace":
-            release.workspace_size(item)
-        elif kind == "merge":
-            release.merge_states(materialise_merge(item, device))  # type: ignore[attr-defined]
-        else:
-            inputs = materialise_prefill(item.context_lens, item.query_lens, item.block_size, item.numeric, device)
-            release.prefill(item, inputs, kernels_for_case(kernels, item))  # type: ignore[attr-defined]
-    except Exception as exc:
-        return " ".join(f"{type(exc).__name__}: {exc}".split())
-    return None
-
-
-def item_drift(result: CaseResult, release: Port, item: Any, kernels: SharedKernels, device: str) -> ItemDrift:
-    """The runner's result (pinned oracle as its oracle, the release as its port) as drift."""
-    drift = ItemDrift(result.id, result.kind, result.family, result.status)
-    if result.status == ORACLE_ERROR:
-        drift.pinned_error = result.error
-        drift.release_error = _ask_release(release, result.kind, item, kernels, device)
-        if drift.release_error is None:
-            drift.status = PINNED_ERROR
-        elif error_class(drift.release_error) == error_class(result.error or ""):
-            drift.status = BOTH_REFUSE
-        else:
-            drift.status = REFUSE_DIFFERENTLY
-        drift.detail = f"pinned: {result.error}" + (
-            f"; release: {drift.release_error}" if drift.release_error else "; the release answers"
-        )
-    elif result.status == PORT_ERROR:
-        drift.status, drift.release_error, drift.detail = RELEASE_ERROR, result.error, result.error or ""
-    elif result.status == DIVERGENT:
-        if result.kind == "layout" and result.oracle_layout is not None and result.port_layout is not None:
-            drift.changed = changed_layout_fields(result.oracle_layout, result.port_layout)
-        elif result.kind == "workspace":
-            drift.changed = ["workspace_size"]
-        else:
-            drift.changed = [t.name for t in result.tensors if not t.exact]
-        drift.detail = result.detail().replace("port", "release")
-    elif result.status != PARITY:
-        drift.detail = result.error or ""
-    return drift
-
-
-@dataclass
-class LevelDrift:
-    """One parity level's items and the figures the report prints."""
-
-    level: str
-    items: list[ItemDrift] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def counts(self) -> dict[str, int]:
-        counted = Counter(i.status for i in self.items)
-        return {status: counted.get(status, 0) for status in ITEM_STATUSES} | {
-            s: n for s, n in counted.items() if s not in ITEM_STATUSES
-        }
-
-    def changed(self) -> dict[str, int]:
-        """How many items each field or tensor changed in, most first."""
-        counted = Counter(name for item in self.items for name in item.changed)
-        return dict(counted.most_common())
-
-    def error_classes(self) -> dict[str, dict[str, int]]:
-        """Per error status, how many items each error class holds."""
-        classes: dict[str, Counter[str]] = {}
-        for item in self.items:
-            if item.status in (PINNED_ERROR, BOTH_REFUSE, REFUSE_DIFFERENTLY):
-                classes.setdefault(item.status, Counter())[error_class(item.pinned_error or "")] += 1
-            elif item.status == RELEASE_ERROR:
-                classes.setdefault(item.status, Counter())[error_class(item.release_error or "")] += 1
-        return {status: dict(c.most_common()) for status, c in classes.items()}
-
-    def verdict(self) -> str:
-        """``parity`` when every item agrees (answers or refusals both share),
-        else the counts of what does not."""
-        counts = self.counts()
-        if not self.items:
-            return "no items compared"
-        bad = [f"{n} {s}" for s, n in counts.items() if s not in AGREEING and n]
-        return "parity" if not bad else ", ".join(bad)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "level": self.level,
-            "items": len(self.items),
-            "seconds": round(self.seconds, 1),
-            "verdict": self.verdict(),
-            "counts": self.counts(),
-            "changed": self.changed(),
-            "error_classes": self.error_classes(),
-            # Items at parity are the bulk and say nothing more; the rest in full.
-            "not_parity": [i.to_json() for i in self.items if i.status != PARITY],
-        }
-
-
-def compare_oracles(
-    pinned: Port,
-    release: Port,
-    suite: Suite,
-    levels: tuple[str, ...],
-    kernels: SharedKernels,
-    device: str = "cpu",
-    timeout_s: float = 0.0,
-    advance: Callable[[Any], None] | None = None,
-) -> dict[str, LevelDrift]:
-    """Every item of ``suite`` at ``levels``, pinned oracle against the release's;
-    workspace items belong to the layout level."""
-    out = {level: LevelDrift(level) for level in levels}
-    for kind, item in plan_items(suite, levels):
-        level = level_of(kind)
-        started = time.perf_counter()
-        result = run_item(pinned, release, kind, item, kernels, device, timeout_s)
-        out[level].items.append(item_drift(result, release, item, kernels, device))
-        out[level].seconds += time.perf_counter() - started
-        if advance is not None:
-            advance(result)
-    return out
-
-
-def torch_note(pinned_torch: str, release_torch: str) -> str:
-    """What L2/L3 bit parity means between these two torch versions."""
-    if pinned_torch.split("+")[0] == release_torch.split("+")[0]:
-        return (
-            f"Both releases run on torch {pinned_torch}: L2/L3 bits are comparable, and a bit difference "
-            "is the releases' own code."
-        )
-    return (
-        f"The torch versions differ (pinned {pinned_torch}, release {release_torch}): L2/L3 bits are "
-        "compared across torch versions. The inputs are materialised once, under the pinned torch, and "
-        "reach the release's process as bit patterns, but the release's side runs its own merge (whichever "
-        "path that release takes on the CPU platform) and the harness's shared CPU kernels (gather, "
-        "attention with LSE, kv_b_proj) under its own torch. Bit parity there says neither vLLM nor torch "
-        "changed these items' bits; a bit difference alone does not say which of the two changed them: "
-        "the symbols each level executes that the release changed (below) say where vLLM's part can be."
-    )
-
-
 # -- the report record ---------------------------------------------------------------------
 
 
@@ -508,12 +356,67 @@ def parity_verdict(levels: dict[str, LevelDrift]) -> str:
 
 def level_symbols(entered: dict[str, list[str]]) -> dict[str, list[str]]:
     """``{symbol: levels}`` (:func:`oracle.trace.trace_in_process`, whose
-    "workspace" is part of the layout level) -> ``{level: symbols}``."""
+    "workspace" is part of the layout level; the sparse workspace size is
+    traced as sparse-layout's) -> ``{level: symbols}``."""
     out: dict[str, list[str]] = {}
     for symbol, levels in sorted(entered.items()):
         for level in sorted({"layout" if lv == "workspace" else lv for lv in levels}):
             out.setdefault(level, []).append(symbol)
     return out
+
+
+def transcribed_levels() -> dict[str, tuple[str, ...]]:
+    """The upstream code the sparse oracle transcribes instead of calling
+    (:data:`oracle.pin.TRANSCRIBED`, and where a later release moved it,
+    :data:`oracle.release_pin.LATER_TRANSCRIBED`), with the levels whose answers
+    are its text: the route (sparse-layout) and the route a prefill runs on
+    (sparse-prefill). No trace enters it; the oracle of every release applies
+    the pin's transcription, so a change there is not measured by parity."""
+    from oracle.pin import TRANSCRIBED
+    from oracle.release_pin import LATER_TRANSCRIBED
+
+    return {symbol: ("sparse-layout", "sparse-prefill") for symbol in (*TRANSCRIBED, *LATER_TRANSCRIBED)}
+
+
+def level_symbol_drift(
+    level: str,
+    status: dict[str, str],
+    pinned_levels: dict[str, list[str]],
+    release_levels: dict[str, list[str]] | None,
+) -> dict[str, Any]:
+    """What ``level`` executes of vLLM and how the release moved it: the symbols
+    the pinned trace and the release's trace (when read) enter at this level,
+    those of them the release changed or lacks (``symbols_drifted``) or that are
+    new in it (``symbols_new``), and the transcribed code the level's answers
+    stand on with its status (``symbols_transcribed``)."""
+    pinned = set(pinned_levels.get(level, []))
+    release = set(release_levels.get(level, [])) if release_levels is not None else set()
+    executed = sorted(pinned | release)
+    out: dict[str, Any] = {"symbols_executed": len(executed), "symbols_executed_pinned": len(pinned)}
+    if release_levels is not None:
+        out["symbols_executed_release"] = len(release)
+    out["symbols_drifted"] = [s for s in executed if status.get(s) in (CHANGED, MISSING)]
+    out["symbols_new"] = [s for s in executed if status.get(s) == NEW]
+    transcribed = {s: status.get(s, "not read") for s, lv in transcribed_levels().items() if level in lv}
+    if transcribed:
+        out["symbols_transcribed"] = transcribed
+    return out
+
+
+def sparse_note() -> str:
+    """How the sparse levels' oracles decide the route, for the report."""
+    from oracle.sparse import DSV32_HEADS
+
+    return (
+        "At the sparse levels each release's oracle calls that release's own sparse backend (workspace size, "
+        "threshold, fit check, global and per-range masks, remap, masked context loop) and decides the route "
+        "with the pin's transcription of the builder's `use_dense_mha` flag and of the route's conjunctions "
+        "(oracle/sparse.py; per level below, transcribed). A release whose `_use_masked_mha` also asks the "
+        "model's head dimensions and whether the batch has context (0.33.0: its threshold table is keyed by "
+        f"them) is asked for DeepSeek-V3.2's heads (qk {DSV32_HEADS.qk_head_dim}, v {DSV32_HEADS.v_head_dim}), "
+        "the model the pinned table is for, whatever a numeric case's scaled-down tensors are, and whether the "
+        "batch has context."
+    )
 
 
 def release_record(
@@ -523,22 +426,24 @@ def release_record(
     levels: dict[str, LevelDrift],
     extra: dict[str, Any],
     entered: dict[str, list[str]] | None = None,
+    release_entered: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """One release's part of the drift report (``extra``: its environment,
     disk, timings, the release's own pin statuses, as measured by the caller).
 
-    With ``entered`` (the symbols each level of the pinned oracle executes), each
-    level also names those of its symbols the release changed or lacks: where a
-    divergence at that level can come from in vLLM's code."""
-    drifted = {d.symbol for d in drifts if d.status in (CHANGED, MISSING)}
+    With ``entered`` (the symbols each level of the pinned oracle executes) and
+    ``release_entered`` (the release's side's, when traced), each level also
+    names those of its symbols the release changed, lacks or adds, and the
+    transcribed code its answers stand on: where a divergence at that level can
+    come from in vLLM's code (:func:`level_symbol_drift`)."""
+    status = {d.symbol: d.status for d in drifts}
     executed = level_symbols(entered) if entered is not None else {}
+    release_executed = level_symbols(release_entered) if release_entered is not None else None
     parity_levels = {}
     for level, drift in levels.items():
         parity_levels[level] = drift.to_json()
         if entered is not None:
-            symbols = executed.get(level, [])
-            parity_levels[level]["symbols_executed"] = len(symbols)
-            parity_levels[level]["symbols_drifted"] = [s for s in symbols if s in drifted]
+            parity_levels[level] |= level_symbol_drift(level, status, executed, release_executed)
     return {
         "release": f"vllm=={release.version}",
         "vllm_version": release.version,
@@ -549,6 +454,7 @@ def release_record(
         "parity": {
             "verdict": parity_verdict(levels),
             "torch_note": torch_note(pinned.torch_version, release.torch_version),
+            **({"sparse_note": sparse_note()} if any(lv.startswith("sparse-") for lv in levels) else {}),
             "levels": parity_levels,
         },
     }
