@@ -30,7 +30,9 @@ import random
 
 from harness.cases.sparse_decisions import FAMILY, generate_decision_cases
 from harness.model.sparse import (
+    MASK_FORMS,
     MASKED_MHA_THRESHOLDS,
+    ROW_PATTERNS,
     SEQ_LEN_EDGES,
     SPARSE_BACKENDS,
     TOPK_PATTERNS,
@@ -247,8 +249,39 @@ def _mask_case(rng: random.Random, form: str, name: str) -> TopkMaskCase:
     )
 
 
-def generate_mask_cases(seed: int, count: int) -> list[TopkMaskCase]:
-    """``count`` top-k mask cases dealt round-robin over the three forms."""
+MASK_ROWS_FAMILY = "topk-mask-rows"
+
+
+def _mask_rows_cases(seed: int) -> list[TopkMaskCase]:
+    """Each row pattern of :data:`ROW_PATTERNS` and duplicates, in each mask form:
+    32 indices a row over sequences of 64 and 40 keys (full rows hold 32 distinct
+    keys), ranges that start mid-sequence (continuation pieces)."""
+    cases = []
+    for index, (pattern, form) in enumerate(itertools.product((*ROW_PATTERNS, "duplicates"), MASK_FORMS)):
+        requests = 1 if form == "single" else 2
+        cases.append(
+            TopkMaskCase(
+                f"{MASK_ROWS_FAMILY}-{seed % 10000:04d}-{index:04d}",
+                (5, 3)[:requests],
+                (64, 40)[:requests],
+                32,
+                form,
+                pattern,
+                seed + index,
+                (16, 8)[:requests],
+                (30, 32)[:requests],
+                (16, 8)[:requests] if form == "global" else (),
+                family=MASK_ROWS_FAMILY,
+            )
+        )
+    return cases
+
+
+def generate_mask_cases(seed: int, count: int, families: list[str] | None = None) -> list[TopkMaskCase]:
+    """``count`` top-k mask cases dealt round-robin over the three forms, or the
+    first ``count`` of the aimed :data:`MASK_ROWS_FAMILY` named alone."""
+    if families == [MASK_ROWS_FAMILY]:
+        return _mask_rows_cases(seed)[:count]
     rng = random.Random(seed)
     forms = ("single", "batched", "global")
     return [_mask_case(rng, forms[i % 3], f"topk-mask-{seed % 10000:04d}-{i:04d}") for i in range(count)]

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from harness.cases.fields import LIMITS, CaseError, int_field, int_tuple_field, numeric_from_json
 from harness.model.sparse import (
     MASK_FORMS,
+    ROW_PATTERNS,
+    ROW_SELECTIONS,
     SELECTIONS,
     SPARSE_BACKENDS,
     TOPK_PATTERNS,
@@ -141,8 +143,9 @@ def sparse_case_from_json(data: dict[str, Any], source: str) -> SparseCase:
     family = _family(data, "sparse", source)
     numeric = numeric_from_json(data["numeric"], source) if data.get("numeric") is not None else None
     selection = data.get("selection", "mixed")
-    if selection not in SELECTIONS:
-        raise CaseError(source, "selection", f"must be one of {', '.join(SELECTIONS)}, got {json.dumps(selection)}")
+    if selection not in SELECTIONS + ROW_SELECTIONS:
+        known = ", ".join(SELECTIONS + ROW_SELECTIONS)
+        raise CaseError(source, "selection", f"must be one of {known}, got {json.dumps(selection)}")
     if numeric is not None:
         if config.dcp_world_size > 1:
             raise CaseError(source, "numeric", "a sparse L3 case runs without DCP (dcp_world_size must be 1)")
@@ -230,8 +233,9 @@ def topk_mask_case_from_json(data: dict[str, Any], source: str) -> TopkMaskCase:
     if mask_words > MAX_MASK_WORDS:
         raise CaseError(source, "seq_lens", f"the mask would take {mask_words} words, more than {MAX_MASK_WORDS}")
     pattern = data.get("pattern", "uniform")
-    if pattern not in TOPK_PATTERNS:
-        raise CaseError(source, "pattern", f"must be one of {', '.join(TOPK_PATTERNS)}, got {json.dumps(pattern)}")
+    if pattern not in TOPK_PATTERNS + ROW_PATTERNS:
+        known = ", ".join(TOPK_PATTERNS + ROW_PATTERNS)
+        raise CaseError(source, "pattern", f"must be one of {known}, got {json.dumps(pattern)}")
     n = len(query)
     starts = int_tuple_field(source, "range_starts", data.get("range_starts", [0] * n), 0, LIMITS["context_len"])
     lens = int_tuple_field(source, "range_lens", data.get("range_lens", list(seqs)), 0, LIMITS["context_len"])
@@ -278,6 +282,8 @@ def _rows(case: TopkMaskCase, request: int, pattern: str, rows: int, generator: 
     import torch
 
     length, k = case.seq_lens[request], case.index_topk
+    if pattern in ROW_PATTERNS:
+        return _edge_rows(pattern, length, k, rows, generator)
     if pattern == "uniform":
         return torch.randint(0, length, (rows, k), generator=generator, dtype=torch.int32)
     if pattern == "boundary":
@@ -296,6 +302,23 @@ def _rows(case: TopkMaskCase, request: int, pattern: str, rows: int, generator: 
     slots = torch.arange(k).unsqueeze(0)
     holes = torch.rand((rows, k), generator=generator) < 0.05
     return torch.where((slots < kept) & ~holes, chosen, torch.full_like(chosen, -1))
+
+
+def _edge_rows(pattern: str, length: int, k: int, rows: int, generator: Any) -> torch.Tensor:
+    """Rows of :data:`ROW_PATTERNS`: full (distinct indices in every slot the
+    sequence can fill), single (one index at a random slot) or empty."""
+    import torch
+
+    empty = torch.full((rows, k), -1, dtype=torch.int32)
+    if pattern == "empty" or length == 0:
+        return empty
+    if pattern == "single":
+        slot = torch.randint(0, k, (rows, 1), generator=generator)
+        index = torch.randint(0, length, (rows, 1), generator=generator, dtype=torch.int32)
+        return empty.scatter(1, slot, index)
+    distinct = torch.rand((rows, length), generator=generator).argsort(dim=1)[:, :k].to(torch.int32)
+    empty[:, : distinct.shape[1]] = distinct
+    return empty
 
 
 def materialise_topk(case: TopkMaskCase) -> list[torch.Tensor]:

@@ -236,7 +236,7 @@ def _load_suite_once(name: str, size: int | None, numeric_size: int | None, file
     mask_groups = _groups(spec, "topk_mask")
     mask_cases: list[TopkMaskCase] = []
     for group, count in zip(mask_groups, _counts(mask_groups, numeric_size), strict=True):
-        mask_cases += generate_mask_cases(group["seed"], count)
+        mask_cases += generate_mask_cases(group["seed"], count, group.get("families"))
     # A generated item is input like any other: the validator refuses a bad one.
     from harness.cases.sparse_inputs import sparse_case_from_json, topk_mask_case_from_json
 

@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
 from harness.kernels.numeric import PrefillInputs, materialise_prefill
 from harness.model import KEYLESS_ROWS, PRESETS
-from harness.model.sparse import SELECTIONS, SparseCase
+from harness.model.sparse import ROW_SELECTIONS, SELECTIONS, SparseCase
 
 # The routes L3 compares; every other one is compared at L1 only.
 L3_ROUTES = ("dense-mha", "masked-mha")
 PREFILL_FAMILIES = ("sparse-masked-global", "sparse-masked-ranges", "sparse-masked-suffix", "sparse-dense-route")
+# Aimed, not drawn: full rows on batches that take masked MHA by the threshold
+# (not forced), with the global mask and per range; the other row selections.
+ROWS_FAMILY = "sparse-l3-rows"
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ def token_selection(case: SparseCase, request: int, token: int, pattern: str | N
         pattern = rng.choice(SELECTIONS[:-1])
     position = case.context_lens[request] + token
     limit = min(case.index_topk, position + 1)
+    if pattern in ROW_SELECTIONS:
+        return _edge_selection(rng, pattern, position, case.index_topk)
     count = rng.randint(1, limit)
     if pattern == "uniform":
         chosen = rng.sample(range(position + 1), count)
@@ -80,6 +86,20 @@ def token_selection(case: SparseCase, request: int, token: int, pattern: str | N
         chosen = rng.sample(range(position + 1), min(rng.randint(0, 2), position + 1))
     rng.shuffle(chosen)
     return chosen + [-1] * (case.index_topk - len(chosen))
+
+
+def _edge_selection(rng: random.Random, pattern: str, position: int, topk: int) -> list[int]:
+    """A row of :data:`ROW_SELECTIONS` for a token at ``position``."""
+    if pattern == "full":
+        chosen = rng.sample(range(position + 1), min(topk, position + 1))
+    elif pattern == "single":
+        chosen = [rng.randrange(position + 1)]
+    elif pattern == "duplicates":
+        pool = rng.sample(range(position + 1), min(3, position + 1))
+        chosen = [rng.choice(pool) for _ in range(topk)]
+    else:  # empty
+        chosen = []
+    return chosen + [-1] * (topk - len(chosen))
 
 
 def case_topk(case: SparseCase) -> torch.Tensor:
@@ -164,8 +184,58 @@ def _prefill_case(rng: random.Random, family: str, name: str, index: int) -> Spa
     )
 
 
+def _rows_cases(seed: int) -> list[SparseCase]:
+    """Full rows where masked MHA is reached by the threshold on the CPU
+    (FLASHMLA_SPARSE, TP 8: a longest query of 512 under the 2048 ceiling;
+    index_topk 64 below the longest sequence, so not dense), the narrow heads
+    keeping 552 tokens affordable: a request of 512 new tokens after 600 of
+    context (three chunks of the 256-row sparse workspace: 4 sequences x 64) and
+    one of 40 without context, once with the global mask (the 128 MiB workspace)
+    and once per range (a workspace that holds the per-range masks, not the
+    global one). Then each other row selection on a small forced masked batch
+    (index_topk the longest sequence: its last token's row is full)."""
+    cases = []
+    shapes: list[tuple[str, dict[str, Any]]] = [
+        ("full", {"context": (600, 0), "query": (512, 40), "topk": 64, "words": None, "forced": False}),
+        ("full", {"context": (600, 0), "query": (512, 40), "topk": 64, "words": 20000, "forced": False}),
+    ]
+    shapes += [
+        (selection, {"context": (150, 0, 20), "query": (40, 7, 20), "topk": 190, "words": 3000, "forced": True})
+        for selection in ROW_SELECTIONS[1:]
+    ]
+    for index, (selection, shape) in enumerate(shapes):
+        numeric = replace(
+            PRESETS["narrow"],
+            dtype=("bf16", "fp16", "fp32")[index % 3],
+            seed=seed + index,
+            keyless_rows=KEYLESS_ROWS[index % len(KEYLESS_ROWS)],
+        )
+        cases.append(
+            SparseCase(
+                f"{ROWS_FAMILY}-{seed % 10000:04d}-{index:04d}",
+                shape["context"],
+                shape["query"],
+                16,
+                max_model_len=163840 if not shape["forced"] else 8,
+                max_num_seqs=4 if not shape["forced"] else 2,
+                index_topk=shape["topk"],
+                backend="FLASHMLA_SPARSE",
+                tensor_parallel_size=8,
+                mask_workspace_words=shape["words"],
+                force_masked_mha=shape["forced"],
+                family=ROWS_FAMILY,
+                numeric=numeric,
+                selection=selection,
+            )
+        )
+    return cases
+
+
 def generate_sparse_prefill(seed: int, count: int, families: list[str] | None = None) -> list[SparseCase]:
-    """``count`` sparse L3 cases dealt round-robin over ``families`` (default all)."""
+    """``count`` sparse L3 cases dealt round-robin over ``families`` (default the
+    drawn ones), or the first ``count`` of the aimed :data:`ROWS_FAMILY` named alone."""
+    if families == [ROWS_FAMILY]:
+        return _rows_cases(seed)[:count]
     rng = random.Random(seed)
     chosen = families or list(PREFILL_FAMILIES)
     out = []

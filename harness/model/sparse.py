@@ -316,6 +316,14 @@ class SparseLayout:
 #   "padding":    few selections, the rest -1 (short sequences);
 #   "mixed":      each row one of the above.
 TOPK_PATTERNS = ("uniform", "boundary", "duplicates", "padding", "mixed")
+# Rows at the edges of a top-k row, never drawn by "mixed" (it keeps the
+# patterns above, so existing cases keep their indices): named by the cases
+# aimed at them (the topk-mask-rows family):
+#   "full":   every row exactly index_topk distinct valid indices (as many as
+#             the sequence holds when it is shorter);
+#   "single": one valid index per row, the rest -1;
+#   "empty":  every slot -1.
+ROW_PATTERNS = ("full", "single", "empty")
 
 # How an L3 case draws each new token's top-k indices into its request's
 # sequence (context then new tokens), never past the token itself (an indexer
@@ -330,6 +338,13 @@ TOPK_PATTERNS = ("uniform", "boundary", "duplicates", "padding", "mixed")
 #               causal mask hides those);
 #   "mixed":    each token one of the above.
 SELECTIONS = ("uniform", "boundary", "recent", "early", "sparse", "future", "mixed")
+# Top-k rows at their edges, never drawn by "mixed" (the sparse-l3-rows family names them):
+#   "full":       exactly min(index_topk, token + 1) distinct positions: a full
+#                 row wherever the token sees index_topk keys or more;
+#   "single":     one position;
+#   "empty":      none (every slot -1: the token is keyless everywhere);
+#   "duplicates": a full row drawn from at most three positions, repeated.
+ROW_SELECTIONS = ("full", "single", "empty", "duplicates")
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,13 @@ upstream's sparse backend decide, read from the *oracle's* sparse layouts.
   by-one edges, the 128/256 tile switch, global vs per-range masks, the forcing
   flags;
 - ``mask``: the forms, the tile switch and the 32-key word edges of the mask
-  cases, and the indices that sit on a range's end (the row after a range) and
-  in continuation pieces;
+  cases, the indices that sit on a range's end (the row after a range) and
+  in continuation pieces, and rows full, single and empty;
 - ``sparse_grid``: which term of the sparse workspace size binds;
 - ``sparse_l3``: the sparse L3 batches' routes and mask forms (global, per
   range, suffix only), dtypes, keyless-row behaviours and selection patterns,
-  and what their top-k indices make the masked loop do: continuation pieces,
+  rows full, single and empty, batches routed to masked MHA by the threshold
+  rather than forced, and what their top-k indices make the masked loop do: continuation pieces,
   chunks of many requests, indices on a piece's first or last row, and tokens
   that select no key of a chunk (keyless rows inside a chunk).
 """
@@ -39,6 +40,15 @@ TERMS = ("8*max_model_len", "4*max_num_seqs*block_size", "65536", "max_num_seqs*
 MINIMUMS = MASKED_MHA_THRESHOLDS
 EDGES = SEQ_LEN_EDGES
 L3_FORMS = ("global", "per-range", "suffix-only")
+# A top-k row by its valid indices: index_topk of them, exactly one, none.
+ROW_FILLS = ("full", "single", "empty")
+
+
+def _row_fills(tally: FeatureTally, feature: str, topk: Any, index_topk: int) -> None:
+    valid = (topk >= 0).sum(dim=-1)
+    for label, count in (("full", index_topk), ("single", 1), ("empty", 0)):
+        if bool((valid == count).any()):
+            tally.add(feature, label)
 
 
 def sparse_features(make: Any) -> tuple[Feature, ...]:
@@ -67,6 +77,7 @@ def sparse_features(make: Any) -> tuple[Feature, ...]:
         make("mask.range_end_indices", "count", "indices on the row right after their remap range"),
         make("mask.continuation_indices", "count", "indices inside a range that starts mid-sequence"),
         make("mask.padding", "count", "-1 padding slots"),
+        make("mask.row_fill", "set", "rows with index_topk, one or no valid indices", labels=ROW_FILLS),
         make("sparse_grid.configs", "count", "sparse workspace configurations measured"),
         make("sparse_grid.oracle_refused", "count", "sparse workspace configurations the oracle could not size"),
         make("sparse_grid.binding_terms", "set", "which term of the sparse size binds", labels=TERMS),
@@ -76,6 +87,12 @@ def sparse_features(make: Any) -> tuple[Feature, ...]:
         make("sparse_l3.dtypes", "set", "dtypes of the sparse L3 batches", labels=("bf16", "fp16", "fp32")),
         make("sparse_l3.keyless_rows", "set", "keyless-row behaviours", labels=("neg-inf", "pos-inf", "finite")),
         make("sparse_l3.selections", "set", "top-k selection patterns", element="text"),
+        make("sparse_l3.row_fill", "set", "token rows with index_topk, one or no valid indices", labels=ROW_FILLS),
+        make(
+            "sparse_l3.threshold_masked",
+            "count",
+            "sparse L3 batches the oracle routes to masked MHA by the threshold (no forcing flag)",
+        ),
         make("sparse_l3.continuation_chunks", "count", "masked batches' continuation chunks"),
         make("sparse_l3.crowded_chunks", "count", "masked batches' chunks of 3 requests or more"),
         make(
@@ -170,6 +187,7 @@ def _measure_mask(tally: FeatureTally, case: Any) -> None:
         if start > 0:
             tally.count("mask.continuation_indices", int(((topk >= start) & (topk < start + span)).sum()))
         tally.count("mask.padding", int((topk == -1).sum()))
+        _row_fills(tally, "mask.row_fill", topk, case.index_topk)
 
 
 def _binding_term(config: Any, size: int) -> str | None:
@@ -200,8 +218,11 @@ def _measure_l3(tally: FeatureTally, case: Any, layout: Any) -> None:
     tally.add("sparse_l3.dtypes", case.numeric.dtype)
     tally.add("sparse_l3.keyless_rows", case.numeric.keyless_rows)
     tally.add("sparse_l3.selections", case.selection)
+    _row_fills(tally, "sparse_l3.row_fill", case_topk(case), case.index_topk)
     if layout.route != "masked-mha":
         return
+    if not (case.force_dense_mha or case.force_masked_mha or case.force_mqa):
+        tally.count("sparse_l3.threshold_masked")
     chunks = layout.layout.chunks
     tally.add(
         "sparse_l3.forms", "suffix-only" if not chunks else ("global" if layout.global_mask_fits else "per-range")
