@@ -225,6 +225,23 @@ class ChunkRangesFromFirstStart(Mutant):
         return [(loop_module, "chunk_ranges", ranges)]
 
 
+class DropsLastSlot(Mutant):
+    name = "sparse-l3-drops-last-slot"
+    description = "reads index_topk - 1 slots of each token's top-k row (the last one dropped)"
+    source = "hand port"
+    aimed_at = "a masked batch whose tokens fill their top-k rows to the last slot (sparse-prefill)"
+
+    def swaps(self) -> list[tuple[Any, str, Any]]:
+        real = loop_module.topk_per_request
+
+        def split(topk: torch.Tensor, query_lens: tuple[int, ...]) -> list[torch.Tensor]:
+            kept = topk.clone()
+            kept[:, -1] = -1
+            return real(kept, query_lens)
+
+        return [(loop_module, "topk_per_request", split)]
+
+
 SPARSE_L3_MUTANTS: tuple[type[Mutant], ...] = (
     ChunkWithWholeQuery,
     SuffixByQueryStart,
@@ -232,6 +249,7 @@ SPARSE_L3_MUTANTS: tuple[type[Mutant], ...] = (
     KeylessRowsAsZeroWeight,
     PiecesFoldedLastFirst,
     ChunkRangesFromFirstStart,
+    DropsLastSlot,
 )
 
 SPARSE_MUTANTS: tuple[type[Mutant], ...] = (
