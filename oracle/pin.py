@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,7 +94,13 @@ class SymbolStatus:
 
 def load_pin(path: Path | None = None) -> dict[str, Any]:
     """The pin at ``path`` (default: the pinned release's, :data:`PIN_FILE`)."""
-    data: dict[str, Any] = json.loads((path or PIN_FILE).read_text(encoding="utf-8"))
+    from harness.cases.json_input import read_json
+
+    data = read_json(path or PIN_FILE)
+    if not isinstance(data, dict):
+        from harness.cases.fields import CaseError
+
+        raise CaseError(str(path or PIN_FILE), None, "a pin must be a JSON object")
     return data
 
 

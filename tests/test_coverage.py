@@ -398,7 +398,7 @@ def test_report_only_rows_are_shown_never_met(synthetic: CoverageReport) -> None
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ("{not json", "not valid JSON"),
+        ("{not json", "malformed JSON at line 1 column 2"),
         ('{"smoke": [{"feature": "layout.nope", "description": "x", "at_least": 1}]}', "field 'smoke[0].feature'"),
         (
             '{"smoke": [{"feature": "layout.max_start", "description": "x", "includes": [1]}]}',

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 from harness.cases.fields import CaseError
 from harness.cases.files import load_cases
 from harness.cases.generate import generate
+from harness.cases.json_input import read_json
 from harness.cases.merge import generate_merge
 from harness.cases.prefill_generate import generate_prefill
 from harness.cases.sparse_generate import SPARSE_GRIDS, generate_mask_cases, generate_sparse, sparse_workspace_grid
@@ -150,7 +150,9 @@ def suite_description(name: str) -> str:
 
 
 def _definitions() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(SUITES_FILE.read_text(encoding="utf-8"))
+    data = read_json(SUITES_FILE)
+    if not isinstance(data, dict):
+        raise CaseError(str(SUITES_FILE), None, "must be an object mapping suite names to their definitions")
     return data
 
 

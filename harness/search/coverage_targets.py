@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases.fields import CaseError
+from harness.cases.json_input import read_json
 from harness.cases.suites import CASES_DIR
 from harness.search.coverage import FEATURE_BY_ID, FEATURES, REFUSAL_FEATURES, Value
 from harness.search.coverage_feature import Feature
@@ -182,12 +183,7 @@ def load_targets(path: Path = TARGETS_FILE, suites: Collection[str] | None = Non
     Anything wrong is a :class:`CaseError` naming the file, the row and field
     (or the suite and the feature without a row)."""
     source = display_path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CaseError(source, None, f"cannot read ({exc.strerror or exc})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CaseError(source, None, f"not valid JSON ({exc})") from None
+    data = read_json(path, source)
     if not isinstance(data, dict):
         raise CaseError(source, None, "must be an object mapping suite names to rows")
     targets: dict[str, tuple[Target, ...]] = {}
