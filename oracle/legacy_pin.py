@@ -86,11 +86,12 @@ def trace_legacy() -> dict[str, list[str]]:
 def legacy_pin() -> dict[str, Any]:
     """The pin of 0.27.1 (schema of ``oracle/pin.json``): its version and commit
     id, and a fingerprint of every symbol :func:`trace_legacy` enters and of the
-    upstream code its sparse oracle transcribes (:data:`oracle.pin.TRANSCRIBED`)."""
-    from oracle.pin import TRANSCRIBED, fingerprint, installed_version, resolve
+    upstream code its sparse oracle transcribes (:data:`oracle.pin.TRANSCRIBED`),
+    and of the upstream values its answers are read from (:data:`oracle.pin.READ_VALUES`)."""
+    from oracle.pin import READ_VALUES, TRANSCRIBED, fingerprint, installed_version, resolve
 
     version, commit = installed_version()
-    symbols = sorted({*trace_legacy(), *TRANSCRIBED})
+    symbols = sorted({*trace_legacy(), *TRANSCRIBED, *READ_VALUES})
     return {
         "upstream_commit": None,
         "upstream_pr": None,

@@ -48,13 +48,29 @@ TRANSCRIBED: tuple[str, ...] = (
     f"{SPARSE}:SparseMLACommonMetadataBuilder.build",
 )
 
+# Upstream values (not code) the oracle's answers are read from: the masked-MHA
+# threshold table and its buckets (_use_masked_mha reads them at every call) and
+# the mask workspace's size. A function's fingerprint is its source, not the
+# values it reads: an installed table off by one entry must refuse the start
+# too. Pinned where the release has them (0.33.0 moved the table).
+READ_VALUES: tuple[str, ...] = (
+    f"{MLA}:_DSV32_MASKED_MHA_THRESHOLDS",
+    f"{MLA}:_DSV32_SEQ_LEN_BUCKETS",
+    f"{SPARSE}:GLOBAL_TOPK_MASK_MAX_BYTES",
+)
+
 # Pinned although no traced level enters them: SPEC section 2 names the DCP twin
 # of the context loop as an oracle symbol, and forward_mha selects it whenever
-# dcp_world_size > 1, but L3 runs without DCP here; and :data:`TRANSCRIBED`.
+# dcp_world_size > 1, but L3 runs without DCP here; :data:`TRANSCRIBED`; and
+# :data:`READ_VALUES`.
 ALSO_PINNED: tuple[str, ...] = (
     f"{MLA}:MLACommonBaseImpl._context_parallel_compute_prefill_context",
     *TRANSCRIBED,
+    *READ_VALUES,
 )
+
+# The plain values :func:`fingerprint` hashes by their ``repr`` (no source to read).
+_VALUES = (dict, list, tuple, frozenset, int, float, str, bytes)
 
 
 def resolve(symbol: str) -> Any:
@@ -70,7 +86,9 @@ def fingerprint(obj: Any) -> str:
     """SHA-256 (16 hex digits) of the source of a function, method, property
     (its getter), class (a dataclass: its fields generate its methods) or
     Triton kernel (its Python function: the interpreter runs it, the compiler
-    compiles it)."""
+    compiles it), or of a plain value's ``repr`` (:data:`READ_VALUES`)."""
+    if isinstance(obj, _VALUES):
+        return hashlib.sha256(f"value {obj!r}".encode()).hexdigest()[:16]
     if isinstance(obj, property):
         obj = obj.fget
     elif not inspect.isclass(obj) and not inspect.isroutine(obj):

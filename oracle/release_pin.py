@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from oracle.pin import ALSO_PINNED, MLA, OTHER_PINS, fingerprint, installed_version, load_pin, resolve
+from oracle.pin import ALSO_PINNED, MLA, OTHER_PINS, READ_VALUES, fingerprint, installed_version, load_pin, resolve
 
 # Upstream code a later release moved the sparse route's conjunctions into:
 # 0.33.0's ``MLAAttention._use_sparse_mha`` holds what 0.28.0's ``forward_impl``
@@ -76,7 +76,8 @@ def release_pin() -> dict[str, Any]:
 
         return legacy_pin()
     later = [s for s in LATER_TRANSCRIBED if _resolvable(s)]
-    symbols = sorted({*release_trace(), *ALSO_PINNED, *later})
+    also = [s for s in ALSO_PINNED if s not in READ_VALUES or _resolvable(s)]
+    symbols = sorted({*release_trace(), *also, *later})
     return {
         "upstream_commit": None,
         "upstream_pr": None,

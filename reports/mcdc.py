@@ -44,6 +44,8 @@ def render_text(report: McdcReport) -> str:
         mark = "" if decision.met else "  <- NOT MET"
         out.append(f"{decision.decision.id} ({decision.decision.upstream}; {decision.observations} observations){mark}")
         out.append(f"  {decision.decision.text}")
+        if decision.decision.transcribed:
+            out.append(f"  outcome read from the harness's transcription of {decision.decision.transcribed} (pinned)")
         for line in decision.disagreements:
             out.append(f"    DISAGREES {line}")
         out += [_condition_line(c) for c in decision.conditions]

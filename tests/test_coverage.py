@@ -353,6 +353,31 @@ def test_command_met_and_missed_exit_codes_and_deterministic_json(
     assert f"{JUDGED_ROWS - 2}/{JUDGED_ROWS} targets met, 2 MISSED" in out
 
 
+def test_mcdc_decides_the_exit_code_only_where_the_suite_holds_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Smoke's feature targets met, its MC/DC unmet (it holds no sparse-decisions
+    pairs): shown and not held, exit 0; the same suite holding MC/DC, exit 1."""
+    import dataclasses
+
+    import harness.commands.coverage as coverage_command
+    from harness.cases.suites import load_suite
+
+    met = smoke_targets(tmp_path)
+    out_json = tmp_path / "c.json"
+    code, out, _ = run_cli(capsys, "coverage", "--suite", "smoke", "--targets", str(met), "--json", str(out_json))
+    assert code == 0, out
+    assert "MC/DC of suite smoke: NOT MET" in out and "UNMET" in out
+    assert '(MC/DC shown, not held: suite smoke sets no "mcdc" in cases/suites.json)' in out
+    mcdc = json.loads(out_json.read_text())["mcdc"]
+    assert mcdc["held"] is False and mcdc["unmet"] > 0
+    held = dataclasses.replace(load_suite("smoke"), mcdc=True)
+    monkeypatch.setattr(coverage_command, "load_suite", lambda *args, **kwargs: held)
+    code, out, _ = run_cli(capsys, "coverage", "--suite", "smoke", "--targets", str(met))
+    assert code == 1, out
+    assert f"{JUDGED_ROWS}/{JUDGED_ROWS} targets met" in out and "MC/DC of suite smoke: NOT MET" in out
+
+
 def test_partial_targets_file_is_refused_naming_the_feature(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rows = complete([])
     dropped = rows.pop(len(rows) // 2)["feature"]

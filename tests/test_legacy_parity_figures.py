@@ -144,7 +144,7 @@ def test_cli_prints_the_tables(run_files: dict[str, Path], capsys: pytest.Captur
     [
         ("missing.json", None, "no such file"),
         ("garbage.json", "not json at all\n", "line 1"),
-        ("list.json", "[1, 2]\n", "no header line"),
+        ("list.json", "[1, 2]\n", "not a JSON object: not a results file"),
         ("scalar.jsonl", '{"header": {}}\n5\n', "not a JSON object"),
         ("no-tensors.json", json.dumps({"cases": [{"kind": "prefill"}]}), "field 'name' is missing"),
         ("bad.parquet", "PAR1 not really", "not a parquet file"),

@@ -5,6 +5,7 @@ one side of an independence pair of the mutant's condition."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable
 from dataclasses import replace
 
 import pytest
@@ -12,7 +13,9 @@ import pytest
 from harness.cases.suites import Suite, load_suite
 from harness.kernels import CpuKernels
 from harness.protocol.port import Port
-from harness.search.mcdc import McdcReport, Observation, judge_decision, witness_pair
+from harness.search.decisions_dense import ChunkSpans, observe_layout
+from harness.search.decisions_sparse import observe_case, observe_workspace
+from harness.search.mcdc import Decision, McdcReport, Observation, judge_decision, witness_pair
 from harness.search.mcdc_measure import DECISION_BY_ID, DECISIONS, observe_suite
 from harness.search.mutants import kill_matrix
 from ports.mutants import MUTANTS
@@ -85,3 +88,44 @@ def test_the_killer_is_a_witness_of_the_condition(
         condition = next(c for c in decision.conditions if c.name == condition_name)
         witnesses.append(witness_pair(decision, condition, observed.get(decision_id, []), killer))
     assert any(witnesses), f"{name} was killed by {killer}, a witness of none of {AIMED[name].conditions}"
+
+
+def _decided(decision_ids: set[str], pairs: Iterable[tuple[Decision, Observation]]) -> list[tuple[str, Hashable]]:
+    return sorted(((o.item, repr(o.outcome)) for d, o in pairs if d.id in decision_ids), key=repr)
+
+
+@pytest.mark.parametrize("name", sorted(AIMED))
+def test_the_mutant_decides_its_decision_otherwise_on_the_killer(
+    ci: Suite, cached_oracle: Port, kills: dict[str, str | None], name: str
+) -> None:
+    """Its label is its fault: on the killing item, the decision it names comes
+    out otherwise from the mutant's answer than from the oracle's."""
+    killer = kills[name]
+    assert killer is not None
+    mutant = AIMED[name]()
+    decisions = {decision for decision, _ in mutant.conditions}
+    bare, kind = killer.split("@", 1)[0].removesuffix("]").split("[")
+    sides: list[list[tuple[str, Hashable]]] = []
+    for side in (cached_oracle, mutant):
+        try:
+            if kind == "layout":
+                case = next(c for c in ci.cases if c.name == bare)
+                chunks = [
+                    ChunkSpans(
+                        c.request_start, c.request_end, c.starts, c.seq_lens, c if case.dcp_world_size > 1 else None
+                    )
+                    for c in side.plan_layout(case).chunks
+                ]
+                sides.append(_decided(decisions, observe_layout(killer, case, chunks)))
+            elif kind == "sparse-workspace":
+                config = next(c for c in ci.sparse_workspace_configs if c.name == bare)
+                size = side.sparse_workspace_size(config)  # type: ignore[attr-defined]
+                sides.append(_decided(decisions, observe_workspace(killer, config, size)))
+            else:
+                sparse_case = next(c for c in ci.sparse_cases if c.name == bare)
+                plan = side.plan_sparse(sparse_case)  # type: ignore[attr-defined]
+                sides.append(_decided(decisions, observe_case(killer, sparse_case, plan)))
+        except Exception:
+            assert side is mutant, "the oracle answers every ci item"
+            return  # killed by its error: the decision has no answer to read
+    assert sides[0] != sides[1], f"{name}: on {killer} it decides {sorted(decisions)} as the oracle does"

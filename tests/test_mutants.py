@@ -237,8 +237,10 @@ def test_mutants_leave_the_real_port_untouched(oracle: Port, per_request: Port) 
         for case in suite.cases[:5]:
             try:
                 mutant().plan_layout(case)
-            except ValueError:
-                pass  # the legacy grid cannot plan some batches; the swap must still be undone
+            except (ValueError, AssertionError):
+                # The legacy grid cannot plan some batches, and a planning mutant can
+                # leave the planner without progress: the swap must still be undone.
+                pass
     assert all(compare_case(oracle, per_request, case).status == PARITY for case in suite.cases)
 
 

@@ -52,20 +52,31 @@ def test_kill_matrix_says_na_where_a_level_cannot_catch_the_mutant(
     matrix = json.loads((night / "night.json").read_text(encoding="utf-8"))["kill_matrix"]
     assert matrix["levels"] == ["prefill"] and len(matrix["mutants"]) == len(MUTANTS)
     ran = {m["name"]: m["ran"]["prefill"] for m in matrix["mutants"]}
+    unsearched = {m["name"] for m in matrix["mutants"] if "prefill" in m.get("not_searched", [])}
     killed = {m["name"]: m["kills"]["prefill"] is not None for m in matrix["mutants"]}
 
     seen = look_at_matrix(night / "index.html", night / "kill-matrix.png")
     assert seen["problems"] == []
     rows = {row["mutant"]: row for row in seen["rows"]}
     assert set(rows) == set(MUTANTS)
-    # The page follows the reach pass: n/a exactly where the mutant ran on no item of the level.
+    # The page follows the reach pass: n/a exactly where the mutant ran on no item of the
+    # level; "not searched" where a per-condition mutant is not searched (its shows_at).
+    assert unsearched and all(MUTANTS[name].shows_at for name in unsearched)
     for name, row in rows.items():
-        expected = "killed" if killed[name] else "n/a" if ran[name] == 0 else "survived"
+        expected = (
+            "killed"
+            if killed[name]
+            else "not searched"
+            if name in unsearched
+            else "n/a"
+            if ran[name] == 0
+            else "survived"
+        )
         assert row["text"] == expected, (name, row, ran[name])
-        assert row["cls"] == {"killed": "pass", "n/a": "na", "survived": "fail"}[expected], row
-    # The sparse path's mutants never run at dense L3: n/a there, never a red survivor.
+        assert row["cls"] == {"killed": "pass", "n/a": "na", "not searched": "na", "survived": "fail"}[expected], row
+    # The sparse path's mutants never run at dense L3: n/a or not searched there, never a red survivor.
     sparse = [name for name in MUTANTS if name.startswith("sparse-")]
-    assert sparse and all(rows[name]["text"] == "n/a" for name in sparse)
+    assert sparse and all(rows[name]["text"] in ("n/a", "not searched") for name in sparse)
     assert rows["sparse-l3-fold-last-first"]["first"] == "n/a at every level run"
     # Each kind is there, and each has its own colour: n/a grey, survived red (as a FAIL), killed green.
     backgrounds = {kind: {r["background"] for r in rows.values() if r["text"] == kind} for kind in ("n/a", "survived")}

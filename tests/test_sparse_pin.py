@@ -80,3 +80,21 @@ def test_the_installed_module_is_back_after_the_copy(tmp_path: Path) -> None:
     with edited_module(SYMBOL, tmp_path):
         assert any(s.status != "ok" for s in check_fingerprints())
     assert all(s.status == "ok" for s in check_fingerprints())
+
+
+def test_an_upstream_value_changed_in_place_refuses_every_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pin holds the values the oracle's answers are read from, not only
+    code: a threshold bucket edge moved by one in the installed module is drift."""
+    from oracle.environment import import_vllm_module
+    from oracle.pin import MLA, READ_VALUES
+
+    symbol = f"{MLA}:_DSV32_SEQ_LEN_BUCKETS"
+    assert symbol in READ_VALUES and symbol in load_pin()["fingerprints"]
+    module = import_vllm_module(MLA)
+    edges = module._DSV32_SEQ_LEN_BUCKETS
+    monkeypatch.setattr(module, "_DSV32_SEQ_LEN_BUCKETS", (edges[0] + 1, *edges[1:]))
+    drifted = [(s.symbol, s.status) for s in check_fingerprints() if s.status != "ok"]
+    assert drifted == [(symbol, "mismatch")]
+    with pytest.raises(UsageError) as refused:
+        open_oracle(False)
+    assert str(refused.value).startswith(f"oracle fingerprint mismatch: {symbol} ")

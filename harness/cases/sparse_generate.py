@@ -255,9 +255,14 @@ MASK_ROWS_FAMILY = "topk-mask-rows"
 def _mask_rows_cases(seed: int) -> list[TopkMaskCase]:
     """Each row pattern of :data:`ROW_PATTERNS` and duplicates, in each mask form:
     32 indices a row over sequences of 64 and 40 keys (full rows hold 32 distinct
-    keys), ranges that start mid-sequence (continuation pieces)."""
+    keys), ranges that start mid-sequence (continuation pieces). The first four
+    hold each pattern once and every form (ci takes those), the rest the other
+    pairs."""
+    patterns = (*ROW_PATTERNS, "duplicates")
+    first = [(pattern, MASK_FORMS[i % len(MASK_FORMS)]) for i, pattern in enumerate(patterns)]
+    pairs = first + [pair for pair in itertools.product(patterns, MASK_FORMS) if pair not in first]
     cases = []
-    for index, (pattern, form) in enumerate(itertools.product((*ROW_PATTERNS, "duplicates"), MASK_FORMS)):
+    for index, (pattern, form) in enumerate(pairs):
         requests = 1 if form == "single" else 2
         cases.append(
             TopkMaskCase(

@@ -96,4 +96,4 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     write_matrix(rows, levels, suite.name, out_dir)
     print(render_matrix(rows, levels, suite.name), end="")
     print(f"\nwrote {out_dir}/kill-matrix.md and kill-matrix.json")
-    return EXIT_PARITY if all(r.killed for r in rows) else EXIT_DIVERGENT
+    return EXIT_PARITY if all(r.killed or r.searched_nowhere for r in rows) else EXIT_DIVERGENT

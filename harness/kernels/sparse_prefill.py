@@ -195,14 +195,15 @@ def _rows_cases(seed: int) -> list[SparseCase]:
     global one). Then each other row selection on a small forced masked batch
     (index_topk the longest sequence: its last token's row is full)."""
     cases = []
+    # The per-range batch first, the small ones next, the global one last: ci takes the first four.
     shapes: list[tuple[str, dict[str, Any]]] = [
-        ("full", {"context": (600, 0), "query": (512, 40), "topk": 64, "words": None, "forced": False}),
         ("full", {"context": (600, 0), "query": (512, 40), "topk": 64, "words": 20000, "forced": False}),
     ]
     shapes += [
         (selection, {"context": (150, 0, 20), "query": (40, 7, 20), "topk": 190, "words": 3000, "forced": True})
         for selection in ROW_SELECTIONS[1:]
     ]
+    shapes.append(("full", {"context": (600, 0), "query": (512, 40), "topk": 64, "words": None, "forced": False}))
     for index, (selection, shape) in enumerate(shapes):
         numeric = replace(
             PRESETS["narrow"],

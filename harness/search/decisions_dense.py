@@ -236,7 +236,7 @@ def _observe_rounding(
             Observation(
                 f"{item}:n={point}",
                 {"off_stride": point % stride != 0},
-                held * geometry.world != point,
+                held * geometry.world > point,
                 {"off_stride": point % stride},
             ),
         )

@@ -124,6 +124,7 @@ USE_DENSE = Decision(
     "SparseMLACommonMetadataBuilder.build",
     (C("within_topk", "prefill_max_seq_len <= index_topk", edge=1), C("force_mqa", "sparse_mla_force_mqa")),
     lambda v: v["within_topk"] and not v["force_mqa"],
+    transcribed="the builder's use_dense_mha (SparseMLACommonMetadataBuilder.build), oracle/sparse.py",
 )
 
 THRESHOLD_ROW = Decision(
@@ -199,6 +200,10 @@ MASKS_FIT = Decision(
         C("chunk_keys_fit", "the mask over the longest chunk's keys fits the workspace", edge=1),
     ),
     lambda v: v["has_workspace"] and v["suffix_fits"] and v["chunk_keys_fit"],
+    {
+        "has_workspace": "no input makes it matter: without the masked kernel there is no mask workspace, and "
+        "its 0 words fit no mask, so suffix_fits is false as well and decides alone"
+    },
 )
 
 USE_MASKED = Decision(
@@ -215,9 +220,9 @@ USE_MASKED = Decision(
     lambda v: v["masked_kernel"] and v["no_dcp"] and v["threshold"] and v["masks_fit"],
     {
         "masked_kernel": "no input makes it matter: without the masked kernel there is no mask workspace, so "
-        "masks_fit is false as well and decides alone (masked_kernel shows in sparse.masks_fit's has_workspace "
-        "and sparse.masked_runnable)"
+        "masks_fit is false as well and decides alone (masked_kernel shows in sparse.masked_runnable)"
     },
+    transcribed="MLAAttention.forward_impl's route, oracle/sparse.py",
 )
 
 USE_MHA = Decision(
@@ -231,6 +236,7 @@ USE_MHA = Decision(
         C("force_mqa", "sparse_mla_force_mqa"),
     ),
     lambda v: (v["use_dense_mha"] or v["use_masked_mha"]) and not v["force_mqa"],
+    transcribed="MLAAttention.forward_impl's route, oracle/sparse.py",
 )
 
 DENSE_ROUTE = Decision(
@@ -244,6 +250,7 @@ DENSE_ROUTE = Decision(
         C("force_masked", "sparse_mla_force_masked_mha"),
     ),
     lambda v: v["force_dense"] or (v["within_topk"] and not v["force_masked"]),
+    transcribed="SparseMLACommonImpl.forward_mha's choice, oracle/sparse.py",
 )
 
 RUNNABLE = Decision(
@@ -257,6 +264,7 @@ RUNNABLE = Decision(
         C("dcp", "dcp_world_size > 1", edge=1),
     ),
     lambda v: v["masked_kernel"] and not (v["has_context"] and v["dcp"]),
+    transcribed="forward_mha's kernel assertion, oracle/sparse.py (the DCP refusal is upstream's own, called)",
 )
 
 POSITIONS = ("suffix", "only_chunk", "first_chunk", "inner_chunk", "last_chunk")
@@ -299,6 +307,7 @@ MASK_FORM = Decision(
     "SparseMLACommonImpl.forward_mha",
     (C("has_context", "some request has context"), C("global_fits", "the global mask fits (the oracle's)")),
     lambda v: v["has_context"] and v["global_fits"],
+    transcribed="which mask the suffix reads (forward_mha), oracle/sparse.py (the fit is upstream's own, called)",
 )
 
 SPARSE_DECISIONS: tuple[Decision, ...] = (
@@ -366,11 +375,11 @@ def observe_case(item: str, case: SparseCase, plan: SparseLayout) -> Iterator[tu
     suffix_words = mask_words(batch, max_query, max_query)
     chunk_words = mask_words(batch, max_query, longest)
     if plan.masks_fit is not None:
-        # Without a workspace there is nothing to compare a mask with (upstream returns first).
+        # Without a workspace upstream returns first; its 0 words are compared all the same.
         fit: dict[str, bool | None] = {
             "has_workspace": case.masked_kernel,
-            "suffix_fits": suffix_words <= words if case.masked_kernel else None,
-            "chunk_keys_fit": chunk_words <= words if case.masked_kernel else None,
+            "suffix_fits": suffix_words <= words,
+            "chunk_keys_fit": chunk_words <= words,
         }
         yield (
             MASKS_FIT,

@@ -27,7 +27,11 @@ Invariants a reader must keep:
   an earlier decision's outcome); the outcome is what the oracle decided.
 * The table is checked. Every observation's outcome must equal the decision's
   declared formula on its conditions; one that does not is a *disagreement*
-  (the table does not describe upstream) and fails the measurement.
+  (the table does not describe upstream) and fails the measurement. Where the
+  oracle's outcome is itself the harness's transcription of upstream code that
+  is no function of its own (:attr:`Decision.transcribed`), the check compares
+  two readings of that transcription, and the report says so; the pin holds
+  the transcribed code (its source is fingerprinted at every start).
 * Nothing is dropped. A condition is ``unique-cause``, ``masking``,
   ``infeasible`` (no input can make it matter: the decision says why, from its
   own arithmetic) or ``unmet``. Only ``unmet`` and disagreements fail.
@@ -97,6 +101,11 @@ class Decision:
     conditions: tuple[Condition, ...]
     formula: Callable[[Mapping[str, bool]], Hashable]
     infeasible: Mapping[str, str] = field(default_factory=dict)
+    # Where the oracle's outcome is its own transcription of upstream code that
+    # is no function of its own (oracle/sparse.py), what it transcribes: the
+    # disagreement check then compares two readings of one transcription, and
+    # what holds it to upstream is the pin (that code's source is fingerprinted).
+    transcribed: str = ""
 
     def evaluate(self, values: Values) -> Hashable:
         return self.formula(_Reading(values))
@@ -316,6 +325,7 @@ class McdcReport:
                     "path": d.decision.path,
                     "text": d.decision.text,
                     "upstream": d.decision.upstream,
+                    "transcribed": d.decision.transcribed,
                     "observations": d.observations,
                     "outcomes": [repr(o) for o in d.outcomes],
                     "disagreements": list(d.disagreements),

@@ -80,6 +80,11 @@ class MutantRow:
         return any(k is not None for k in self.kills.values())
 
     @property
+    def searched_nowhere(self) -> bool:
+        """Every level run was one its fault is not searched at (``Mutant.shows_at``): no verdict, not a survivor."""
+        return bool(self.kills) and set(self.kills) <= set(self.not_searched)
+
+    @property
     def only_timed_out(self) -> bool:
         """Not killed, but some call ran past its time limit: not a survivor the suites missed either."""
         return not self.killed and any(self.timed_out.values())
@@ -417,14 +422,20 @@ def render_matrix(rows: list[MutantRow], levels: tuple[str, ...], suite: str) ->
         first = next((k for k in r.kills.values() if k), None)
         where = f"`{first.item}`" + (f" (shrunk: `{first.shrunk}`)" if first and first.shrunk else "") if first else "-"
         lines.append(f"| {r.name}: {r.description} | {r.source} | " + " | ".join(cells) + f" | {where} |")
-    survivors = [r.name for r in rows if not r.killed and not r.only_timed_out]
+    survivors = [r.name for r in rows if not r.killed and not r.only_timed_out and not r.searched_nowhere]
     if survivors:
         lines += ["", f"Survivors: {', '.join(survivors)}"]
     if hung:
         names = ", ".join(r.name for r in hung)
         lines += ["", f"Timed out, not killed (a call past its time limit is no kill): {names}"]
     if not survivors and not hung:
-        lines += ["", "Every mutant was killed."]
+        nowhere = sum(r.searched_nowhere for r in rows)
+        lines += [
+            "",
+            f"Every mutant searched was killed ({nowhere} not searched at these levels)."
+            if nowhere
+            else "Every mutant was killed.",
+        ]
     timeouts = [
         f"`{r.name}` at {lv}: "
         + ", ".join(f"`{item}`" for item in ids[:3])

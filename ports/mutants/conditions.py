@@ -156,7 +156,7 @@ ROUTE_MUTANTS = (
     ),
     _route_mutant(
         "sparse-workspace-without-kernel",
-        ("sparse.masks_fit", "has_workspace"),
+        ("sparse.global_fits", "global_words_fit"),
         "a batch without the masked kernel still has the 128 MiB mask workspace",
         "mask_workspace",
         lambda case: PINNED_MASK_WORKSPACE_WORDS if case.mask_workspace_words is None else case.mask_workspace_words,
@@ -462,15 +462,22 @@ class FitsStrictly(DenseConditionMutant):
         return _one(planner_module, "fits_whole", lambda geometry, used, need: used + need < geometry.budget)
 
 
-class NeverCuts(DenseConditionMutant):
-    name = "dense-never-cuts"
-    description = "a request that does not fit closes the chunk; it is never cut"
+class UnitFitsStrictly(DenseConditionMutant):
+    name = "dense-unit-fits-strictly"
+    description = "a request that does not fit is cut only when one alignment unit costs less than the free rows"
     source = "hand port"
     conditions = (("dense.split", "unit_fits"),)
-    aimed_at = "a request cut to fill a chunk's free rows (layout)"
+    aimed_at = "a cut of one alignment unit into exactly that many free rows (layout)"
 
     def swaps(self) -> list[tuple[Any, str, Any]]:
-        return _one(planner_module, "_largest_split", lambda geometry, start, remaining, free_rows: 0)
+        real = planner_module._largest_split
+
+        def split(geometry: Geometry, start: int, remaining: int, free_rows: int) -> int:
+            if geometry.cost(start, geometry.alignment) >= free_rows:
+                return 0
+            return real(geometry, start, remaining, free_rows)
+
+        return _one(planner_module, "_largest_split", split)
 
 
 class CutUnderFreeRows(DenseConditionMutant):
@@ -535,7 +542,7 @@ CONDITION_MUTANTS: tuple[type[ConditionMutant], ...] = (
     *ROUTE_MUTANTS,
     GLOBAL_FIT_STRICT,
     FitsStrictly,
-    NeverCuts,
+    UnitFitsStrictly,
     CutUnderFreeRows,
     DropsRemainder,
     PaddedFloor,
