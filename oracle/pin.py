@@ -70,7 +70,7 @@ ALSO_PINNED: tuple[str, ...] = (
 )
 
 # The plain values :func:`fingerprint` hashes by their ``repr`` (no source to read).
-_VALUES = (dict, list, tuple, frozenset, int, float, str, bytes)
+VALUE_TYPES = (dict, list, tuple, frozenset, int, float, str, bytes)
 
 
 def resolve(symbol: str) -> Any:
@@ -87,7 +87,7 @@ def fingerprint(obj: Any) -> str:
     (its getter), class (a dataclass: its fields generate its methods) or
     Triton kernel (its Python function: the interpreter runs it, the compiler
     compiles it), or of a plain value's ``repr`` (:data:`READ_VALUES`)."""
-    if isinstance(obj, _VALUES):
+    if isinstance(obj, VALUE_TYPES):
         return hashlib.sha256(f"value {obj!r}".encode()).hexdigest()[:16]
     if isinstance(obj, property):
         obj = obj.fget

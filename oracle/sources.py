@@ -28,7 +28,7 @@ from typing import Any
 from harness.cases.fields import CaseError
 from harness.cases.json_input import parse_json
 from oracle.environment import OracleUnavailable, import_vllm_module
-from oracle.pin import resolve
+from oracle.pin import VALUE_TYPES, resolve
 
 # Exit codes: 0 the JSON was printed (a symbol that cannot be read is null in
 # it, with its reason), 2 bad input (one line on stderr).
@@ -91,7 +91,8 @@ def collect(symbols: list[str]) -> dict[str, Any]:
     for symbol in symbols:
         try:
             obj = resolve(symbol)
-            text = inspect.getsource(source_object(obj))
+            # A pinned value's "source" is what its fingerprint hashes (oracle.pin.READ_VALUES).
+            text = f"value {obj!r}" if isinstance(obj, VALUE_TYPES) else inspect.getsource(source_object(obj))
         except (AttributeError, OSError, TypeError, OracleUnavailable) as exc:
             sources[symbol] = fingerprints[symbol] = None
             errors[symbol] = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
