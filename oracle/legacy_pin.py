@@ -3,7 +3,7 @@
 traced on the trace cases of :mod:`oracle.trace` plus one case per refusal
 (:func:`refusal_cases`), and the pin of that set and of the upstream code the
 sparse oracle transcribes (``oracle/pins/vllm-0.27.1.json``, written by
-``python -m oracle.legacy_pin --write-pin`` inside the 0.27.1 environment).
+``python -m oracle.release_pin --write-pin`` inside the 0.27.1 environment).
 
 The sparse levels run :func:`oracle.trace.run_sparse_levels` on 0.27.1's side,
 the same cases; 0.27.1 plans every one, and refuses one at L3: the per-range
@@ -17,12 +17,11 @@ docs/sparse.md).
 from __future__ import annotations
 
 import contextlib
-import sys
 from dataclasses import replace
 from typing import Any
 
 from harness.model import Case
-from oracle.legacy import LEGACY_VERSION, LegacyOracleSide, LegacyRefusal
+from oracle.legacy import LegacyOracleSide, LegacyRefusal
 
 
 def refusal_cases() -> tuple[Case, ...]:
@@ -88,37 +87,6 @@ def legacy_pin() -> dict[str, Any]:
     id, and a fingerprint of every symbol :func:`trace_legacy` enters and of the
     upstream code its sparse oracle transcribes (:data:`oracle.pin.TRANSCRIBED`),
     and of the upstream values its answers are read from (:data:`oracle.pin.READ_VALUES`)."""
-    from oracle.pin import READ_VALUES, TRANSCRIBED, fingerprint, installed_version, resolve
+    from oracle.pin import READ_VALUES, TRANSCRIBED, release_pin_document
 
-    version, commit = installed_version()
-    symbols = sorted({*trace_legacy(), *TRANSCRIBED, *READ_VALUES})
-    return {
-        "upstream_commit": None,
-        "upstream_pr": None,
-        "release": f"vllm=={version}",
-        "release_version": version,
-        "release_commit_id": commit,
-        "fingerprints": {symbol: fingerprint(resolve(symbol)) for symbol in symbols},
-    }
-
-
-def main(argv: list[str]) -> int:
-    """``python -m oracle.legacy_pin --write-pin``: rewrite oracle/pins/vllm-0.27.1.json
-    from the installed 0.27.1 (maintainers only)."""
-    import json
-
-    from oracle.environment import prepare_cpu_environment
-    from oracle.pin import OTHER_PINS
-
-    if argv != ["--write-pin"]:
-        print("usage: python -m oracle.legacy_pin --write-pin", file=sys.stderr)
-        return 2
-    prepare_cpu_environment()
-    path = OTHER_PINS / f"vllm-{LEGACY_VERSION}.json"
-    path.write_text(json.dumps(legacy_pin(), indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    return release_pin_document([*trace_legacy(), *TRANSCRIBED, *READ_VALUES])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,21 @@ SYMBOLS: tuple[str, ...] = (RELEASE, *pinned_symbols())
 def installed_version() -> tuple[str, str | None]:
     version = import_vllm_module(RELEASE)
     return version.__version__, getattr(version, "commit_id", None)
+
+
+def release_pin_document(symbols: Iterable[str]) -> dict[str, Any]:
+    """The pin (schema of ``oracle/pin.json``) of the installed release over
+    ``symbols``: its version, its commit id and every symbol's fingerprint; no
+    upstream commit or PR, which only the pinned release names."""
+    version, commit = installed_version()
+    return {
+        "upstream_commit": None,
+        "upstream_pr": None,
+        "release": f"vllm=={version}",
+        "release_version": version,
+        "release_commit_id": commit,
+        "fingerprints": {symbol: fingerprint(resolve(symbol)) for symbol in sorted(set(symbols))},
+    }
 
 
 def check_release(path: Path | None = None) -> SymbolStatus:

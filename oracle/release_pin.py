@@ -30,7 +30,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from oracle.pin import ALSO_PINNED, MLA, OTHER_PINS, READ_VALUES, fingerprint, installed_version, load_pin, resolve
+from oracle.pin import (
+    ALSO_PINNED,
+    MLA,
+    OTHER_PINS,
+    READ_VALUES,
+    installed_version,
+    load_pin,
+    release_pin_document,
+    resolve,
+)
 
 # Upstream code a later release moved the sparse route's conjunctions into:
 # 0.33.0's ``MLAAttention._use_sparse_mha`` holds what 0.28.0's ``forward_impl``
@@ -68,7 +77,7 @@ def release_pin() -> dict[str, Any]:
     :data:`~oracle.pin.ALSO_PINNED` and of the :data:`LATER_TRANSCRIBED` it has."""
     from oracle.legacy import LEGACY_VERSION
 
-    version, commit = installed_version()
+    version, _ = installed_version()
     if version == load_pin()["release_version"]:
         raise ValueError(f"vllm {version} is the pinned release: its pin is oracle/pin.json (parity oracle --record)")
     if version == LEGACY_VERSION:
@@ -77,15 +86,7 @@ def release_pin() -> dict[str, Any]:
         return legacy_pin()
     later = [s for s in LATER_TRANSCRIBED if _resolvable(s)]
     also = [s for s in ALSO_PINNED if s not in READ_VALUES or _resolvable(s)]
-    symbols = sorted({*release_trace(), *also, *later})
-    return {
-        "upstream_commit": None,
-        "upstream_pr": None,
-        "release": f"vllm=={version}",
-        "release_version": version,
-        "release_commit_id": commit,
-        "fingerprints": {symbol: fingerprint(resolve(symbol)) for symbol in symbols},
-    }
+    return release_pin_document([*release_trace(), *also, *later])
 
 
 USAGE = "usage: python -m oracle.release_pin --write-pin | --trace OUT"

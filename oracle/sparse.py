@@ -283,16 +283,14 @@ class SparseOracle:
             route = "dense-mha" if dense else ("masked-mha" if case.masked_kernel else "masked-mha-unavailable")
         if self.legacy and route == "dense-mha" and metadata is not None and case.dcp_world_size > 1:
             self.side.check_dcp_loop(planned, metadata)
-        if route == "masked-mha" and metadata is not None and self._context_loop_refuses(case.dcp_world_size):
-            route = "masked-mha-unavailable"
         global_shape: Shape | None = None
         global_fits: bool | None = None
         global_view_fails = False
         if metadata is not None:
             global_shape, global_fits, global_view_fails = self._global_mask(q_lens, max_query, max_seq, mask_words)
+        suffix_call = (q_lens, max_query, max_query)
+        chunk_calls = [self._chunk_call(q_lens, max_query, c) for c in layout.chunks]
         if global_shape is not None and global_fits:
-            if route == "masked-mha" and global_view_fails:
-                route = "masked-mha-overflow"
             suffix_shape = global_shape
             # _compute_context_mha: 0.28.0 reads dense_mask[chunk.request_slice];
             # 0.27.1 hands every chunk the whole mask.
@@ -300,11 +298,20 @@ class SparseOracle:
                 (len(q_lens) if self.legacy else c.request_end - c.request_start, global_shape[1], global_shape[2])
                 for c in layout.chunks
             )
+            suffix_fails, chunk_calls = global_view_fails, []
         else:
-            suffix_shape = self._per_range_shape(q_lens, max_query, max_query)
-            chunk_shapes = tuple(self._per_range_shape(*self._chunk_call(q_lens, max_query, c)) for c in layout.chunks)
-            calls = [(q_lens, max_query, max_query)] + [self._chunk_call(q_lens, max_query, c) for c in layout.chunks]
-            if route == "masked-mha" and self._overflows(calls, mask_words):
+            suffix_shape = self._per_range_shape(*suffix_call)
+            chunk_shapes = tuple(self._per_range_shape(*call) for call in chunk_calls)
+            suffix_fails = self._overflows([suffix_call], mask_words)
+        if route == "masked-mha":
+            # forward_mha's order: the global mask's build, the suffix's run, then
+            # _compute_context_mha (its DCP refusal, then each chunk's run); the
+            # first that fails decides.
+            if suffix_fails:
+                route = "masked-mha-overflow"
+            elif metadata is not None and self._context_loop_refuses(case.dcp_world_size):
+                route = "masked-mha-unavailable"
+            elif self._overflows(chunk_calls, mask_words):
                 route = "masked-mha-overflow"
         return SparseLayout(
             workspace_size=workspace,

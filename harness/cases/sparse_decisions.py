@@ -18,7 +18,10 @@ Generated from the declared tables, not listed by hand:
   suffix, the only chunk, the first, an inner and the last of three chunks),
   each beside the same batch in a workspace of exactly the words it needs;
 - DCP worlds 1 and 2, with and without context, under each forcing flag
-  (none, dense, masked, MQA), within ``index_topk`` and past it.
+  (none, dense, masked, MQA), within ``index_topk`` and past it;
+- forced masked MHA with context under DCP worlds 2 and 1, the mask workspace
+  at the suffix mask's edge: the suffix's run comes before the context loop's
+  DCP refusal, so one word fewer turns the refusal into an overflow.
 
 The arithmetic here only aims: every item is judged by both sides, and the
 MC/DC measurement reads the oracle's answers, never these numbers.
@@ -141,9 +144,27 @@ def _forcing_cases() -> list[SparseCase]:
     return cases
 
 
+def _refusal_order_cases() -> list[SparseCase]:
+    settings = {"force_masked_mha": True, "tensor_parallel_size": 8, **SMALL_WORKSPACE}
+    with_context = _case([SMALL_ROWS, 100], [40, 20], **settings)
+    # The chunk's 512 keys need more words than the suffix's 40: past the suffix, a chunk overflows.
+    suffix_words = mask_words(2, 40, 40)
+    return [
+        replace(case, dcp_world_size=world) for world in (2, 1) for case in _at_fit_edges(with_context, suffix_words)
+    ]
+
+
 def decision_cases() -> list[SparseCase]:
-    """Every aimed batch of the family, unnamed, in a fixed order."""
-    return _threshold_cases() + _route_edge_cases() + _fit_cases() + _overflow_cases() + _forcing_cases()
+    """Every aimed batch of the family, unnamed, in a fixed order (a new kind
+    of batch goes at the end, so that the earlier items keep their names)."""
+    return (
+        _threshold_cases()
+        + _route_edge_cases()
+        + _fit_cases()
+        + _overflow_cases()
+        + _forcing_cases()
+        + _refusal_order_cases()
+    )
 
 
 def generate_decision_cases(seed: int, count: int) -> list[SparseCase]:

@@ -15,7 +15,8 @@ and the oracle's answer to it:
   the longest chunk's keys, each against the mask workspace;
 - ``sparse.use_masked_mha``, ``sparse.use_mha``, ``sparse.dense_route`` and
   ``sparse.masked_runnable``: the route (``forward_impl``, ``forward_mha``,
-  ``_compute_context_mha``'s DCP refusal), forcing flags included;
+  ``_compute_context_mha``'s DCP refusal, which the suffix's run meets first),
+  forcing flags included;
 - ``sparse.overflow``: a masked run whose suffix mask or some chunk mask does
   not fit the workspace (``_run_masked_mha``), each mask position a condition;
 - ``sparse.global_fits`` and ``sparse.mask_form``: the global mask's fit and
@@ -256,15 +257,19 @@ DENSE_ROUTE = Decision(
 RUNNABLE = Decision(
     "sparse.masked_runnable",
     "sparse",
-    "a masked route runs: the masked kernel exists, and not (context and dcp_world_size > 1)",
+    "a masked route is not refused: the masked kernel exists, and the context loop's DCP refusal is not "
+    "reached (the suffix's mask overflows first) or not made: masked_kernel and (suffix_overflows or not "
+    "(context and dcp_world_size > 1))",
     "SparseMLACommonImpl.forward_mha / _compute_context_mha",
     (
         C("masked_kernel", "the masked kernel is available"),
+        C("suffix_overflows", "the suffix's mask does not fit (forward_mha runs the suffix before the context loop)"),
         C("has_context", "some request has context (the context loop runs)"),
         C("dcp", "dcp_world_size > 1", edge=1),
     ),
-    lambda v: v["masked_kernel"] and not (v["has_context"] and v["dcp"]),
-    transcribed="forward_mha's kernel assertion, oracle/sparse.py (the DCP refusal is upstream's own, called)",
+    lambda v: v["masked_kernel"] and (v["suffix_overflows"] or not (v["has_context"] and v["dcp"])),
+    transcribed="forward_mha's kernel assertion and the order of its runs, oracle/sparse.py (the DCP refusal "
+    "is upstream's own, called)",
 )
 
 POSITIONS = ("suffix", "only_chunk", "first_chunk", "inner_chunk", "last_chunk")
@@ -416,7 +421,12 @@ def observe_case(item: str, case: SparseCase, plan: SparseLayout) -> Iterator[tu
     yield DENSE_ROUTE, Observation(item, forced, plan.route == "dense-mha", topk_gap)
     if plan.route == "dense-mha":
         return
-    runnable = {"masked_kernel": case.masked_kernel, "has_context": has_context, "dcp": case.dcp_world_size > 1}
+    runnable = {
+        "masked_kernel": case.masked_kernel,
+        "suffix_overflows": _suffix_overflows(case, plan, words, has_context),
+        "has_context": has_context,
+        "dcp": case.dcp_world_size > 1,
+    }
     yield (
         RUNNABLE,
         Observation(item, runnable, plan.route != "masked-mha-unavailable", {"dcp": case.dcp_world_size - 2}),
@@ -424,6 +434,17 @@ def observe_case(item: str, case: SparseCase, plan: SparseLayout) -> Iterator[tu
     if plan.route == "masked-mha-unavailable":
         return
     yield from _observe_overflow(item, case, plan, words, has_context)
+
+
+def _suffix_overflows(case: SparseCase, plan: SparseLayout, words: int, has_context: bool) -> bool | None:
+    """Whether the suffix's run fails for its mask: never where the batch reads
+    the global mask (it fits), else the per-range suffix mask against the
+    workspace; no meaning without the masked kernel (no workspace)."""
+    if not case.masked_kernel:
+        return None
+    if has_context and plan.global_mask_fits:
+        return False
+    return mask_words(len(case.query_lens), plan.prefill_max_query_len, plan.prefill_max_query_len) > words
 
 
 def _observe_mask_form(

@@ -19,6 +19,8 @@ not change; they are per_request's.
 
 from __future__ import annotations
 
+import math
+
 from harness.model import Layout
 from harness.model.sparse import LEGACY_MASK_WORKSPACE_WORDS, SparseCase, SparseLayout, SparseWorkspaceConfig
 from ports.equal_share import grid_layout
@@ -55,8 +57,7 @@ def legacy_plan_sparse(case: SparseCase) -> SparseLayout:
     route = "mqa"
     if (use_dense or use_masked) and not case.force_mqa:
         dense = case.force_dense_mha or (max_seq <= case.index_topk and not case.force_masked_mha)
-        runnable = case.masked_kernel and (case.dcp_world_size <= 1 or not any(case.context_lens))
-        route = "dense-mha" if dense else ("masked-mha" if runnable else "masked-mha-unavailable")
+        route = "dense-mha" if dense else ("masked-mha" if case.masked_kernel else "masked-mha-unavailable")
     global_shape = topk_mask_shape(batch, max_query, max_seq, key_starts_word=True) if layout.chunks else None
     global_fits = None
     if global_shape is not None:
@@ -71,9 +72,16 @@ def legacy_plan_sparse(case: SparseCase) -> SparseLayout:
     # 0.27.1 views the mask workspace as each mask it builds (the global one, or
     # the suffix's and every chunk's) without checking that it holds them.
     mask_words = legacy_mask_workspace(case)
-    built = (suffix_shape,) if global_fits else (suffix_shape, *chunk_shapes)
-    if route == "masked-mha" and any(s[0] * s[1] * s[2] > mask_words for s in built):
-        route = "masked-mha-overflow"
+    # A masked run meets its checks in this order: the suffix's mask (or the
+    # global one), the context loop's refusal under DCP, each chunk's mask.
+    chunks_built = () if global_fits else chunk_shapes
+    if route == "masked-mha":
+        if math.prod(suffix_shape) > mask_words:
+            route = "masked-mha-overflow"
+        elif any(case.context_lens) and case.dcp_world_size > 1:
+            route = "masked-mha-unavailable"
+        elif any(math.prod(shape) > mask_words for shape in chunks_built):
+            route = "masked-mha-overflow"
     return SparseLayout(
         workspace_size=workspace,
         layout=layout,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from harness.model import Layout, alignment_unit
@@ -137,12 +138,21 @@ def _fits_chunks_dropped(case: SparseCase, layout: Layout, words: int) -> bool:
     return case.masked_kernel and math.prod(shape) <= words
 
 
-def _overflow_of(pick: Callable[[tuple[Shape, ...]], tuple[Shape, ...]], suffix: bool = True) -> Callable[..., bool]:
-    def overflows(suffix_shape: Shape, chunk_shapes: tuple[Shape, ...], words: int) -> bool:
-        shapes = ((suffix_shape,) if suffix else ()) + pick(chunk_shapes)
-        return any(math.prod(shape) > words for shape in shapes)
+def _overflow_of(pick: Callable[[tuple[Shape, ...]], tuple[Shape, ...]]) -> Callable[..., bool]:
+    def overflows(chunk_shapes: tuple[Shape, ...], words: int) -> bool:
+        return any(math.prod(shape) > words for shape in pick(chunk_shapes))
 
     return overflows
+
+
+_masked_outcome = sparse_module.masked_outcome
+
+
+def _refusal_first(case: SparseCase, suffix_shape: Shape, chunk_shapes: tuple[Shape, ...], words: int) -> str:
+    """The masked route's checks with the DCP refusal moved ahead of the suffix's mask."""
+    if case.masked_kernel and sparse_module.context_loop_refused(case):
+        return "masked-mha-unavailable"
+    return _masked_outcome(case, suffix_shape, chunk_shapes, words)
 
 
 within = sparse_module.within_topk
@@ -235,35 +245,42 @@ ROUTE_MUTANTS = (
         "sparse-runs-without-kernel",
         ("sparse.masked_runnable", "masked_kernel"),
         "a masked route runs without the masked kernel",
-        "masked_runs",
-        lambda case: not (any(case.context_lens) and case.dcp_world_size > 1),
+        "masked_outcome",
+        lambda case, *masks: _masked_outcome(replace(case, masked_kernel=True), *masks),
+    ),
+    _route_mutant(
+        "sparse-refuses-before-suffix",
+        ("sparse.masked_runnable", "suffix_overflows"),
+        "the context loop's DCP refusal is checked before the suffix's mask",
+        "masked_outcome",
+        _refusal_first,
     ),
     _route_mutant(
         "sparse-refuses-any-dcp",
         ("sparse.masked_runnable", "has_context"),
         "the masked route refuses DCP with or without context",
-        "masked_runs",
-        lambda case: case.masked_kernel and case.dcp_world_size <= 1,
+        "context_loop_refused",
+        lambda case: case.dcp_world_size > 1,
     ),
     _route_mutant(
         "sparse-refuses-any-context",
         ("sparse.masked_runnable", "dcp"),
         "the masked route refuses context with or without DCP",
-        "masked_runs",
-        lambda case: case.masked_kernel and not any(case.context_lens),
+        "context_loop_refused",
+        lambda case: any(case.context_lens),
     ),
     _route_mutant(
         "sparse-overflow-skips-suffix",
         ("sparse.overflow", "suffix"),
         "the overflow check skips the suffix mask",
-        "mask_overflows",
-        _overflow_of(lambda chunks: chunks, suffix=False),
+        "suffix_mask_overflows",
+        lambda suffix_shape, words: False,
     ),
     _route_mutant(
         "sparse-overflow-skips-first-chunk",
         ("sparse.overflow", "only_chunk"),
         "the overflow check reads the chunk masks from the second on",
-        "mask_overflows",
+        "chunk_masks_overflow",
         _overflow_of(lambda chunks: chunks[1:]),
         also=(("sparse.overflow", "first_chunk"),),
     ),
@@ -271,7 +288,7 @@ ROUTE_MUTANTS = (
         "sparse-overflow-last-chunk-only",
         ("sparse.overflow", "first_chunk"),
         "the overflow check reads the last chunk's mask only",
-        "mask_overflows",
+        "chunk_masks_overflow",
         _overflow_of(lambda chunks: chunks[-1:]),
         also=(("sparse.overflow", "inner_chunk"),),
     ),
@@ -279,14 +296,14 @@ ROUTE_MUTANTS = (
         "sparse-overflow-ends-only",
         ("sparse.overflow", "inner_chunk"),
         "the overflow check reads the first and the last chunk's masks only",
-        "mask_overflows",
+        "chunk_masks_overflow",
         _overflow_of(lambda chunks: chunks[:1] + chunks[1:][-1:]),
     ),
     _route_mutant(
         "sparse-overflow-skips-last-chunk",
         ("sparse.overflow", "last_chunk"),
         "the overflow check reads every chunk's mask but the last",
-        "mask_overflows",
+        "chunk_masks_overflow",
         _overflow_of(lambda chunks: chunks[:-1]),
         also=(("sparse.overflow", "only_chunk"),),
     ),

@@ -191,11 +191,9 @@ def prefers_dense(case: SparseCase) -> bool:
     return case.force_dense_mha or (within_topk(case.max_seq_len, case.index_topk) and not case.force_masked_mha)
 
 
-def masked_runs(case: SparseCase) -> bool:
-    """The masked route can run: the kernel exists, and the context loop (which
-    has no DCP form) is not asked to run under DCP."""
-    has_context = any(case.context_lens)
-    return case.masked_kernel and not (has_context and case.dcp_world_size > 1)
+def context_loop_refused(case: SparseCase) -> bool:
+    """The context loop, which has no DCP form, is asked to run under DCP."""
+    return any(case.context_lens) and case.dcp_world_size > 1
 
 
 def global_mask_shape(case: SparseCase) -> Shape | None:
@@ -215,9 +213,29 @@ def global_mask_fits(shape: Shape, mask_words: int) -> bool:
     return _words(shape) <= mask_words
 
 
-def mask_overflows(suffix_shape: Shape, chunk_shapes: tuple[Shape, ...], mask_words: int) -> bool:
-    """Some mask a masked run builds (the suffix's, or any chunk's) does not fit the workspace."""
-    return any(_words(shape) > mask_words for shape in (suffix_shape, *chunk_shapes))
+def suffix_mask_overflows(suffix_shape: Shape, mask_words: int) -> bool:
+    """The suffix's mask (the global one where the batch reads it) does not fit the workspace."""
+    return _words(suffix_shape) > mask_words
+
+
+def chunk_masks_overflow(chunk_shapes: tuple[Shape, ...], mask_words: int) -> bool:
+    """Some chunk's mask does not fit the workspace."""
+    return any(_words(shape) > mask_words for shape in chunk_shapes)
+
+
+def masked_outcome(case: SparseCase, suffix_shape: Shape, chunk_shapes: tuple[Shape, ...], mask_words: int) -> str:
+    """How the masked kind of MHA ends, by the first check that fails in the
+    order a masked run meets them: the kernel, the suffix's mask, the context
+    loop (it has no DCP form), then each chunk's mask."""
+    if not case.masked_kernel:
+        return "masked-mha-unavailable"
+    if suffix_mask_overflows(suffix_shape, mask_words):
+        return "masked-mha-overflow"
+    if context_loop_refused(case):
+        return "masked-mha-unavailable"
+    if chunk_masks_overflow(chunk_shapes, mask_words):
+        return "masked-mha-overflow"
+    return "masked-mha"
 
 
 def route_sparse(case: SparseCase, workspace: int, layout: Layout) -> SparseLayout:
@@ -229,12 +247,6 @@ def route_sparse(case: SparseCase, workspace: int, layout: Layout) -> SparseLayo
     threshold = masked_threshold(case.backend, case.tensor_parallel_size, max_query, max_seq)
     fits = masks_fit(case, layout, mask_words)
     use_masked = masked_mha_flag(case, threshold, fits)
-    route = "mqa"
-    if takes_mha(case, use_dense, use_masked):
-        if prefers_dense(case):
-            route = "dense-mha"
-        else:
-            route = "masked-mha" if masked_runs(case) else "masked-mha-unavailable"
     global_shape = global_mask_shape(case)
     global_fits = None if global_shape is None else global_mask_fits(global_shape, mask_words)
     if global_shape is not None and reads_global_mask(global_shape, global_fits):
@@ -248,8 +260,12 @@ def route_sparse(case: SparseCase, workspace: int, layout: Layout) -> SparseLayo
             topk_mask_shape(chunk.request_end - chunk.request_start, chunk.max_query_len, chunk.max_seq_len)
             for chunk in layout.chunks
         )
-    if route == "masked-mha" and mask_overflows(suffix_shape, chunk_shapes, mask_words):
-        route = "masked-mha-overflow"
+    route = "mqa"
+    if takes_mha(case, use_dense, use_masked):
+        if prefers_dense(case):
+            route = "dense-mha"
+        else:
+            route = masked_outcome(case, suffix_shape, chunk_shapes, mask_words)
     return SparseLayout(
         workspace_size=workspace,
         layout=layout,
