@@ -22,7 +22,8 @@ def parity(*argv: str, hash_seed: str = "0") -> subprocess.CompletedProcess[str]
 
 def test_byte_identical_results_across_runs_and_hash_seeds(tmp_path: Path) -> None:
     outputs = []
-    for run, seed in enumerate(("0", "1", "31337")):
+    # Two runs, each under its own hash seed: a difference between runs or between seeds shows.
+    for run, seed in enumerate(("0", "31337")):
         rows, document = tmp_path / f"rows{run}.jsonl", tmp_path / f"doc{run}.json"
         proc = parity(
             "run", "--suite", "smoke", "--port", "equal_share", "--results", str(rows), "--json", str(document),
@@ -30,7 +31,7 @@ def test_byte_identical_results_across_runs_and_hash_seeds(tmp_path: Path) -> No
         )  # fmt: skip
         assert proc.returncode == 1, proc.stderr[-2000:]
         outputs.append((rows.read_bytes(), document.read_bytes()))
-    assert outputs[0] == outputs[1] == outputs[2]
+    assert outputs[0] == outputs[1]
     assert len(outputs[0][0].splitlines()) > 100
 
 
