@@ -94,6 +94,9 @@ def _explore_judged(night: Night, result: dict[str, Any]) -> bool:
     return port is None or judges_explore(port)
 
 
+PLOTS_PENDING = "The plots are drawn once every step of the night has run."
+
+
 def _plot(fig: Any, alt: str) -> str:
     """A figure as an embedded PNG, with the colour each port was drawn in (``data-port-colours``)."""
     colours = html.escape(plot_attributes(fig))
@@ -164,7 +167,12 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
     chunks = chunk_table(night)
     if not chunks.empty:
         parts += ["<h2>Chunks and workspace utilisation per family</h2>", html_table(chunks, "chunks")]
-    figure = chunk_figure(night, colours)
+    # A page rewritten while the night runs draws no plots (each costs a
+    # rendering, on every rewrite): the page of a night whose steps have all run does.
+    plots = not night.pending
+    if not plots:
+        parts.append(f'<p class="note" id="plots-pending">{html.escape(PLOTS_PENDING)}</p>')
+    figure = chunk_figure(night, colours) if plots else None
     if figure is not None:
         parts.append(_plot(figure, "chunks per family"))
     for p in night.ports:
@@ -173,7 +181,7 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         parts.append(family_html(p))
         for level, what in p.summary.get("l3_compares", {}).items():
             parts.append(f'<p class="note">{html.escape(level)} compared {html.escape(what)}.</p>')
-        histogram = ulp_histogram_figure(p, colours)
+        histogram = ulp_histogram_figure(p, colours) if plots else None
         if histogram is not None:
             parts.append(_plot(histogram, f"{p.port} ULP histogram"))
         failing = failing_items(p, night=night)
@@ -216,10 +224,10 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         items = "".join(f"<li>{html.escape(line[2:])}</li>" for line in lines if line[:2] == "- ")
         parts.append(f"<ul>{items}</ul>")
     parts.append("<h2>History</h2>")
-    images = [_plot(fig, alt) for alt, fig in history_figures(history, colours)]
+    images = [_plot(fig, alt) for alt, fig in history_figures(history, colours)] if plots else []
     if images and reduced_mask(history).any():
         images.insert(0, f'<p id="history-reduced">{html.escape(HISTORY_REDUCED)}</p>')
-    parts += images or ["<p>No history yet.</p>"]
+    parts += images or ["<p>No history yet.</p>" if plots else f"<p>{html.escape(PLOTS_PENDING)}</p>"]
     parts += [
         "<h2>Provenance</h2>",
         f"<pre id='provenance'>{html.escape(json.dumps(night.provenance, indent=2, sort_keys=True))}</pre>",

@@ -58,11 +58,14 @@ def incomplete_banner(night: Night) -> str | None:
     done = f"{night.items_done} of {night.expected_items} items"
     if night.interrupted:
         where = f" during {step}" if step else ""
-        return f"INCOMPLETE: the run stopped{where}, after {done}; the figures below cover only what finished."
+        return (
+            f"INCOMPLETE: the run stopped{where}, after {done}; the tables below cover only what finished (no plots)."
+        )
     later = f"; still to come: {', '.join(night.pending[1:])}" if len(night.pending) > 1 else ""
     return (
         f"INCOMPLETE: the night is still running ({step or 'starting'}{later}); {done} so far. "
-        "This page is rewritten as the night goes on; the figures below cover only what finished."
+        "This page is rewritten as the night goes on; the tables below cover only what finished, "
+        "and the plots come when every step has run."
     )
 
 

@@ -9,8 +9,9 @@ import torch
 
 from harness.cases.sparse_generate import MASK_ROWS_FAMILY, generate_mask_cases
 from harness.cases.sparse_inputs import materialise_topk
+from harness.cases.sparse_prefill_generate import ROWS_FAMILY, generate_sparse_prefill
 from harness.cases.suites import load_suite
-from harness.kernels.sparse_prefill import ROWS_FAMILY, case_topk, generate_sparse_prefill
+from harness.kernels.sparse_prefill import case_topk
 from harness.model.sparse import MASK_FORMS, ROW_PATTERNS, ROW_SELECTIONS
 from harness.protocol.port import Port
 

@@ -18,11 +18,12 @@ import torch
 
 from harness.cases.fields import CaseError
 from harness.cases.files import load_item_file
+from harness.cases.sparse_prefill_generate import PREFILL_FAMILIES, generate_sparse_prefill
 from harness.cases.suites import load_suite
 from harness.compare.bits import identical_bits
 from harness.kernels import CpuKernels, KeylessRowsKernels, kernels_for
 from harness.kernels.masked_attention import PackedMask, RangeIndices, pack_selection
-from harness.kernels.sparse_prefill import PREFILL_FAMILIES, case_topk, generate_sparse_prefill, token_selection
+from harness.kernels.sparse_prefill import case_topk, token_selection
 from harness.model import KEYLESS_ROWS, PRESETS
 from harness.model.sparse import SparseCase
 from harness.protocol.port import Port

@@ -34,7 +34,7 @@ from harness.cases.json_input import read_json
 from harness.cases.merge import generate_merge
 from harness.cases.prefill_generate import generate_prefill
 from harness.cases.sparse_generate import SPARSE_GRIDS, generate_mask_cases, generate_sparse, sparse_workspace_grid
-from harness.kernels.sparse_prefill import generate_sparse_prefill
+from harness.cases.sparse_prefill_generate import generate_sparse_prefill
 from harness.model import Case, MergeCase, WorkspaceConfig
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 
