@@ -242,6 +242,12 @@ def test_chunk_plot_is_per_case_relative_and_counts_unplannable() -> None:
         if row[1][1] == "legacy"
     }
     assert legacy["many-chunks"]["unplannable"] == "1" and legacy["many-chunks"]["chunks per case / oracle"] == "2.00"
+    assert 'id="plots-pending"' not in page and "data:image/png;base64," in page
+    # A page rewritten while a step is still pending (or after an interruption) has the tables and no plot.
+    night.pending = ["port per_request"]
+    pending = render_html(night, pd.DataFrame())
+    assert 'id="plots-pending"' in pending and "data:image/png;base64," not in pending
+    assert parse_tables(pending)["chunks"] == chunks
 
 
 def history_frame(dates: list[str]) -> pd.DataFrame:

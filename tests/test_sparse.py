@@ -89,6 +89,14 @@ def test_route_takes_each_value_and_agrees(oracle: Any) -> None:
         "masked-mha-overflow": _batch(
             context_lens=(1000, 0, 5), query_lens=(600, 5, 100), force_masked_mha=True, mask_workspace_words=30000
         ),
+        # The same under DCP: forward_mha runs the suffix before the context loop, whose DCP refusal never comes.
+        "masked-mha-overflow ": _batch(
+            context_lens=(1000, 0, 5),
+            query_lens=(600, 5, 100),
+            force_masked_mha=True,
+            mask_workspace_words=30000,
+            dcp_world_size=2,
+        ),
     }
     for route, case in routes.items():
         mine, theirs = PER_REQUEST.plan_sparse(case), oracle.plan_sparse(case)

@@ -437,14 +437,17 @@ def observe_case(item: str, case: SparseCase, plan: SparseLayout) -> Iterator[tu
 
 
 def _suffix_overflows(case: SparseCase, plan: SparseLayout, words: int, has_context: bool) -> bool | None:
-    """Whether the suffix's run fails for its mask: never where the batch reads
-    the global mask (it fits), else the per-range suffix mask against the
-    workspace; no meaning without the masked kernel (no workspace)."""
+    """Whether the suffix's run fails for its mask: where the batch reads the
+    global mask, that mask against the workspace (0.28.0 reads it only when it
+    fits; 0.27.1 checks it against a fixed 64 MiB and then views the workspace),
+    else the per-range suffix mask; no meaning without the masked kernel (no
+    workspace)."""
     if not case.masked_kernel:
         return None
+    batch, max_query = len(case.query_lens), plan.prefill_max_query_len
     if has_context and plan.global_mask_fits:
-        return False
-    return mask_words(len(case.query_lens), plan.prefill_max_query_len, plan.prefill_max_query_len) > words
+        return mask_words(batch, max_query, plan.prefill_max_seq_len, key_starts_word=True) > words
+    return mask_words(batch, max_query, max_query) > words
 
 
 def _observe_mask_form(

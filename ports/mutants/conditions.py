@@ -244,7 +244,8 @@ ROUTE_MUTANTS = (
     _route_mutant(
         "sparse-runs-without-kernel",
         ("sparse.masked_runnable", "masked_kernel"),
-        "a masked route runs without the masked kernel",
+        "the masked route is taken without the masked kernel (no kernel check): its masks then overflow the "
+        "workspace it does not have",
         "masked_outcome",
         lambda case, *masks: _masked_outcome(replace(case, masked_kernel=True), *masks),
     ),
