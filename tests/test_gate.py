@@ -37,28 +37,28 @@ def test_per_request_passes_and_writes_outputs(capsys: pytest.CaptureFixture[str
     assert junit.get("failures") == "0" and junit.get("errors") == "0"
 
 
-def test_equal_share_passes_with_its_baseline(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, out = gate(
-        capsys, "--suite", "ci", "--level", "layout", "--port", "equal_share",
-        "--baseline", str(BASELINE), "--out", str(tmp_path),
-    )  # fmt: skip
+def test_equal_share_passes_with_its_baseline_and_fails_without_an_entry(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """equal_share passes ci's layout level against its shipped baseline; the
+    same rows (resumed from the first run's record, not computed again) judged
+    against the baseline less its skew entry fail on the skew items."""
+    rows = tmp_path / "rows.jsonl"
+    selection = ["--suite", "ci", "--level", "layout", "--port", "equal_share", "--results", str(rows)]
+    code, out = gate(capsys, *selection, "--baseline", str(BASELINE), "--out", str(tmp_path / "pass"))
     assert code == 0, out
-    table = pd.read_parquet(tmp_path / "results.parquet")
+    table = pd.read_parquet(tmp_path / "pass" / "results.parquet")
     assert (table["baseline"] == "expected").sum() > 1000 and (table["baseline"] != "new").all()
     assert (table[table["baseline"] == "expected"]["reason"] != "").all()
-    junit = ET.parse(tmp_path / "junit.xml").getroot()
+    junit = ET.parse(tmp_path / "pass" / "junit.xml").getroot()
     assert int(junit.get("skipped", "0")) == (table["baseline"] == "expected").sum()
 
-
-def test_unlisted_divergence_fails(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     data = json.loads(BASELINE.read_text())
     data["entries"] = [e for e in data["entries"] if not (e.get("family") == "skew" and e["level"] == "layout")]
     baseline = tmp_path / "baseline.json"
     baseline.write_text(json.dumps(data))
-    code, _ = gate(
-        capsys, "--suite", "ci", "--level", "layout", "--port", "equal_share",
-        "--baseline", str(baseline), "--out", str(tmp_path / "out"),
-    )  # fmt: skip
+    code, _ = gate(capsys, *selection, "--resume", "--baseline", str(baseline), "--out", str(tmp_path / "out"),
+                   "--shrink-time", "0")  # fmt: skip
     assert code == 1
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "## Parity gate: FAIL" in summary and "### New divergences" in summary
@@ -66,6 +66,7 @@ def test_unlisted_divergence_fails(capsys: pytest.CaptureFixture[str], tmp_path:
     assert "baseline: not in the baseline" in summary
     junit = ET.parse(tmp_path / "out" / "junit.xml").getroot()
     assert int(junit.get("failures", "0")) > 0
+    assert len(pd.read_parquet(tmp_path / "out" / "results.parquet")) == len(table)
 
 
 def test_stale_entry_fails(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
