@@ -113,13 +113,15 @@ def family_level_table(port: PortNight) -> pd.DataFrame:
     frame attribute ``verdicts``, each cell's verdict (for its colour)."""
     table = port.table
     levels = [lv for lv in port.summary["levels"] if (table["level"] == lv).any()]
+    # One pass over the table: every (family, level) cell's rows at once.
+    cells = dict(iter(table.groupby(["family", "level"], sort=False)))
     rows, verdicts = [], []
-    for family, group in table.groupby("family", sort=True):
+    for family in sorted(table["family"].unique()):
         row: dict[str, Any] = {"family": family}
         marks: dict[str, str] = {}
         for level in levels:
-            cell = group[group["level"] == level]
-            if cell.empty:
+            cell = cells.get((family, level))
+            if cell is None:
                 row[level] = ""
                 continue
             counts = tally(cell)
