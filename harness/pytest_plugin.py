@@ -197,8 +197,9 @@ def _make_plan(config: pytest.Config) -> _Plan:
     from harness.protocol.port import PortLoadError
     from harness.sides.items import selected_levels
     from harness.sides.loading import load_port
-    from harness.verdicts.baseline import load_baseline
 
+    # Torch and pandas (a baseline's reader imports both) only past the cheap
+    # checks: a refused option costs a second less.
     try:
         level = _option_value(config, "--parity-level", _one_of((*LEVELS, "all")))
         device = _option_value(config, "--parity-device", _one_of(("cpu", "cuda")))
@@ -226,6 +227,8 @@ def _make_plan(config: pytest.Config) -> _Plan:
             raise _BadOption("--parity-port", exc) from None
         baseline_path = config.getoption("--parity-baseline")
         try:
+            from harness.verdicts.baseline import load_baseline
+
             entries = tuple(load_baseline(Path(baseline_path))) if baseline_path else ()
             if entries:
                 from harness.verdicts.gate import check_gate_baseline

@@ -21,25 +21,75 @@ the reports; the contracts keep everything but the entry points off the
 command line.
 """
 
-from harness.engine.device import prepare_device, select_device
-from harness.engine.errors import UsageError
-from harness.engine.execution import Execution, execute, harness_identity, reproduce_meta
-from harness.engine.oracles import drift_banner, open_oracle, release_of
-from harness.engine.progress import ProgressLines, progress_bar
-from harness.engine.request import RunRequest
-from harness.engine.selection import (
-    dcp_settings,
-    describe_selection,
-    largest_dcp_world,
-    note_unimplemented,
-    parse_shard,
-    real_ranks_of,
-    refuse_empty,
-    select_suite,
-)
-from harness.engine.shrinking import guarded_shrink, shrink_to_file
-from harness.engine.workers import open_worker_sides, pool_failure, start_pool, worker_spec
-from harness.sides.loading import close_port
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.engine.device import prepare_device, select_device
+    from harness.engine.errors import UsageError
+    from harness.engine.execution import Execution, execute, harness_identity, reproduce_meta
+    from harness.engine.oracles import drift_banner, open_oracle, release_of
+    from harness.engine.progress import ProgressLines, progress_bar
+    from harness.engine.request import RunRequest
+    from harness.engine.selection import (
+        dcp_settings,
+        describe_selection,
+        largest_dcp_world,
+        note_unimplemented,
+        parse_shard,
+        real_ranks_of,
+        refuse_empty,
+        select_suite,
+    )
+    from harness.engine.shrinking import guarded_shrink, shrink_to_file
+    from harness.engine.workers import open_worker_sides, pool_failure, start_pool, worker_spec
+    from harness.sides.loading import close_port
+
+# Each name of the API and the module that defines it, imported on first use:
+# the device and the workers import torch (about a second), which an entry point
+# that refuses its options first (the pytest plugin's usage errors) never needs.
+_DEFINED_IN = {
+    "prepare_device": "harness.engine.device",
+    "select_device": "harness.engine.device",
+    "UsageError": "harness.engine.errors",
+    "Execution": "harness.engine.execution",
+    "execute": "harness.engine.execution",
+    "harness_identity": "harness.engine.execution",
+    "reproduce_meta": "harness.engine.execution",
+    "drift_banner": "harness.engine.oracles",
+    "open_oracle": "harness.engine.oracles",
+    "release_of": "harness.engine.oracles",
+    "ProgressLines": "harness.engine.progress",
+    "progress_bar": "harness.engine.progress",
+    "RunRequest": "harness.engine.request",
+    "dcp_settings": "harness.engine.selection",
+    "describe_selection": "harness.engine.selection",
+    "largest_dcp_world": "harness.engine.selection",
+    "note_unimplemented": "harness.engine.selection",
+    "parse_shard": "harness.engine.selection",
+    "real_ranks_of": "harness.engine.selection",
+    "refuse_empty": "harness.engine.selection",
+    "select_suite": "harness.engine.selection",
+    "guarded_shrink": "harness.engine.shrinking",
+    "shrink_to_file": "harness.engine.shrinking",
+    "open_worker_sides": "harness.engine.workers",
+    "pool_failure": "harness.engine.workers",
+    "start_pool": "harness.engine.workers",
+    "worker_spec": "harness.engine.workers",
+    "close_port": "harness.sides.loading",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _DEFINED_IN.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Execution",

@@ -9,7 +9,6 @@ from typing import Any
 from harness.engine.errors import UsageError
 from harness.protocol.port import Port
 from harness.sides.loading import close_port
-from harness.sides.oracle_cache_store import default_cache_directory
 
 
 def open_oracle(
@@ -34,6 +33,7 @@ def open_oracle(
     pin = load_pin()
     release = None if oracle is None else release_of(oracle)
     if release is None or release == pin["release_version"]:
+        from harness.sides.oracle_cache_store import default_cache_directory
         from oracle.pin_record import checked_fingerprints
 
         # With the cache, the check's record of this very installation (the
