@@ -129,6 +129,11 @@ def import_vllm_module(name: str) -> ModuleType:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             logging.getLogger("vllm").setLevel(logging.ERROR)
-            return importlib.import_module(name)
+            module = importlib.import_module(name)
     except Exception as exc:
         raise OracleUnavailable(f"cannot import {name} from the pinned vLLM: {type(exc).__name__}: {exc}") from exc
+    # vLLM's Triton kernels run in the interpreter on CPU: without its discarded work.
+    from harness.kernels.interpreter import streamline_interpreter
+
+    streamline_interpreter()
+    return module

@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from harness.kernels.interpreter import streamline_interpreter
 from ports.mutants.base import Mutant, merge_swaps
 from ports.per_request import merge_kernel as merge_module
 
@@ -41,6 +42,9 @@ def _faulty_merge_program() -> Any:
     # per_request's merge kernel (ports/per_request/merge_kernel.py: the same
     # tiles, the same per-element order) with a fault switch; built on first use
     # so that the interpreter setting in force applies.
+    # On CPU tensors Triton's interpreter runs it, without the work it discards.
+    streamline_interpreter()
+
     @triton.jit  # type: ignore[untyped-decorator]
     def merge_partial_tiles(  # type: ignore[no-untyped-def]
         out_ptr,
