@@ -14,46 +14,44 @@ import torch
 from safetensors.torch import load_file
 
 from harness.compare.bits import identical_bits
-from harness.kernels.interpreter import PLAIN_ENV
+from harness.kernels.interpreter import PLAIN_ENV, skipped_patches, streamline_interpreter
 
-# Runs the oracle's Triton kernels (vLLM's merge_attn_states; the top-k mask
-# scatter, whose helpers are @triton.jit functions called from the kernel) and
-# per_request's merge kernel on smoke items, and saves every output.
-CHILD = r"""
-import json, sys
-from safetensors.torch import save_file
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def kernel_outputs() -> dict[str, torch.Tensor]:
+    """The oracle's Triton kernels (vLLM's merge_attn_states; the top-k mask
+    scatter, whose helpers are @triton.jit functions called from the kernel) and
+    per_request's merge kernel on smoke items: every output."""
+    from harness.cases.sparse_inputs import materialise_topk
+    from harness.cases.suites import load_suite
+    from harness.kernels.numeric import materialise_merge
+    from oracle.side import OracleSide
+    from ports.per_request import PORT
+
+    suite = load_suite("smoke")
+    oracle, out = OracleSide(), {}
+    for mask_case in suite.mask_cases[:3]:
+        out[f"mask/{mask_case.name}"] = oracle.build_topk_mask(mask_case, materialise_topk(mask_case)).contiguous()
+    for case in suite.merge_cases[:3]:
+        for who, side in (("oracle", oracle), ("port", PORT)):
+            merged, lse = side.merge_states(materialise_merge(case, "cpu"))
+            out[f"merge/{who}/{case.name}"], out[f"lse/{who}/{case.name}"] = merged.contiguous(), lse.contiguous()
+    return out
+
+
+# The plain side runs in a process of its own: streamlining holds for a whole process.
+PLAIN_CHILD = f"""
+import json, os, sys
+assert os.environ["{PLAIN_ENV}"] == "1"
 from oracle.environment import prepare_cpu_environment
 prepare_cpu_environment()
-from harness.cases.sparse_inputs import materialise_topk
-from harness.cases.suites import load_suite
+from safetensors.torch import save_file
 from harness.kernels import interpreter
-from harness.kernels.numeric import materialise_merge
-from oracle.side import OracleSide
-from ports.per_request import PORT
-
-suite = load_suite("smoke")
-oracle, out = OracleSide(), {}
-for case in suite.mask_cases[:6]:
-    out[f"mask/{case.name}"] = oracle.build_topk_mask(case, materialise_topk(case)).contiguous()
-for case in suite.merge_cases[:4]:
-    for who, side in (("oracle", oracle), ("port", PORT)):
-        merged, lse = side.merge_states(materialise_merge(case, "cpu"))
-        out[f"merge/{who}/{case.name}"], out[f"lse/{who}/{case.name}"] = merged.contiguous(), lse.contiguous()
-save_file(out, sys.argv[1])
-print(json.dumps({"streamlined": interpreter.is_streamlined(), "skipped": interpreter.skipped_patches()}))
+from tests.test_interpreter import kernel_outputs
+save_file(kernel_outputs(), sys.argv[1])
+print(json.dumps({{"streamlined": interpreter.is_streamlined(), "skipped": interpreter.skipped_patches()}}))
 """
-
-
-def _run_child(path: Path, plain: bool) -> dict[str, object]:
-    env = {k: v for k, v in os.environ.items() if k != PLAIN_ENV}
-    if plain:
-        env[PLAIN_ENV] = "1"
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path)], env=env, capture_output=True, text=True, timeout=600, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return report
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -64,12 +62,20 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def test_streamlined_kernels_compute_the_plain_bits(tmp_path: Path) -> None:
-    plain = _run_child(tmp_path / "plain.safetensors", plain=True)
-    fast = _run_child(tmp_path / "fast.safetensors", plain=False)
-    assert plain == {"streamlined": False, "skipped": 0}
-    # The helpers' repeated patches were skipped: the second path really ran.
-    assert fast["streamlined"] is True and isinstance(fast["skipped"], int) and fast["skipped"] > 0
-    expected, got = load_file(tmp_path / "plain.safetensors"), load_file(tmp_path / "fast.safetensors")
+    env = {**os.environ, PLAIN_ENV: "1"}
+    plain = subprocess.run(
+        [sys.executable, "-c", PLAIN_CHILD, str(tmp_path / "plain.safetensors")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert json.loads(plain.stdout.strip().splitlines()[-1]) == {"streamlined": False, "skipped": 0}
+    # This process (the test session's, under the CPU recipe) runs streamlined.
+    assert os.environ.get(PLAIN_ENV) != "1" and streamline_interpreter()
+    skipped = skipped_patches()
+    got = kernel_outputs()
+    # The helpers' repeated patches were skipped here: the streamlined path really ran.
+    assert skipped_patches() > skipped
+    expected = load_file(tmp_path / "plain.safetensors")
     assert sorted(expected) == sorted(got)
     assert {name.split("/")[0] for name in expected} == {"mask", "merge", "lse"}
     differing = [name for name in expected if not _same_bits(expected[name], got[name])]
