@@ -151,7 +151,6 @@ LONGEST_FIRST = (
     "tests/test_determinism.py::test_byte_identical_results_across_runs_and_hash_seeds",
     "tests/test_readme_commands.py::test_make_gate_installs_the_console_script_and_runs_the_ci_gate",
     "tests/test_mutant_reach.py::test_the_reach_pass_changes_no_kill",
-    "tests/test_numeric.py::test_per_request_bit_exact_on_every_ci_prefill_case",
     "tests/test_own_port_recipe.py::test_the_recipe_runs_as_written",
     "tests/test_report_browser.py",
     "tests/test_sparse_prefill.py::test_equal_share_sparse_l3_matches_0_27_1",

@@ -33,7 +33,8 @@ def kernel_outputs() -> dict[str, torch.Tensor]:
     oracle, out = OracleSide(), {}
     for mask_case in suite.mask_cases[:3]:
         out[f"mask/{mask_case.name}"] = oracle.build_topk_mask(mask_case, materialise_topk(mask_case)).contiguous()
-    for case in suite.merge_cases[:3]:
+    # One merge case of each dtype (and so of several widths and views).
+    for case in {c.dtype: c for c in reversed(suite.merge_cases)}.values():
         for who, side in (("oracle", oracle), ("port", PORT)):
             merged, lse = side.merge_states(materialise_merge(case, "cpu"))
             out[f"merge/{who}/{case.name}"], out[f"lse/{who}/{case.name}"] = merged.contiguous(), lse.contiguous()
@@ -69,8 +70,12 @@ def test_streamlined_kernels_compute_the_plain_bits(tmp_path: Path) -> None:
     )  # fmt: skip
     assert plain.returncode == 0, plain.stderr[-3000:]
     assert json.loads(plain.stdout.strip().splitlines()[-1]) == {"streamlined": False, "skipped": 0}
-    # This process (the test session's, under the CPU recipe) runs streamlined.
+    # This process (the test session's, under the CPU recipe) runs streamlined,
+    # both halves of it: the overflow checks off and the helpers' patches skipped.
     assert os.environ.get(PLAIN_ENV) != "1" and streamline_interpreter()
+    from triton.runtime import interpreter
+
+    assert interpreter.interpreter_builder.options.sanitize_overflow is False
     skipped = skipped_patches()
     got = kernel_outputs()
     # The helpers' repeated patches were skipped here: the streamlined path really ran.
@@ -78,6 +83,11 @@ def test_streamlined_kernels_compute_the_plain_bits(tmp_path: Path) -> None:
     expected = load_file(tmp_path / "plain.safetensors")
     assert sorted(expected) == sorted(got)
     assert {name.split("/")[0] for name in expected} == {"mask", "merge", "lse"}
+    assert {str(t.dtype) for name, t in expected.items() if name.startswith("merge/")} >= {
+        "torch.bfloat16",
+        "torch.float16",
+        "torch.float32",
+    }
     differing = [name for name in expected if not _same_bits(expected[name], got[name])]
     assert not differing
 
@@ -85,7 +95,7 @@ def test_streamlined_kernels_compute_the_plain_bits(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "tamper",
     [
-        "interpreter.READ_SOURCES['_patch_lang'] = '0' * 64",
+        "interpreter.READ_SOURCES['triton/language/semantic.py'] = '0' * 64",
         "import dataclasses; from triton.runtime import interpreter as i; "
         "i.interpreter_builder.options = dataclasses.replace(i.interpreter_builder.options, debug=True)",
     ],

@@ -4,7 +4,7 @@ On CPU tensors every Triton kernel, the oracle's (vLLM's merge and top-k mask
 kernels) and the ports' alike, runs in Triton's interpreter
 (``TRITON_INTERPRET=1``): one Python call per operation per program. Two parts
 of that work never reach a value, and on the ci suite they were a third of the
-oracle's time (cold ``parity run --suite ci --jobs 1``: 170 s plain, 114 s
+oracle's time (cold ``parity run --suite ci --jobs 1``: 170 s plain, 111.5 s
 streamlined, docs/figures.md):
 
 - **The integer-overflow check.** Every integer ``+``, ``-`` and ``*`` a program
@@ -27,11 +27,14 @@ Invariants a reader must keep:
   bit (tests/test_interpreter.py runs the oracle's kernels both ways): nothing
   here changes an operation, an operand or an order; it removes a computation
   whose result is discarded and a repeat of a patch already applied.
-- Only the interpreter whose source was read is streamlined: the functions
-  changed or relied on are fingerprinted (:data:`READ_SOURCES`); any other
-  Triton, or ``debug`` on, is left as it is (slower, never different).
+- Only the interpreter whose source was read is streamlined: the three Triton
+  modules whose code it changes or relies on are fingerprinted whole
+  (:data:`READ_SOURCES`); any other Triton, or ``debug`` on, is left as it is
+  (slower, never different).
 - ``PARITY_PLAIN_TRITON_INTERPRETER=1`` leaves the interpreter as Triton ships
-  it, for whoever wants to see the figures or the bits without this module.
+  it, for whoever wants to see the figures or the bits without this module; with
+  ``--no-oracle-cache``, since the cache does not tell the two apart (they are
+  the same bits).
 - Calling :func:`streamline_interpreter` is idempotent, imports Triton only
   when the interpreter is the mode (``TRITON_INTERPRET=1``), and is done where
   Triton kernels are about to be built or imported: the oracle's vLLM import
@@ -44,18 +47,16 @@ import dataclasses
 import hashlib
 import inspect
 import os
+from pathlib import Path
 from typing import Any
 
-# sha256 of the source of each interpreter function this module replaces or
-# whose behaviour it relies on, as read in Triton 3.9.0.
+# sha256 of each Triton module whose code this module replaces or relies on (the
+# interpreter, the language's semantics and its core: the patch, the builtins it
+# wraps, the overflow check and device_assert), whole, as read in Triton 3.9.0.
 READ_SOURCES = {
-    "InterpretedFunction.__call__": "f2446df46264004916b677478c2eef6ef349bd2c04a99da9eade596b78cd54d8",
-    "GridExecutor.__call__": "e52d3746b0f33a88dd4e678c0dc5a9fb518efc986cebccc61e16185fd8860d46",
-    "TritonSemantic.device_assert": "361fee05925913d289320495bb4d8032d420cd732379bc642da22d5dff319dd5",
-    "TritonSemantic.binary_op_sanitize_overflow_impl": (
-        "bdd7f3e24aa645ab7d9560d3c8df63c971f33d54937cb3ed5851e3c7d2eb9467"
-    ),
-    "_patch_lang": "e5beeba74ada48294c1d0dbee3e55a5ac185992e2197b7ee706f3f061d880989",
+    "triton/runtime/interpreter.py": "5af8debc8c2a858e19e303725d4deb778e796e5bc1b27387b7fa758a96a8e731",
+    "triton/language/semantic.py": "8d7592ed77ab6dd494a07c9a34621036dd5a16a0f61904ed5f10ee9598cae1c8",
+    "triton/language/core.py": "4f698c8b3bc25f6700558bf4be5324164f6a183357a881acd50308570ce190f6",
 }
 
 PLAIN_ENV = "PARITY_PLAIN_TRITON_INTERPRETER"
@@ -63,24 +64,18 @@ PLAIN_ENV = "PARITY_PLAIN_TRITON_INTERPRETER"
 _state: dict[str, Any] = {"done": False, "streamlined": False, "skipped": 0}
 
 
-def _read_functions() -> dict[str, Any]:
-    from triton.language.semantic import TritonSemantic
+def source_digests() -> dict[str, str]:
+    """The sha256 of each file of :data:`READ_SOURCES` in the installed Triton."""
+    from triton.language import core, semantic
     from triton.runtime import interpreter
 
-    return {
-        "InterpretedFunction.__call__": interpreter.InterpretedFunction.__call__,
-        "GridExecutor.__call__": interpreter.GridExecutor.__call__,
-        "TritonSemantic.device_assert": TritonSemantic.device_assert,
-        "TritonSemantic.binary_op_sanitize_overflow_impl": TritonSemantic.binary_op_sanitize_overflow_impl,
-        "_patch_lang": interpreter._patch_lang,
+    modules = {
+        "triton/runtime/interpreter.py": interpreter,
+        "triton/language/semantic.py": semantic,
+        "triton/language/core.py": core,
     }
-
-
-def source_digests() -> dict[str, str]:
-    """The sha256 of each function of :data:`READ_SOURCES` in the installed Triton."""
     return {
-        name: hashlib.sha256(inspect.getsource(function).encode()).hexdigest()
-        for name, function in _read_functions().items()
+        name: hashlib.sha256(Path(inspect.getfile(module)).read_bytes()).hexdigest() for name, module in modules.items()
     }
 
 
@@ -131,8 +126,13 @@ def _patch_helpers_once_per_launch(interpreter: Any) -> None:
     languages = (interpreter.tl, interpreter.tl.core)
 
     def counted_launch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # A new count at the start and at the end: the launch undoes its patch as
+        # it ends, so a helper called after it (from host code) patches again.
         launch[0] += 1
-        return launch_kernel(self, *args, **kwargs)
+        try:
+            return launch_kernel(self, *args, **kwargs)
+        finally:
+            launch[0] += 1
 
     def call_helper(self: Any, *args: Any, **kwargs: Any) -> Any:
         # As Triton's InterpretedFunction.__call__, with _patch_lang made once per
