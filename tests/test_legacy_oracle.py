@@ -43,6 +43,13 @@ GENERATED = 120
 def run_legacy(script: str, argument: Any, timeout_s: float = 600) -> Any:
     """Run ``script`` in the 0.27.1 environment: it reads ``ARGUMENT`` (JSON) and
     sets ``RESULT`` (JSON-able), which comes back here."""
+    return run_legacy_parts({"only": (script, argument)}, timeout_s)["only"]
+
+
+def run_legacy_parts(parts: dict[str, tuple[str, Any]], timeout_s: float = 600) -> dict[str, Any]:
+    """Each part's script (as :func:`run_legacy`'s) in one process of the 0.27.1
+    environment, one after another, each in a namespace of its own: the
+    environment's start (its vLLM import) is paid once. Part name: its RESULT."""
     program = "\n".join(
         [
             "import json, sys",
@@ -51,15 +58,19 @@ def run_legacy(script: str, argument: Any, timeout_s: float = 600) -> Any:
             # One intra-op thread, as this test process and the harness's processes run.
             "import torch",
             "torch.set_num_threads(1)",
-            "ARGUMENT = json.loads(sys.stdin.read())",
-            textwrap.dedent(script),
-            "sys.stdout.write('\\nRESULT ' + json.dumps(RESULT))",
+            "PARTS = json.loads(sys.stdin.read())",
+            "RESULTS = {}",
+            "for name, (script, argument) in PARTS.items():",
+            "    space = {'ARGUMENT': argument}",
+            "    exec(script, space)",
+            "    RESULTS[name] = space['RESULT']",
+            "sys.stdout.write('\\nRESULT ' + json.dumps(RESULTS))",
         ]
     )
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.run(
         [str(LEGACY_PYTHON), "-c", program],
-        input=json.dumps(argument),
+        input=json.dumps({name: [textwrap.dedent(script), argument] for name, (script, argument) in parts.items()}),
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -68,7 +79,8 @@ def run_legacy(script: str, argument: Any, timeout_s: float = 600) -> Any:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.rsplit("\nRESULT ", 1)[1])
+    results: dict[str, Any] = json.loads(proc.stdout.rsplit("\nRESULT ", 1)[1])
+    return results
 
 
 def layout_cases() -> tuple[Case, ...]:
@@ -92,8 +104,8 @@ for name, case in cases.items():
 
 
 @pytest.fixture(scope="module")
-def legacy_layouts() -> dict[str, Any]:
-    result: dict[str, Any] = run_legacy(PLAN_SCRIPT, GENERATED)
+def legacy_layouts(legacy_answers: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = legacy_answers["plan"]
     return result
 
 
@@ -143,9 +155,9 @@ RESULT = [side.workspace_size(config) for config in workspace_grids(["full", "wi
 """
 
 
-def test_workspace_size_is_0_27_1s_on_the_whole_grid() -> None:
+def test_workspace_size_is_0_27_1s_on_the_whole_grid(legacy_answers: dict[str, Any]) -> None:
     configs = workspace_grids(["full", "wide"])
-    legacy = run_legacy(WORKSPACE_SCRIPT, None)
+    legacy = legacy_answers["workspace"]
     assert len(legacy) == len(configs)
     differing = [
         (c.name, a, PORT.workspace_size(c)) for c, a in zip(configs, legacy, strict=True) if a != PORT.workspace_size(c)
@@ -167,11 +179,11 @@ for case in refusal_cases():
 """
 
 
-def test_refusals_name_their_class() -> None:
+def test_refusals_name_their_class(legacy_answers: dict[str, Any]) -> None:
     """Each of 0.27.1's refusals on its own case, with the class's stable reason."""
     from oracle.legacy import LOOP_FAILS, REFUSALS
 
-    reasons = run_legacy(REFUSAL_SCRIPT, None)
+    reasons = legacy_answers["refusals"]
     assert reasons == [
         REFUSALS["share-zero"],
         REFUSALS["share-not-divisible"],
@@ -231,12 +243,9 @@ def case_argument(case: Case) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def legacy_numeric(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    path = tmp_path_factory.mktemp("legacy") / "numeric.pt"
-    merge = [case.to_json() for case in load_suite("smoke").merge_cases[:6]]
-    argument = {"merge": merge, "prefill": [case_argument(c) for c in prefill_cases()], "path": str(path)}
-    refused = run_legacy(NUMERIC_SCRIPT, argument)
-    loaded: dict[str, Any] = torch.load(path)
+def legacy_numeric(legacy_answers: dict[str, Any]) -> dict[str, Any]:
+    refused = legacy_answers["numeric"]
+    loaded: dict[str, Any] = torch.load(legacy_answers["numeric_path"])
     return {**loaded, **{name: {"refused": reason} for name, reason in refused.items()}}
 
 
@@ -347,10 +356,26 @@ def dcp_cases() -> list[Case]:
 
 
 @pytest.fixture(scope="module")
-def legacy_dcp(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    path = tmp_path_factory.mktemp("legacy-dcp") / "dcp.pt"
-    result = run_legacy(DCP_SCRIPT, {"cases": [case_argument(c) for c in dcp_cases()], "path": str(path)})
-    return {"result": result, "tensors": torch.load(path)}
+def legacy_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """0.27.1's plans, workspace sizes, refusals, merges and prefills (DCP's
+    among them), from one process of its environment (one vLLM import)."""
+    folder = tmp_path_factory.mktemp("legacy")
+    merge = [case.to_json() for case in load_suite("smoke").merge_cases[:6]]
+    numeric = {"merge": merge, "prefill": [case_argument(c) for c in prefill_cases()], "path": str(folder / "n.pt")}
+    dcp = {"cases": [case_argument(c) for c in dcp_cases()], "path": str(folder / "dcp.pt")}
+    parts = {
+        "plan": (PLAN_SCRIPT, GENERATED),
+        "workspace": (WORKSPACE_SCRIPT, None),
+        "refusals": (REFUSAL_SCRIPT, None),
+        "numeric": (NUMERIC_SCRIPT, numeric),
+        "dcp": (DCP_SCRIPT, dcp),
+    }
+    return {**run_legacy_parts(parts), "numeric_path": numeric["path"], "dcp_path": dcp["path"]}
+
+
+@pytest.fixture(scope="module")
+def legacy_dcp(legacy_answers: dict[str, Any]) -> dict[str, Any]:
+    return {"result": legacy_answers["dcp"], "tensors": torch.load(legacy_answers["dcp_path"])}
 
 
 def test_dcp_prefill_is_bit_exact_with_0_27_1s_dcp_loop(legacy_dcp: dict[str, Any]) -> None:
