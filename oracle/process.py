@@ -23,14 +23,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from harness.model import Case, Layout, WorkspaceConfig
 from harness.model.sparse import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
 from harness.protocol.errors import ExternalPortError
 from harness.protocol.external import ExternalPort, merge_request
 
 if TYPE_CHECKING:
+    # The tensor ops' types: a release asked for layouts alone never loads torch here.
+    import torch
+
     from harness.kernels import SharedKernels
     from harness.kernels.numeric import MergeInputs, PrefillInputs
     from harness.kernels.sparse_prefill import SparsePrefillInputs
@@ -105,6 +106,8 @@ def ensure_environment(release: str) -> Path:
 
 def _stored(tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
     """``tensor``'s whole storage, flat, and the view that recovers it from that."""
+    import torch
+
     size = tensor.untyped_storage().nbytes() // tensor.element_size()
     flat = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
     flat.set_(tensor.untyped_storage(), 0, (size,), (1,))

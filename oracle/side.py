@@ -87,10 +87,16 @@ class OracleSide(SparseSideMixin):
 
     name = "oracle"
 
-    def __init__(self) -> None:
-        self._torch = import_vllm_module("torch")
+    @functools.cached_property
+    def _torch(self) -> Any:
+        # Imported on the first question, as vLLM is (:attr:`_mla`): a layout-only
+        # run answered from the oracle cache never loads torch.
+        return import_vllm_module("torch")
+
+    @functools.cached_property
+    def _workspace_stub(self) -> Any:
         # The layout never touches the workspace tensor; a stub stands in for it.
-        self._workspace_stub = self._torch.empty(0)
+        return self._torch.empty(0)
 
     def import_upstream(self) -> None:
         """Import now the vLLM module every level calls (otherwise imported on the

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from harness.compare.bits import ulp_of_larger_text, ulp_text
+from harness.compare.ulp_text import ulp_of_larger_text, ulp_text
 from harness.model import Case, Chunk, Layout, MergeCase, WorkspaceConfig
 from harness.model.sparse import SparseWorkspaceConfig
 from harness.sides.items import PARITY, CaseResult

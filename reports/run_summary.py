@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.compare.bits import histogram_text, max_distance_text, ulp_of_larger_text
+from harness.compare.ulp_text import histogram_text, max_distance_text, ulp_of_larger_text
 from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from harness.cli import main as parity
-from harness.compare.bits import histogram_text, ulp_of_larger_text, ulp_text
+from harness.compare.ulp_text import histogram_text, ulp_of_larger_text, ulp_text
 from harness.verdicts.results_file import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -145,11 +145,13 @@ RUN_AND_TELL = """
 import json, sys
 from harness.cli import main
 code = main(["run", "--cases", sys.argv[1], "--level", "layout", "--json", sys.argv[2]])
-print(json.dumps({"code": code, "vllm_imported": "vllm" in sys.modules}))
+print(json.dumps({"code": code, "vllm_imported": "vllm" in sys.modules, "torch_imported": "torch" in sys.modules}))
 """
 
 
 def test_a_run_answered_from_the_cache_does_not_import_vllm(tmp_path: Path) -> None:
+    """Nor torch, at the layout level: layouts are host work (harness.sides.items.TENSOR_LEVELS),
+    and torch's import was most of such a run's start-up. The first run, which asks the oracle, loads both."""
     env = {**os.environ, "PARITY_ORACLE_CACHE": str(tmp_path / "cache")}
     told, provenances = [], []
     for run in ("first", "second"):
@@ -161,6 +163,9 @@ def test_a_run_answered_from_the_cache_does_not_import_vllm(tmp_path: Path) -> N
         assert done.returncode == 0, done.stderr[-2000:]
         told.append(json.loads(done.stdout.strip().splitlines()[-1]))
         provenances.append(json.loads(out.read_text())["provenance"])
-    assert told == [{"code": 0, "vllm_imported": True}, {"code": 0, "vllm_imported": False}]
+    assert told == [
+        {"code": 0, "vllm_imported": True, "torch_imported": True},
+        {"code": 0, "vllm_imported": False, "torch_imported": False},
+    ]
     assert provenances[0] == provenances[1]
     assert set(provenances[1]["fingerprints"].values()) == {"ok"}

@@ -18,17 +18,8 @@ import pandas as pd
 import pytest
 import torch
 
-from harness.compare.bits import (
-    HISTOGRAM_LABELS,
-    INF_ULP,
-    NAN_ULP,
-    TensorComparison,
-    compare_bits,
-    ordered,
-    sorted_histogram,
-    ulp_of,
-    ulp_text,
-)
+from harness.compare.bits import TensorComparison, compare_bits, ordered, ulp_of
+from harness.compare.ulp_text import HISTOGRAM_LABELS, INF_ULP, NAN_ULP, sorted_histogram, ulp_text
 from harness.sides.items import DIVERGENT, PARITY, CaseResult
 from harness.verdicts.baseline import NEW, judge_item, load_baseline, port_names
 from harness.verdicts.gate import judge

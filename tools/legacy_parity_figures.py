@@ -39,7 +39,14 @@ from typing import Any
 import pandas as pd
 
 from harness.cases.fields import CaseError
-from harness.compare.bits import INF_BUCKET, NAN_BUCKET, histogram_text, sorted_histogram, ulp_of_larger_text, ulp_text
+from harness.compare.ulp_text import (
+    INF_BUCKET,
+    NAN_BUCKET,
+    histogram_text,
+    sorted_histogram,
+    ulp_of_larger_text,
+    ulp_text,
+)
 from harness.sides.items import DIVERGENT, PARITY
 from harness.verdicts.results_file import read_rows
 from harness.verdicts.summary import with_later_columns

@@ -39,7 +39,6 @@ from harness.engine import (
     real_ranks_of,
     select_device,
 )
-from harness.kernels import SharedKernels
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port, port_levels
@@ -49,6 +48,7 @@ from harness.sides.runner import SPARSE_KINDS, run_item
 from harness.verdicts.reproduce import Item, ResolvedItem, level_of, resolve_item
 
 if TYPE_CHECKING:
+    from harness.kernels import SharedKernels
     from harness.sides.dcp_ranks import RealRanks
 
 

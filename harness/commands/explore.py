@@ -7,13 +7,12 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.commands.common import open_command_oracle, run_request
 from harness.commands.diff import compare_and_print
 from harness.commands.options import PORT_HELP, jobs_options, oracle_options
 from harness.engine import UsageError, close_port, pool_failure, select_device, worker_spec
-from harness.kernels import SharedKernels
 from harness.protocol.port import Port, port_levels
 from harness.search.explore import explore
 from harness.search.explore_finds import load_find, replay_kinds
@@ -22,6 +21,9 @@ from harness.sides.items import LEVELS, selected_levels
 from harness.sides.job_sizing import resolve_jobs
 from harness.sides.loading import load_port
 from harness.sides.pool import PoolError, WorkerPool
+
+if TYPE_CHECKING:
+    from harness.kernels import SharedKernels
 
 
 def register(sub: Any) -> None:

@@ -3,8 +3,12 @@ or vLLM, torch's threads fixed, and its shared kernels."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harness.engine.errors import UsageError
-from harness.kernels import SharedKernels
+
+if TYPE_CHECKING:
+    from harness.kernels import SharedKernels
 
 # Torch's intra-op threads in every process that compares. The shared kernels'
 # float results depend on the thread count (a divergent item's ULP figures
@@ -52,18 +56,26 @@ def prepare_device(device: str) -> None:
     prepare_environment()
 
 
+def select_host(device: str) -> None:
+    """What :func:`select_device` sets that is not torch's: the collector's
+    thresholds (:data:`GC_THRESHOLDS`) and ``device``'s recipe. Enough for a run
+    whose levels compare no tensor (layouts and workspace sizes): it never loads
+    torch, whose import is most of such a process's start-up."""
+    import gc
+
+    gc.set_threshold(*GC_THRESHOLDS)
+    _use_device(device)
+
+
 def select_device(device: str) -> SharedKernels:
     """Prepare the oracle's recipe for ``device``, fix torch's threads at
     :data:`NUMERIC_THREADS` and the collector's at :data:`GC_THRESHOLDS`, and
     return that device's shared kernels. Call before the oracle is opened (vLLM
     reads the recipe on import)."""
-    import gc
-
     import torch
 
     from harness.kernels import kernels_for
 
     torch.set_num_threads(NUMERIC_THREADS)
-    gc.set_threshold(*GC_THRESHOLDS)
-    _use_device(device)
+    select_host(device)
     return kernels_for(device)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases.suites import Suite
-from harness.engine.device import prepare_device, select_device
+from harness.engine.device import prepare_device, select_device, select_host
 from harness.engine.errors import UsageError
 from harness.engine.oracles import drift_banner, open_oracle
 from harness.engine.progress import progress_bar
@@ -112,6 +112,7 @@ def execute(
 
     from harness.protocol.port import l3_compares
     from harness.sides.item_stream import stream_items
+    from harness.sides.items import computes_tensors
     from harness.sides.pool import PoolError
     from harness.sides.runner import selected_item_ids
     from harness.verdicts.results_file import ResultsWriter, items_digest
@@ -144,7 +145,11 @@ def execute(
             pool.close()
         raise
     try:
-        kernels = select_device(request.device)
+        kernels = None
+        if computes_tensors(levels):
+            kernels = select_device(request.device)
+        else:
+            select_host(request.device)
         if real_ranks is not None:
             from harness.sides.dcp_ranks import prestart
 

@@ -10,11 +10,11 @@ from harness.engine.device import select_device
 from harness.engine.errors import UsageError
 from harness.engine.oracles import open_oracle
 from harness.engine.request import RunRequest
-from harness.kernels import SharedKernels
 from harness.protocol.port import Port
 from harness.sides.runner import Shard
 
 if TYPE_CHECKING:
+    from harness.kernels import SharedKernels
     from harness.sides.pool import PoolError, WorkerPool
     from harness.sides.pool_worker import WorkerSpec
 

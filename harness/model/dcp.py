@@ -19,9 +19,11 @@ rank over ``torch.distributed`` (``--dcp-backend gloo``, or NCCL on GPUs).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
+if TYPE_CHECKING:
+    # Imported where ranks' rows are built: the model's layout half never loads torch.
+    import torch
 
 DCP_BACKENDS = ("one-process", "gloo", "nccl")
 
@@ -41,6 +43,8 @@ def padded_local_len(context_len: int, world_size: int, interleave: int) -> int:
 
 def global_positions(local_len: int, world_size: int, interleave: int, rank: int) -> torch.Tensor:
     """The global context position of each of rank ``rank``'s first ``local_len`` local rows."""
+    import torch
+
     local = torch.arange(local_len)
     return (local // interleave) * (interleave * world_size) + rank * interleave + local % interleave
 
@@ -77,6 +81,8 @@ class OneProcessRanks:
         return True
 
     def all_gather(self, local_of: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        import torch
+
         return torch.cat([local_of(rank) for rank in range(self.world_size)])
 
 
@@ -91,6 +97,7 @@ class TorchDistributedRanks:
         return rank == self.rank
 
     def all_gather(self, local_of: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        import torch
         import torch.distributed as dist
 
         local = local_of(self.rank).contiguous()

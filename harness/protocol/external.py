@@ -25,15 +25,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
 from harness.model import Case, Layout, WorkspaceConfig, layout_from_json
 from harness.model.sparse import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase, sparse_layout_from_json
 from harness.protocol.errors import ExternalPortError
-from harness.protocol.external_sparse import sparse_prefill_over_protocol
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, HarnessFault
 
 if TYPE_CHECKING:
+    # The tensor ops' types: a port asked for layouts alone never loads torch.
+    import torch
+
     from harness.kernels import SharedKernels
     from harness.kernels.numeric import MergeInputs, PrefillInputs
     from harness.kernels.sparse_prefill import SparsePrefillInputs
@@ -375,6 +375,7 @@ class ExternalPort:
         """Sparse L3 over the protocol: the port's route, layout and per-attention
         selections, run here on the shared kernels, folded by the port
         (:mod:`harness.protocol.external_sparse`)."""
+        from harness.protocol.external_sparse import sparse_prefill_over_protocol
 
         return sparse_prefill_over_protocol(self, case, inputs, kernels)
 

@@ -214,6 +214,7 @@ def stream_items(
     :class:`LayoutFigures` (enough for results rows, not for a JSON report).
     ``oracle`` is this process's; it may be None when every item runs in a
     worker (a pool, and no real ranks)."""
+    from harness.sides.items import computes_tensors
     from harness.sides.runner import run_item, run_items
 
     if pool is None:
@@ -221,7 +222,7 @@ def stream_items(
         return ItemStream(
             run_items(oracle, port, suite, levels, shard, kernels, skip, device, timeout_s, real_ranks), None
         )
-    if kernels is None:
+    if kernels is None and computes_tensors(levels):
         from harness.kernels import kernels_for
 
         kernels = kernels_for(device)

@@ -24,6 +24,7 @@ from harness.sides.time_limits import limit_for, time_limit
 
 if TYPE_CHECKING:
     from harness.compare.bits import TensorComparison
+    from harness.kernels import SharedKernels
 
 PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR = "parity", "divergent", "oracle-error", "port-error"
 # An item at a level the port does not implement: compared with nothing, so never
@@ -33,6 +34,24 @@ NOT_RUN = "not-run"
 LEVELS = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill")
 # The level of each item kind that is not a level's own name.
 KIND_LEVELS = {"workspace": "layout", "sparse-workspace": "sparse-layout"}
+# The levels whose items are tensors. The others' (layouts and workspace sizes)
+# are host work: a run of those alone never loads torch (harness.engine.device.select_host).
+TENSOR_LEVELS = ("merge", "prefill", "sparse-mask", "sparse-prefill")
+
+
+def computes_tensors(levels: tuple[str, ...]) -> bool:
+    """Whether any of ``levels`` compares tensors (:data:`TENSOR_LEVELS`)."""
+    return any(level in TENSOR_LEVELS for level in levels)
+
+
+def device_kernels(kernels: SharedKernels | None, device: str) -> SharedKernels:
+    """``kernels``, or ``device``'s shared kernels when the caller has none: a run
+    whose levels compare no tensor never builds them (nor loads torch)."""
+    if kernels is not None:
+        return kernels
+    from harness.kernels import kernels_for
+
+    return kernels_for(device)
 
 
 def level_of(kind: str) -> str:

@@ -55,14 +55,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from harness.compare.sparse import check_sparse_layout
-from harness.kernels import SharedKernels
-from harness.kernels.numeric import MergeInputs, PrefillInputs
-from harness.kernels.sparse_prefill import SparsePrefillInputs
 from harness.model import Case, Layout, WorkspaceConfig
 from harness.model.sparse import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
 from harness.protocol.port import Port, check_layout, port_levels
@@ -98,6 +93,14 @@ from harness.sides.oracle_cache_store import (
     unsealed,
     write_atomically,
 )
+
+if TYPE_CHECKING:
+    # The numeric levels' types: a layout-only run never loads torch.
+    import torch
+
+    from harness.kernels import SharedKernels
+    from harness.kernels.numeric import MergeInputs, PrefillInputs
+    from harness.kernels.sparse_prefill import SparsePrefillInputs
 
 DEFAULT_MEMORY_LIMIT_BYTES = 1 << 30
 
@@ -427,6 +430,8 @@ class CachedOracle:
 def _environment_of(tensor: Any, what: str) -> dict[str, Any]:
     """The numeric environment of the device ``tensor`` is on (Uncacheable for
     inputs that are not plain tensors)."""
+    import torch
+
     if type(tensor) is not torch.Tensor:
         raise Uncacheable(f"{what} inputs without tensors")
     return numeric_environment(tensor.device)

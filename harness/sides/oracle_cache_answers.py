@@ -33,13 +33,16 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from harness.sides.oracle_cache_keys import Uncacheable
+
+if TYPE_CHECKING:
+    # Imported where tensors are kept or handed out: a layout-only run never loads torch.
+    import torch
 
 # The forms an answer's tensors come back in (handed_out).
 TENSOR_FORMS = ("tuple", "dict", "tensor", "list")
@@ -53,19 +56,29 @@ KIND_FORMS: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "sparse-mask": ("tensor", ("mask",)),
     "sparse-remap": ("list", None),  # "0", "1", ... in order
 }
-# Dtypes an entry file can hold (safetensors').
-_STORED_DTYPES = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-}
+
+
+@functools.cache
+def _stored_dtypes() -> frozenset[torch.dtype]:
+    """Dtypes an entry file can hold (safetensors')."""
+    import torch
+
+    return frozenset(
+        {
+            torch.float64,
+            torch.float32,
+            torch.float16,
+            torch.bfloat16,
+            torch.int64,
+            torch.int32,
+            torch.int16,
+            torch.int8,
+            torch.uint8,
+            torch.bool,
+        }
+    )
+
+
 # Errors that say something about the moment, not the item.
 _TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (OSError, MemoryError)
 _TRANSIENT_ERROR_NAMES = frozenset(
@@ -193,9 +206,11 @@ def rebuilt_error(error: KeptError) -> Exception:
 
 def kept_tensors(form: str, items: list[tuple[str, Any]]) -> KeptTensors:
     """The store's own copies (dense strides kept), or :class:`Uncacheable`."""
+    import torch
+
     kept = []
     for name, value in items:
-        if type(name) is not str or type(value) is not torch.Tensor or value.dtype not in _STORED_DTYPES:
+        if type(name) is not str or type(value) is not torch.Tensor or value.dtype not in _stored_dtypes():
             raise Uncacheable(f"a {type(value).__qualname__} named {name!r}")
         if value.layout != torch.strided or value.is_conj() or value.is_neg() or value.requires_grad:
             raise Uncacheable(f"tensor {name!r} is not a plain tensor")
@@ -215,6 +230,8 @@ def _dense(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
 
 def fresh_copy(value: torch.Tensor, device: torch.device | str, stride: tuple[int, ...]) -> torch.Tensor:
     """A new tensor of ``value``'s bits on ``device`` in ``stride`` when dense."""
+    import torch
+
     shape = tuple(value.shape)
     if value.numel() and _dense(shape, stride):
         out = torch.empty_strided(shape, stride, dtype=value.dtype, device=device)

@@ -44,25 +44,25 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import importlib
 import json
 import math
 import os
 import platform
 import re
+import sys
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from harness.kernels import CpuKernels, CudaKernels, SharedKernels, kernels_untouched
-from harness.kernels.numeric import DcpInputs, MergeInputs, PrefillInputs, RankCache
-from harness.kernels.sparse_prefill import SparsePrefillInputs
 from harness.model import Case, MergeCase, NumericSpec, WorkspaceConfig
 from harness.model.dcp import OneProcessRanks
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
+
+if TYPE_CHECKING:
+    import torch
+
+    from harness.kernels import SharedKernels
 
 # Part of every key: a change to what an entry holds or how a key is made
 # starts a new folder instead of misreading the old one.
@@ -87,22 +87,26 @@ IDENTITY_KEYS = (
 )
 
 # Exactly these types are digested field by field; a subclass may change what
-# the oracle reads (a property), so it is not cached.
-_DIGESTED_DATACLASSES: tuple[type, ...] = (
+# the oracle reads (a property), so it is not cached. The cases and configurations:
+_MODEL_DATACLASSES: tuple[type, ...] = (
     Case,
     NumericSpec,
     WorkspaceConfig,
     MergeCase,
-    PrefillInputs,
-    MergeInputs,
-    DcpInputs,
-    RankCache,
     SparseCase,
     SparseWorkspaceConfig,
     TopkMaskCase,
-    SparsePrefillInputs,
 )
-_KERNEL_TYPES: tuple[type, ...] = (CpuKernels, CudaKernels)
+
+
+@functools.cache
+def _input_dataclasses() -> tuple[type, ...]:
+    """And the L2/L3 inputs: their modules load torch, so they are imported for
+    the first value that is not a model type (a layout-only run never loads torch)."""
+    from harness.kernels.numeric import DcpInputs, MergeInputs, PrefillInputs, RankCache
+    from harness.kernels.sparse_prefill import SparsePrefillInputs
+
+    return (PrefillInputs, MergeInputs, DcpInputs, RankCache, SparsePrefillInputs)
 
 
 class Uncacheable(Exception):
@@ -163,10 +167,6 @@ def oracle_fingerprint(oracle: Any, provenance: Mapping[str, Any], sparse: str |
     """The first half of every key: who the oracle is (module docstring), and
     ``sparse``, the digest of the sources its sparse path runs (:func:`sparse_sources`).
     Raises ``TypeError``/``ValueError`` for a provenance that is not plain JSON."""
-    # The oracle's numeric code loads on its first merge or prefill: load it now,
-    # so the sources hashed below are the ones it runs.
-    importlib.import_module("oracle.numeric")
-
     material = {
         "format": CACHE_FORMAT,
         "oracle": f"{type(oracle).__module__}.{type(oracle).__qualname__}",
@@ -176,7 +176,7 @@ def oracle_fingerprint(oracle: Any, provenance: Mapping[str, Any], sparse: str |
         "sources": sources_digest(),
         "sparse_sources": sparse,
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": _package_version("torch"),
         "triton": _package_version("triton"),
         # The interpreter's tl.exp and tl.log are numpy's.
         "numpy": _package_version("numpy"),
@@ -199,6 +199,8 @@ def _float(value: float) -> dict[str, str]:
 def _tensor(value: torch.Tensor) -> dict[str, Any]:
     """A tensor by its geometry and every byte of its storage (a view reads by
     its strides and offset, and what lies around it is part of the input)."""
+    import torch
+
     if value.layout != torch.strided or value.is_conj() or value.is_neg() or value.is_quantized:
         raise Uncacheable(f"a {value.layout} tensor")
     storage = value.untyped_storage()
@@ -224,18 +226,22 @@ def canonical(value: Any) -> Any:
         return _float(value)
     if type(value) in (tuple, list):
         return [canonical(v) for v in value]
-    if type(value) is torch.Tensor:
+    # A tensor's module is loaded before the tensor: a layout-only run never loads torch.
+    torch = sys.modules.get("torch")
+    if torch is not None and type(value) is torch.Tensor:
         return _tensor(value)
     if type(value) is OneProcessRanks:
         return {"type": "OneProcessRanks", "world_size": value.world_size, "rank": value.rank}
-    if type(value) in _DIGESTED_DATACLASSES:
+    if type(value) in _MODEL_DATACLASSES or (dataclasses.is_dataclass(value) and type(value) in _input_dataclasses()):
         fields = {f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
         return {"type": type(value).__qualname__, "fields": fields}
     raise Uncacheable(f"a {type(value).__module__}.{type(value).__qualname__}")
 
 
 def kernels_identity(kernels: SharedKernels) -> dict[str, Any]:
-    if type(kernels) not in _KERNEL_TYPES:
+    from harness.kernels import CpuKernels, CudaKernels, kernels_untouched
+
+    if type(kernels) not in (CpuKernels, CudaKernels):
         raise Uncacheable(f"kernels {type(kernels).__qualname__}")
     if not kernels_untouched(kernels):
         # Something patched them (an in-process port can): the answer is not the
@@ -250,6 +256,8 @@ def kernels_identity(kernels: SharedKernels) -> dict[str, Any]:
 
 @functools.cache
 def _gpu_identity(device: str) -> dict[str, Any]:
+    import torch
+
     index = torch.device(device).index
     return {
         "name": torch.cuda.get_device_name(index),
@@ -261,6 +269,8 @@ def _gpu_identity(device: str) -> dict[str, Any]:
 def numeric_environment(device: torch.device) -> dict[str, Any]:
     """What beyond the inputs can change an L2/L3 bit: the device and how
     torch and Triton run on it."""
+    import torch
+
     out: dict[str, Any] = {
         "device": str(device),
         "machine": platform.machine(),

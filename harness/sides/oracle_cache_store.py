@@ -50,9 +50,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from harness.compare.sparse import check_sparse_layout
 from harness.model import Chunk, Layout, expanded_runs
@@ -66,6 +64,10 @@ from harness.sides.oracle_cache_answers import (
     tensor_entry_fits,
 )
 from harness.sides.oracle_cache_keys import CACHE_FORMAT
+
+if TYPE_CHECKING:
+    # Imported where tensors are kept: a layout-only run never loads torch.
+    import torch
 
 ENVIRONMENT_VARIABLE = "PARITY_ORACLE_CACHE"
 # The kinds whose entries are JSON (every other kind's are safetensors).
@@ -175,6 +177,7 @@ def decode_json_entry(data: bytes, header: dict[str, Any]) -> Any:
 
 
 def encode_tensor_entry(header: dict[str, Any], answer: KeptTensors | KeptError) -> bytes:
+    import torch
     from safetensors.torch import save
 
     entry = dict(header)

@@ -29,6 +29,8 @@ from harness.sides.items import (
     PORT_ERROR,
     CaseResult,
     compare_sizes,
+    computes_tensors,
+    device_kernels,
     harness_inputs,
     item_id,
     level_of,
@@ -250,14 +252,15 @@ def run_item(
     port: Port,
     kind: str,
     item: Any,
-    kernels: SharedKernels,
+    kernels: SharedKernels | None,
     device: str = "cpu",
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
     real_ranks: RealRanks | None = None,
 ) -> CaseResult:
-    """One item; the numeric levels run on ``device`` (layouts are host work).
-    An item at a level the port does not implement is ``not-run``. A DCP
-    prefill item runs on real ranks when ``real_ranks`` says how (only those)."""
+    """One item; the numeric levels run on ``device`` (layouts are host work)
+    with ``kernels``, or the device's own when None. An item at a level the port
+    does not implement is ``not-run``. A DCP prefill item runs on real ranks when
+    ``real_ranks`` says how (only those)."""
     if level_of(kind) not in port_levels(port):
         return not_run(port, kind, item)
     if kind in SPARSE_KINDS:
@@ -270,7 +273,7 @@ def run_item(
         return compare_workspace(oracle, port, item, timeout_s)
     if kind == "merge":
         return compare_merge(oracle, port, item, device, timeout_s)
-    return compare_prefill(oracle, port, item, kernels, device, timeout_s, real_ranks)
+    return compare_prefill(oracle, port, item, device_kernels(kernels, device), device, timeout_s, real_ranks)
 
 
 def run_items(
@@ -290,10 +293,8 @@ def run_items(
     ``device`` with its shared kernels unless ``kernels``; each port call
     limited to ``timeout_s`` seconds; DCP prefill items on real ranks when
     ``real_ranks`` says how."""
-    if kernels is None:
-        from harness.kernels import kernels_for
-
-        kernels = kernels_for(device)
+    if kernels is None and computes_tensors(levels):
+        kernels = device_kernels(kernels, device)
     for index, (kind, item) in enumerate(plan_items(suite, levels)):
         if (shard is not None and not shard.owns(index)) or item_id(kind, item.name) in skip:
             continue

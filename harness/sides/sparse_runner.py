@@ -9,7 +9,7 @@ identical inputs (top-k indices are materialised once per side from the case).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cases.sparse_inputs import materialise_topk
 from harness.compare.sparse import (
@@ -18,7 +18,6 @@ from harness.compare.sparse import (
     first_remap_divergence,
     first_sparse_divergence,
 )
-from harness.kernels import SharedKernels
 from harness.model.sparse import SparseCase, TopkMaskCase
 from harness.protocol.port import Port, PortValueError, check_tensor
 from harness.sides.items import (
@@ -30,11 +29,15 @@ from harness.sides.items import (
     CaseResult,
     both_sides,
     compare_sizes,
+    device_kernels,
     harness_inputs,
     one_line,
     reraise_interrupt,
     tensor_verdict,
 )
+
+if TYPE_CHECKING:
+    from harness.kernels import SharedKernels
 
 
 def compare_sparse_layout(oracle: Port, port: Port, case: SparseCase, timeout_s: float) -> CaseResult:
@@ -148,8 +151,7 @@ def run_sparse_item(
     device: str = "cpu",
 ) -> CaseResult:
     if kind == "sparse-prefill":
-        assert kernels is not None
-        return compare_sparse_prefill(oracle, port, item, kernels, device, timeout_s)
+        return compare_sparse_prefill(oracle, port, item, device_kernels(kernels, device), device, timeout_s)
     if kind == "sparse-layout":
         return compare_sparse_layout(oracle, port, item, timeout_s)
     if kind == "sparse-workspace":

@@ -95,7 +95,7 @@ import pandas as pd
 
 from harness.cases.fields import CaseError
 from harness.cases.json_input import read_json
-from harness.compare.bits import ulp_text
+from harness.compare.ulp_text import ulp_text
 from harness.sides.items import DIVERGENT, LEVELS, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, level_of
 
 if TYPE_CHECKING:

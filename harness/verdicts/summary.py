@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.compare.bits import sorted_histogram
+from harness.compare.ulp_text import sorted_histogram
 from harness.model import Layout
 from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult
 
@@ -186,8 +186,8 @@ def _side(frame: pd.DataFrame, side: str) -> dict[str, Any]:
 def _numeric(frame: pd.DataFrame) -> dict[str, Any]:
     """A level's figures. ``compared`` counts the items whose tensors were
     compared (parity or divergent), ``not_run`` those never run. ``max_ulp`` is
-    the raw distance over the compared items (``bits.NAN_ULP`` or
-    ``bits.INF_ULP`` when a non-finite value differs); ``max_ulp_of_larger`` the
+    the raw distance over the compared items (``ulp_text.NAN_ULP`` or
+    ``ulp_text.INF_ULP`` when a non-finite value differs); ``max_ulp_of_larger`` the
     largest error in ULPs of the larger value (None where no row measured it);
     ``histogram`` is in numeric bucket order."""
     histogram: Counter[str] = Counter()
