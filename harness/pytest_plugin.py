@@ -54,6 +54,7 @@ from harness.sides.runner import Shard, plan_items, run_item
 
 if TYPE_CHECKING:
     from harness.cases.suites import Suite
+    from harness.kernels import SharedKernels
     from harness.protocol.port import Port
     from harness.verdicts.baseline import BaselineEntry
 
@@ -334,16 +335,23 @@ class _Session:
     def __init__(self, config: pytest.Config) -> None:
         import gc
 
-        from harness.engine import UsageError, open_oracle, select_device
+        from harness.engine import UsageError, open_oracle, select_device, select_host
+        from harness.sides.items import computes_tensors, level_of
 
         plan: _Plan = config._parity_plan  # type: ignore[attr-defined]
         self.device: str = _option(config, "--parity-device")
         # select_device tunes the collector for the harness's own processes; this
         # one is the user's pytest session, whose collector stays as it was.
         thresholds = gc.get_threshold()
+        # A session of host work alone (layouts, workspace sizes) never loads torch.
+        levels = tuple({level_of(kind) for _, kind, _ in plan.items})
+        self.kernels: SharedKernels | None = None
         try:
             try:
-                self.kernels = select_device(self.device)
+                if computes_tensors(levels):
+                    self.kernels = select_device(self.device)
+                else:
+                    select_host(self.device)
             finally:
                 gc.set_threshold(*thresholds)
             self.oracle, self.provenance = open_oracle(

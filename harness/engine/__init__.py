@@ -27,7 +27,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.engine.device import prepare_device, select_device
+    from harness.engine.device import prepare_device, select_device, select_host
     from harness.engine.errors import UsageError
     from harness.engine.execution import Execution, execute, harness_identity, reproduce_meta
     from harness.engine.oracles import drift_banner, open_oracle, release_of
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 _DEFINED_IN = {
     "prepare_device": "harness.engine.device",
     "select_device": "harness.engine.device",
+    "select_host": "harness.engine.device",
     "UsageError": "harness.engine.errors",
     "Execution": "harness.engine.execution",
     "execute": "harness.engine.execution",
@@ -118,6 +119,7 @@ __all__ = [
     "release_of",
     "reproduce_meta",
     "select_device",
+    "select_host",
     "select_suite",
     "shrink_to_file",
     "start_pool",
