@@ -196,7 +196,7 @@ def _make_plan(config: pytest.Config) -> _Plan:
     from harness.engine import UsageError, describe_selection, refuse_empty
     from harness.engine.values import non_negative_int, positive_seconds
     from harness.protocol.port import PortLoadError
-    from harness.sides.items import selected_levels
+    from harness.sides.items import computes_tensors, selected_levels
     from harness.sides.loading import load_port
 
     # Torch and pandas (a baseline's reader imports both) only past the cheap
@@ -222,6 +222,10 @@ def _make_plan(config: pytest.Config) -> _Plan:
         )
         refuse_empty(len(items), describe_selection(suite, levels, shard))
         port_spec: str = _option(config, "--parity-port")
+        if computes_tensors(levels):
+            # The shared kernels record their definitions when first imported:
+            # before any port's code runs (harness.kernels.kernels_untouched).
+            import harness.kernels  # noqa: F401
         try:
             port = load_port(port_spec, timeout_s)
         except PortLoadError as exc:

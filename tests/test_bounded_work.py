@@ -25,7 +25,7 @@ TARGET = "smoke-dcp3-padded"
 # case is not cached; a few seconds, more on a busy machine): the hanging port
 # call then overruns the box by at most its own limit (the time left when the
 # evaluation began, at least 1 s), which GRACE_S covers.
-TIME_BOX_S = 4.0
+TIME_BOX_S = 6.0
 # Seconds past the time box a shrink may take: one port call cut to the time
 # left (at least 1 s), the port's restart after it is killed, writing the files.
 GRACE_S = 40.0

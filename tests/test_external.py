@@ -149,7 +149,7 @@ def test_prefill_over_the_protocol_is_judged_as_in_process(tmp_path: Path, capsy
 # The run's --timeout for the faulty prefill ports: the hanging one is cut at it,
 # and each healthy prefill stays inside it, the port's first (where it imports
 # torch, after a restart too) included, on a busy machine.
-PREFILL_TIMEOUT_S = 6
+PREFILL_TIMEOUT_S = 10
 
 
 @pytest.mark.parametrize(

@@ -156,8 +156,8 @@ def test_every_output_prints_a_line_that_reproduces_pasted_into_a_fresh_shell(
     assert len({re.sub(r" diff \S+ ", " diff ITEM ", line) for line in printed["nightly page"]}) == 1
     pasted: dict[str, subprocess.CompletedProcess[str]] = {}
     for where, lines in printed.items():
-        # The nightly page's ten lines differ in the item alone (checked above): its first is pasted.
-        for line in lines[:1] if where == "nightly page" else lines:
+        # The nightly page's ten lines differ in the item alone (checked above): its first and last are pasted.
+        for line in lines[:1] + lines[1:][-1:] if where == "nightly page" else lines:
             if line not in pasted:
                 pasted[line] = subprocess.run(
                     ["/bin/sh", "-c", line], cwd=ROOT, env=FRESH_SHELL, capture_output=True, text=True, timeout=600

@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY
 from harness.commands.options import port_options, positive_int
-from harness.engine import UsageError, open_oracle
+from harness.engine import UsageError, open_oracle, select_device
 from harness.model import Case
 from harness.sides.loading import load_port
 
@@ -28,7 +28,6 @@ def register(sub: Any) -> None:
 def cmd_shrink(args: argparse.Namespace) -> int:
     """Reduce a divergent case to a minimal one that diverges the same way."""
     from harness.cases.files import write_case_file
-    from harness.kernels import CpuKernels
     from harness.search.shrink import checker, describe_case, shrink
     from harness.verdicts.reproduce import program_words, resolve_item
 
@@ -40,9 +39,11 @@ def cmd_shrink(args: argparse.Namespace) -> int:
     level = "prefill" if args.level == "prefill" else "layout"
     if level == "prefill" and case.numeric is None:
         raise UsageError(f"{args.case}: --level prefill needs a case with a numeric section")
+    # Torch's threads fixed as in every comparing process (the ULP figures depend on them).
+    kernels = select_device("cpu")
     oracle, _ = open_oracle(args.allow_oracle_drift, args.oracle)
     try:
-        outcome = shrink(case, checker(oracle, port, level, CpuKernels()), budget=args.budget)
+        outcome = shrink(case, checker(oracle, port, level, kernels), budget=args.budget)
     except ValueError as exc:
         print(str(exc))
         return EXIT_PARITY

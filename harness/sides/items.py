@@ -34,24 +34,23 @@ NOT_RUN = "not-run"
 LEVELS = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill")
 # The level of each item kind that is not a level's own name.
 KIND_LEVELS = {"workspace": "layout", "sparse-workspace": "sparse-layout"}
-# The levels whose items are tensors. The others' (layouts and workspace sizes)
-# are host work: a run of those alone never loads torch (harness.engine.device.select_host).
-TENSOR_LEVELS = ("merge", "prefill", "sparse-mask", "sparse-prefill")
+# The levels whose items are host work (layouts and workspace sizes): a run of
+# these alone never loads torch (harness.engine.device.select_host). Every other
+# level, one added later included, compares tensors.
+HOST_LEVELS = ("layout", "sparse-layout")
 
 
 def computes_tensors(levels: tuple[str, ...]) -> bool:
-    """Whether any of ``levels`` compares tensors (:data:`TENSOR_LEVELS`)."""
-    return any(level in TENSOR_LEVELS for level in levels)
+    """Whether any of ``levels`` compares tensors (is not one of :data:`HOST_LEVELS`)."""
+    return any(level not in HOST_LEVELS for level in levels)
 
 
-def device_kernels(kernels: SharedKernels | None, device: str) -> SharedKernels:
-    """``kernels``, or ``device``'s shared kernels when the caller has none: a run
-    whose levels compare no tensor never builds them (nor loads torch)."""
-    if kernels is not None:
-        return kernels
-    from harness.kernels import kernels_for
-
-    return kernels_for(device)
+def device_kernels(kernels: SharedKernels | None, kind: str) -> SharedKernels:
+    """``kernels`` for an item of ``kind`` that runs them. None here is the
+    harness's bug, never the port's: its caller selected no device for tensors."""
+    if kernels is None:
+        raise RuntimeError(f"a {kind} item without shared kernels: the run selected no device for its tensors")
+    return kernels
 
 
 def level_of(kind: str) -> str:

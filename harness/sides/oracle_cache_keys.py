@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -136,6 +137,13 @@ def _package_version(name: str) -> str | None:
         return None
 
 
+def _torch_version() -> str | None:
+    """The imported torch's own version where torch is loaded (a run that
+    compares tensors), else its installed distribution's (a layout-only run)."""
+    torch = sys.modules.get("torch")
+    return str(torch.__version__) if torch is not None else _package_version("torch")
+
+
 def _pin_of(provenance: Mapping[str, Any]) -> Any:
     """The pin file of the provenance's release, parsed (None without one)."""
     from oracle.pin import load_pin, pin_file_for
@@ -167,6 +175,11 @@ def oracle_fingerprint(oracle: Any, provenance: Mapping[str, Any], sparse: str |
     """The first half of every key: who the oracle is (module docstring), and
     ``sparse``, the digest of the sources its sparse path runs (:func:`sparse_sources`).
     Raises ``TypeError``/``ValueError`` for a provenance that is not plain JSON."""
+    if "torch" in sys.modules:
+        # A run that compares tensors (its device selected, torch loaded): the
+        # oracle's numeric code loads now, not on its first merge or prefill, so
+        # the sources hashed below are the ones it runs. A layout-only run never loads it.
+        importlib.import_module("oracle.numeric")
     material = {
         "format": CACHE_FORMAT,
         "oracle": f"{type(oracle).__module__}.{type(oracle).__qualname__}",
@@ -176,7 +189,7 @@ def oracle_fingerprint(oracle: Any, provenance: Mapping[str, Any], sparse: str |
         "sources": sources_digest(),
         "sparse_sources": sparse,
         "python": platform.python_version(),
-        "torch": _package_version("torch"),
+        "torch": _torch_version(),
         "triton": _package_version("triton"),
         # The interpreter's tl.exp and tl.log are numpy's.
         "numpy": _package_version("numpy"),

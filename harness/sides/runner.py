@@ -273,7 +273,7 @@ def run_item(
         return compare_workspace(oracle, port, item, timeout_s)
     if kind == "merge":
         return compare_merge(oracle, port, item, device, timeout_s)
-    return compare_prefill(oracle, port, item, device_kernels(kernels, device), device, timeout_s, real_ranks)
+    return compare_prefill(oracle, port, item, device_kernels(kernels, kind), device, timeout_s, real_ranks)
 
 
 def run_items(
@@ -294,7 +294,9 @@ def run_items(
     limited to ``timeout_s`` seconds; DCP prefill items on real ranks when
     ``real_ranks`` says how."""
     if kernels is None and computes_tensors(levels):
-        kernels = device_kernels(kernels, device)
+        from harness.kernels import kernels_for
+
+        kernels = kernels_for(device)
     for index, (kind, item) in enumerate(plan_items(suite, levels)):
         if (shard is not None and not shard.owns(index)) or item_id(kind, item.name) in skip:
             continue

@@ -151,7 +151,7 @@ def run_sparse_item(
     device: str = "cpu",
 ) -> CaseResult:
     if kind == "sparse-prefill":
-        return compare_sparse_prefill(oracle, port, item, device_kernels(kernels, device), device, timeout_s)
+        return compare_sparse_prefill(oracle, port, item, device_kernels(kernels, kind), device, timeout_s)
     if kind == "sparse-layout":
         return compare_sparse_layout(oracle, port, item, timeout_s)
     if kind == "sparse-workspace":
