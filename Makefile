@@ -32,11 +32,12 @@ test-figures: tox
 drift: tox
 	$(IN_ENV) python -m harness drift --against vllm==0.33.0
 
-## bench: L1 throughput and the L2/L3 cost per case (scripts that print, not tests), written into docs/figures.md
+## bench: L1 throughput, the L2/L3 cost per case, a worker's memory and input generation (scripts that print, not tests), written into docs/figures.md
 bench: tox
 	$(IN_ENV) python -m benchmarks.figures layout-throughput python -m benchmarks.layout_throughput
 	$(IN_ENV) python -m benchmarks.figures numeric-cost python -m benchmarks.numeric_cost
 	$(IN_ENV) python -m benchmarks.figures worker-memory python -m benchmarks.worker_memory
+	$(IN_ENV) python -m benchmarks.figures input-cost python -m benchmarks.input_cost
 
 ## speed: benchmarks/speed.py: the ci gate with --jobs 1 and 2, the kill matrix before the pool and
 ## cache, cold and warm, and the nightly default run (about 45 minutes in all), written into docs/figures.md

@@ -226,6 +226,9 @@ def _make_plan(config: pytest.Config) -> _Plan:
             # The shared kernels record their definitions when first imported:
             # before any port's code runs (harness.kernels.kernels_untouched).
             import harness.kernels  # noqa: F401
+            from harness.engine import refuse_other_inputs
+
+            refuse_other_inputs()
         try:
             port = load_port(port_spec, timeout_s)
         except PortLoadError as exc:

@@ -28,11 +28,14 @@ def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
     suites = ET.Element("testsuites", name=f"parity {meta['suite']} {meta['port']}")
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     suite = ET.SubElement(suites, "testsuite", name=f"parity.{meta['suite']}.{meta['port']}")
-    if "l3_compares" in outcome.summary:
-        # What the L3 testcases compared of this port (an external port: its fold only).
-        properties = ET.SubElement(suite, "properties")
-        for level, what in outcome.summary["l3_compares"].items():
-            ET.SubElement(properties, "property", name=f"{level}_compared", value=what)
+    properties = ET.SubElement(suite, "properties")
+    # Where the verdict was reached: the device, the CPU's model and torch's capability on it.
+    environment = meta.get("provenance", {}).get("environment", {})
+    for name in ("device", "cpu", "cpu_capability"):
+        ET.SubElement(properties, "property", name=name, value=str(environment.get(name)))
+    # What the L3 testcases compared of this port (an external port: its fold only).
+    for level, what in outcome.summary.get("l3_compares", {}).items():
+        ET.SubElement(properties, "property", name=f"{level}_compared", value=what)
     for row in table.itertuples(index=False):
         name = printed_id(row.id, meta.get("suite"), meta.get("size"), meta.get("cases"))
         case = ET.SubElement(suite, "testcase", classname=f"parity.{meta['suite']}.{row.level}", name=name)

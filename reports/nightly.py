@@ -130,6 +130,14 @@ def _headline(night: Night) -> str:
     return f"{HEADLINE}: {night_verdict(night)}"
 
 
+def machine_line(environment: dict[str, Any]) -> str:
+    """Where a run ran: its device, and the CPU with torch's capability on it."""
+    return (
+        f"{environment.get('device')}, CPU {environment.get('cpu')} "
+        f"(torch's CPU capability {environment.get('cpu_capability')})"
+    )
+
+
 def render_html(night: Night, history: pd.DataFrame) -> str:
     verdict = night_verdict(night)
     css_class = {"PASS": "pass", "FAIL": "fail"}.get(verdict, "incomplete")
@@ -145,7 +153,8 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         f"<h1>Nightly parity report: {html.escape(night.date)}{reduced}</h1>",
         f"<p>Suite <code>{html.escape(night.suite)}</code>; pinned oracle "
         f"{html.escape(str(oracle.get('release', '?')))} "
-        f"(upstream {html.escape(str(oracle.get('upstream_commit', '?')))}).</p>",
+        f"(upstream {html.escape(str(oracle.get('upstream_commit', '?')))}); run on "
+        f"{html.escape(machine_line(night.provenance.get('environment', {})))}.</p>",
     ]
     sizes = sizes_line(night)
     if sizes:
@@ -296,7 +305,7 @@ def render_markdown(night: Night, history: pd.DataFrame | None = None) -> str:
         f"- oracle: {oracle.get('release')} (upstream {oracle.get('upstream_commit')}), installed vllm "
         f"{oracle.get('installed_vllm')} ({oracle.get('installed_commit_id')}), fingerprints "
         f"{'overridden' if oracle.get('oracle_drift_overridden') else 'all ok'}",
-        f"- torch {environment.get('torch')}, triton {environment.get('triton')}, device {environment.get('device')}",
+        f"- torch {environment.get('torch')}, triton {environment.get('triton')}, {machine_line(environment)}",
         f"- harness repository {harness_repo.get('commit')} ({'dirty' if harness_repo.get('dirty') else 'clean'})",
     ]
     for port, repo in night.provenance.get("port_repositories", {}).items():

@@ -113,9 +113,10 @@ def test_one_process_all_gather_is_the_rank_major_concatenation() -> None:
 @pytest.mark.parametrize("name", ["dcp-reorder-context-order", "dcp-reorder-keeps-padding", "dcp-segment-uncapped"])
 def test_dcp_mutants_are_killed_at_l3_only(oracle: Port, name: str) -> None:
     mutant = MUTANTS[name]()
-    case = CASES[0]
-    assert compare_case(oracle, mutant, case).status == PARITY  # L1 cannot see it
-    assert compare_prefill(oracle, mutant, case, CpuKernels()).status != PARITY
+    assert all(compare_case(oracle, mutant, case).status == PARITY for case in CASES)  # L1 cannot see it
+    # L3 can, on a case whose inputs make the bug change a bit (a reordered sum of
+    # few keys can round to the same fp16 values on one case and not on the next).
+    assert any(compare_prefill(oracle, mutant, case, CpuKernels()).status != PARITY for case in CASES)
 
 
 def test_external_dcp_chunks_follow_the_ports_fields(per_request: Port) -> None:

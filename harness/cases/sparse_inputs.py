@@ -38,6 +38,8 @@ from harness.model.sparse import (
 if TYPE_CHECKING:
     import torch
 
+    from harness.kernels.draws import Draws
+
 # index_topk beyond this is refused before anything is allocated.
 MAX_INDEX_TOPK = 1 << 16
 # A mask case's indices (rows times index_topk) and its mask's words, bounded
@@ -278,65 +280,70 @@ def boundary_positions(case: TopkMaskCase, request: int) -> list[int]:
     return sorted(p for p in spots if 0 <= p < length)
 
 
-def _rows(case: TopkMaskCase, request: int, pattern: str, rows: int, generator: Any) -> torch.Tensor:
+def _rows(case: TopkMaskCase, request: int, pattern: str, rows: int, draws: Draws) -> torch.Tensor:
+    import numpy as np
     import torch
 
     length, k = case.seq_lens[request], case.index_topk
     if pattern in ROW_PATTERNS:
-        return _edge_rows(pattern, length, k, rows, generator)
+        return _edge_rows(pattern, length, k, rows, draws)
     if pattern == "uniform":
-        return torch.randint(0, length, (rows, k), generator=generator, dtype=torch.int32)
+        return torch.from_numpy(draws.integers(0, length, (rows, k)).astype(np.int32))
     if pattern == "boundary":
-        spots = torch.tensor(boundary_positions(case, request), dtype=torch.int32)
-        picks = torch.randint(0, len(spots), (rows, k), generator=generator)
-        chosen = spots[picks]
-        free = torch.rand((rows, k), generator=generator) < 0.25
-        return torch.where(free, torch.randint(0, length, (rows, k), generator=generator, dtype=torch.int32), chosen)
+        spots = np.array(boundary_positions(case, request), dtype=np.int32)
+        chosen = spots[draws.integers(0, len(spots), (rows, k))]
+        free = draws.uniform((rows, k)) < 0.25
+        return torch.from_numpy(np.where(free, draws.integers(0, length, (rows, k)).astype(np.int32), chosen))
     if pattern == "duplicates":
-        pool = torch.randint(0, length, (rows, 3), generator=generator, dtype=torch.int32)
-        return pool[:, torch.randint(0, 3, (k,), generator=generator)]
+        pool = draws.integers(0, length, (rows, 3)).astype(np.int32)
+        return torch.from_numpy(np.ascontiguousarray(pool[:, draws.integers(0, 3, (k,))]))
     # padding: a random count of selections per row, the rest -1, with a few
     # -1 slots inside the selected run as well
-    chosen = torch.randint(0, length, (rows, k), generator=generator, dtype=torch.int32)
-    kept = torch.randint(0, min(k, length) + 1, (rows, 1), generator=generator)
-    slots = torch.arange(k).unsqueeze(0)
-    holes = torch.rand((rows, k), generator=generator) < 0.05
-    return torch.where((slots < kept) & ~holes, chosen, torch.full_like(chosen, -1))
+    chosen = draws.integers(0, length, (rows, k)).astype(np.int32)
+    kept = draws.integers(0, min(k, length) + 1, (rows, 1))
+    slots = np.arange(k)[None, :]
+    holes = draws.uniform((rows, k)) < 0.05
+    return torch.from_numpy(np.where((slots < kept) & ~holes, chosen, np.int32(-1)).astype(np.int32))
 
 
-def _edge_rows(pattern: str, length: int, k: int, rows: int, generator: Any) -> torch.Tensor:
+def _edge_rows(pattern: str, length: int, k: int, rows: int, draws: Draws) -> torch.Tensor:
     """Rows of :data:`ROW_PATTERNS`: full (distinct indices in every slot the
     sequence can fill), single (one index at a random slot) or empty."""
+    import numpy as np
     import torch
 
-    empty = torch.full((rows, k), -1, dtype=torch.int32)
+    empty = np.full((rows, k), -1, dtype=np.int32)
     if pattern == "empty" or length == 0:
-        return empty
+        return torch.from_numpy(empty)
     if pattern == "single":
-        slot = torch.randint(0, k, (rows, 1), generator=generator)
-        index = torch.randint(0, length, (rows, 1), generator=generator, dtype=torch.int32)
-        return empty.scatter(1, slot, index)
-    distinct = torch.rand((rows, length), generator=generator).argsort(dim=1)[:, :k].to(torch.int32)
+        slot = draws.integers(0, k, (rows,))
+        index = draws.integers(0, length, (rows,)).astype(np.int32)
+        empty[np.arange(rows), slot] = index
+        return torch.from_numpy(empty)
+    distinct = draws.argsort_rows(rows, length)[:, :k].astype(np.int32)
     empty[:, : distinct.shape[1]] = distinct
-    return empty
+    return torch.from_numpy(empty)
 
 
 def materialise_topk(case: TopkMaskCase) -> list[torch.Tensor]:
     """Per request, the int32 ``[query_len, index_topk]`` indices of ``case``:
-    every value -1 or in ``[0, seq_len)``; a fresh tensor on every call."""
+    every value -1 or in ``[0, seq_len)``; a fresh tensor on every call. Drawn in
+    order from the case's one stream ``topk`` (:mod:`harness.kernels.draws`)."""
     import torch
+
+    from harness.kernels.draws import Draws
 
     if case.topk is not None:
         return [torch.tensor(rows, dtype=torch.int32).reshape(len(rows), case.index_topk) for rows in case.topk]
-    generator = torch.Generator().manual_seed(case.seed)
+    draws = Draws(case.seed, "topk")
     out = []
     for request, rows in enumerate(case.query_lens):
         if case.pattern != "mixed":
-            out.append(_rows(case, request, case.pattern, rows, generator).contiguous())
+            out.append(_rows(case, request, case.pattern, rows, draws).contiguous())
             continue
         parts = [
-            _rows(case, request, TOPK_PATTERNS[int(p)], 1, generator)
-            for p in torch.randint(0, len(TOPK_PATTERNS) - 1, (rows,), generator=generator)
+            _rows(case, request, TOPK_PATTERNS[int(p)], 1, draws)
+            for p in draws.integers(0, len(TOPK_PATTERNS) - 1, (rows,))
         ]
         out.append(torch.cat(parts).contiguous())
     return out

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from harness.engine.device import prepare_device, select_device, select_host
     from harness.engine.errors import UsageError
-    from harness.engine.execution import Execution, execute, harness_identity, reproduce_meta
+    from harness.engine.execution import Execution, execute, harness_identity, refuse_other_inputs, reproduce_meta
     from harness.engine.oracles import drift_banner, open_oracle, release_of
     from harness.engine.progress import ProgressLines, progress_bar
     from harness.engine.request import RunRequest
@@ -57,6 +57,7 @@ _DEFINED_IN = {
     "UsageError": "harness.engine.errors",
     "Execution": "harness.engine.execution",
     "execute": "harness.engine.execution",
+    "refuse_other_inputs": "harness.engine.execution",
     "harness_identity": "harness.engine.execution",
     "reproduce_meta": "harness.engine.execution",
     "drift_banner": "harness.engine.oracles",
@@ -116,6 +117,7 @@ __all__ = [
     "progress_bar",
     "real_ranks_of",
     "refuse_empty",
+    "refuse_other_inputs",
     "release_of",
     "reproduce_meta",
     "select_device",

@@ -97,6 +97,17 @@ def harness_identity() -> dict[str, Any]:
     }
 
 
+def refuse_other_inputs() -> None:
+    """A machine that draws other inputs than the repository's judges no tensor
+    (harness.sides.input_digests): one line, before any work."""
+    from harness.sides.input_digests import InputsDiffer, check_stream
+
+    try:
+        check_stream()
+    except InputsDiffer as exc:
+        raise UsageError(str(exc)) from None
+
+
 def execute(
     request: RunRequest, before_run: Callable[[Port, Suite], None] | None = None, keep_layouts: bool = True
 ) -> Execution:
@@ -131,6 +142,7 @@ def execute(
             # The shared kernels record their definitions when first imported:
             # before any port's code runs (harness.kernels.kernels_untouched).
             importlib.import_module("harness.kernels")
+            refuse_other_inputs()
         port = load_port(request.port, request.timeout)
         suite = select_suite(request)
         shard = parse_shard(request.shard)

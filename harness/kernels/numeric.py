@@ -1,9 +1,11 @@
 """Deterministic numeric inputs: the prefill (L3) tensors of a case and the merge
 (L2) partials of a merge case.
 
-Same spec, same bits, on any machine: every tensor is drawn on the CPU from a
-``torch.Generator`` seeded from the case's seed and the tensor's name, then moved
-to the target device. The paged KV cache scatters each request's blocks through
+Same spec, same bits, on any machine: every tensor is drawn from its own
+stream (:mod:`harness.kernels.draws`: keyed by the case's seed and the tensor's
+name, defined bit for bit independently of the CPU, its capability, the thread
+count and the library versions), made in float64 by exact operations, rounded
+once to its dtype, then moved to the target device. The paged KV cache scatters each request's blocks through
 a shuffled block table and fills every block no request owns with NaN, so a
 gather that reads outside a request's context poisons the result and is flagged.
 Block-table slots past a request's last block point at one of those NaN blocks
@@ -13,30 +15,48 @@ strays through an unused slot is flagged as well.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from harness.kernels import SharedKernels
+from harness.kernels.draws import Draws
 from harness.model import Case, MergeCase, NumericSpec
 from harness.model.dcp import OneProcessRanks, RankCollective, global_positions, padded_local_len, rank_context_len
 
 DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def generator(seed: int, name: str) -> torch.Generator:
-    """A CPU generator for one named tensor of one case (independent streams)."""
-    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
-    g = torch.Generator(device="cpu")
-    g.manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
-    return g
+def normal(shape: tuple[int, ...], seed: int, name: str) -> torch.Tensor:
+    """Approximately standard normals (float64) of the case's stream ``name``."""
+    return torch.from_numpy(Draws(seed, name).normal(shape))
+
+
+def uniform(shape: tuple[int, ...], seed: int, name: str) -> torch.Tensor:
+    """Uniform on [0, 1) (float64) of the case's stream ``name``."""
+    return torch.from_numpy(Draws(seed, name).uniform(shape))
+
+
+def integers(low: int, high: int, shape: tuple[int, ...], seed: int, name: str) -> torch.Tensor:
+    """Integers on [low, high) (int64) of the case's stream ``name``."""
+    return torch.from_numpy(Draws(seed, name).integers(low, high, shape))
+
+
+def permutation(n: int, seed: int, name: str) -> torch.Tensor:
+    """A permutation of ``range(n)`` (int64) of the case's stream ``name``."""
+    return torch.from_numpy(Draws(seed, name).permutation(n))
+
+
+def rounded(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float64 ``values`` in ``dtype``: to float32 in numpy, then (bf16, fp16) in
+    torch, each an IEEE round-to-nearest-even that every CPU does alike."""
+    return torch.from_numpy(values.numpy().astype(np.float32)).to(dtype)
 
 
 def randn(shape: tuple[int, ...], seed: int, name: str, dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor:
-    values = torch.randn(shape, generator=generator(seed, name), dtype=torch.float32)
-    return (values * scale).to(dtype)
+    return rounded(normal(shape, seed, name) * scale, dtype)
 
 
 @dataclass(frozen=True)
@@ -135,7 +155,7 @@ def materialise_prefill(
     # Spare blocks interleave with owned ones so a gather off the end of a
     # request's blocks lands in NaN, not in a neighbour's data.
     num_blocks = owned + max(4, owned // 2)
-    order = torch.randperm(num_blocks, generator=generator(seed, "block-order"))
+    order = permutation(num_blocks, seed, "block-order")
     max_blocks = max(1, *blocks_per_request)
     # Unused slots name a spare block (NaN throughout), not block 0: block 0 is
     # as likely as any to hold a request's rows, and a gather that strays
@@ -223,7 +243,7 @@ def materialise_rank_caches(
         blocks_per_request = [-(-n // block_size) for n in local_lens]
         owned = sum(blocks_per_request)
         num_blocks = owned + max(4, owned // 2)
-        order = torch.randperm(num_blocks, generator=generator(seed, f"dcp-block-order-rank{rank}"))
+        order = permutation(num_blocks, seed, f"dcp-block-order-rank{rank}")
         poison_block = int(order[owned])
         block_table = torch.full((len(context_lens), width), poison_block, dtype=torch.int32)
         kv_cache = torch.full((num_blocks, block_size, spec.latent_dim), float("nan"), dtype=dtype)
@@ -302,12 +322,20 @@ def new_token_partial(inputs: PrefillInputs, kernels: SharedKernels) -> tuple[to
 # -- L2: merge partials ------------------------------------------------------------------------
 
 MANTISSA_BITS = {"bf16": 7, "fp16": 10, "fp32": 23}
+# ln 2 correctly rounded, written out: a drawn value never goes through a
+# library logarithm or exponential, whose last bit may differ between machines.
+LN_2 = float.fromhex("0x1.62e42fefa39efp-1")
 
 # exp(-gap) in fp32 is a denormal from a gap of 126 ln 2 (87.34) and rounds to 0
 # past 150 ln 2 (103.97): the band where a merge that treats small weights
 # specially (flushes denormals, skips or thresholds a side) parts from the reference.
-FP32_EXP_DENORMAL_GAP = 126 * math.log(2)
-FP32_EXP_ZERO_GAP = 150 * math.log(2)
+FP32_EXP_DENORMAL_GAP = 126 * LN_2
+FP32_EXP_ZERO_GAP = 150 * LN_2
+
+# The tiny-LSE kind's pairings (tiny forms times the other side's kinds), and
+# fp32's smallest normal.
+_TINY_CELLS = 4 * 6
+_FLT_MIN = float.fromhex("0x1p-126")
 
 # LSE kinds, per (head, token) element; a pattern picks one, "mixed" any.
 _RANDOM, _NEG_INF_BOTH, _NEG_INF_PREFIX, _NEG_INF_SUFFIX, _POS_INF = 0, 1, 2, 3, 4
@@ -337,7 +365,7 @@ def partly_visible_gap(dtype: str) -> float:
     """The LSE gap below which the weaker side can still change a merged value
     stored in ``dtype``: its weight ``exp(-gap)`` is at least half an ULP of 1,
     ``2^-(mantissa_bits + 1)``; about 5.5 (bf16), 7.6 (fp16) and 16.6 (fp32)."""
-    return (MANTISSA_BITS[dtype] + 1) * math.log(2)
+    return (MANTISSA_BITS[dtype] + 1) * LN_2
 
 
 @dataclass(frozen=True)
@@ -360,7 +388,7 @@ class MergeInputs:
 
 def _uniform(shape: tuple[int, ...], seed: int, name: str, low: float, high: float) -> torch.Tensor:
     """Uniform on ``[low, high)`` in float64: what is derived from it rounds once, when cast to its dtype."""
-    return low + (high - low) * torch.rand(shape, generator=generator(seed, name), dtype=torch.float64)
+    return low + (high - low) * uniform(shape, seed, name)
 
 
 def _tiny(shape: tuple[int, ...], seed: int, name: str, dtype: torch.dtype) -> torch.Tensor:
@@ -368,14 +396,14 @@ def _tiny(shape: tuple[int, ...], seed: int, name: str, dtype: torch.dtype) -> t
     normal of ``dtype``, each exactly representable there (returned as float64)."""
     info = torch.finfo(dtype)
     smallest = info.tiny * info.eps
-    pick = torch.randint(0, 6, shape, generator=generator(seed, f"{name}:pick"))
-    steps = torch.randint(1, round(1 / info.eps), shape, generator=generator(seed, f"{name}:steps"))
+    pick = integers(0, 6, shape, seed, f"{name}:pick")
+    steps = integers(1, round(1 / info.eps), shape, seed, f"{name}:steps")
     magnitude = torch.zeros(shape, dtype=torch.float64)
     magnitude = torch.where(pick == 2, smallest, magnitude)
     magnitude = torch.where(pick == 3, steps.to(torch.float64) * smallest, magnitude)
     magnitude = torch.where(pick == 4, info.tiny - smallest, magnitude)
     magnitude = torch.where(pick == 5, info.tiny, magnitude)
-    negative = torch.rand(shape, generator=generator(seed, f"{name}:sign")) < 0.5
+    negative = uniform(shape, seed, f"{name}:sign") < 0.5
     # copysign keeps the sign of a zero: picks 0 and 1 give -0.0 as often as +0.0.
     return torch.copysign(magnitude, torch.where(negative, -1.0, 1.0).to(torch.float64))
 
@@ -384,8 +412,8 @@ def _finite_lses(shape: tuple[int, ...], seed: int, name: str) -> torch.Tensor:
     """Finite LSEs (float64): mostly moderate, some past exp's fp32 range on
     either side (|lse| > 88: a merge that exponentiates LSEs before subtracting
     the larger overflows or underflows there), some signed zeros and denormals."""
-    share = torch.rand(shape, generator=generator(seed, f"{name}:share"))
-    moderate = 3.0 * torch.randn(shape, generator=generator(seed, f"{name}:moderate"), dtype=torch.float64)
+    share = uniform(shape, seed, f"{name}:share")
+    moderate = 3.0 * normal(shape, seed, f"{name}:moderate")
     wide = _uniform(shape, seed, f"{name}:wide", -150.0, 150.0)
     tiny = _tiny(shape, seed, f"{name}:tiny", torch.float32)
     return torch.where(share < 0.6, moderate, torch.where(share < 0.9, wide, tiny))
@@ -399,10 +427,10 @@ def _gaps(shape: tuple[int, ...], seed: int, dtype: str) -> dict[int, torch.Tens
     that band's edge (where a cut-off that is a little off shows), a quarter up
     to 2 past fp32's band, whatever the dtype. Large: 16 to 88. Underflow: the
     fp32 exp-denormal band and past the gap where the weight is 0 (86 to 106),
-    a quarter log-uniform from 104 to 10^6.
+    a quarter about log-uniform from 128 to 10^6.
     """
     band = partly_visible_gap(dtype)
-    share = torch.rand(shape, generator=generator(seed, "gap-share"))
+    share = uniform(shape, seed, "gap-share")
     in_band = _uniform(shape, seed, "gap-in-band", 0.0, band)
     band_edge = _uniform(shape, seed, "gap-band-edge", band - 1.0, band + 1.0)
     past_fp32 = _uniform(shape, seed, "gap-past-fp32", 0.0, partly_visible_gap("fp32") + 2.0)
@@ -413,7 +441,11 @@ def _gaps(shape: tuple[int, ...], seed: int, dtype: str) -> dict[int, torch.Tens
     )
     large = _uniform(shape, seed, "gap-large", 16.0, 88.0)
     denormal = _uniform(shape, seed, "gap-denormal", 86.0, 106.0)
-    beyond = torch.exp(_uniform(shape, seed, "gap-beyond", math.log(104.0), math.log(1e6)))
+    # Log-uniform in steps: a power of two from 2^7 to 2^19 times one plus a
+    # uniform fraction (exact), up to 10^6.
+    octave = Draws(seed, "gap-beyond-octave").integers(7, 20, shape)
+    fraction = 1.0 + Draws(seed, "gap-beyond").uniform(shape)
+    beyond = torch.from_numpy(np.minimum(np.ldexp(fraction, octave), 1e6))
     underflow = torch.where(share < 3 / 4, denormal, beyond)
     return {_VISIBLE_GAP: visible, _LARGE_GAP: large, _UNDERFLOW_GAP: underflow}
 
@@ -425,14 +457,14 @@ def merge_lses(case: MergeCase) -> tuple[torch.Tensor, torch.Tensor]:
     shape = (case.num_heads, case.num_tokens)
     seed = case.seed
     if case.pattern == "mixed":
-        kinds = torch.randint(0, _NUM_KINDS, shape, generator=generator(seed, "mixed"))
+        kinds = integers(0, _NUM_KINDS, shape, seed, "mixed")
     else:
         kinds = torch.full(shape, _KIND_OF_PATTERN[case.pattern])
     neg, pos = torch.tensor(float("-inf"), dtype=torch.float64), torch.tensor(float("inf"), dtype=torch.float64)
 
     # random: both finite, of similar size.
-    prefix = 3.0 * torch.randn(shape, generator=generator(seed, "prefix-lse"), dtype=torch.float64)
-    suffix = 3.0 * torch.randn(shape, generator=generator(seed, "suffix-lse"), dtype=torch.float64)
+    prefix = 3.0 * normal(shape, seed, "prefix-lse")
+    suffix = 3.0 * normal(shape, seed, "suffix-lse")
     finite_p, finite_s = _finite_lses(shape, seed, "finite-prefix"), _finite_lses(shape, seed, "finite-suffix")
 
     def pick(kind: int, p: torch.Tensor, s: torch.Tensor) -> None:
@@ -443,24 +475,29 @@ def merge_lses(case: MergeCase) -> tuple[torch.Tensor, torch.Tensor]:
     pick(_NEG_INF_PREFIX, neg.expand(shape), finite_s)
     pick(_NEG_INF_SUFFIX, finite_p, neg.expand(shape))
     # +inf (FA2's empty side) against finite, +inf and -inf, on either side.
-    pairs = torch.randint(0, 5, shape, generator=generator(seed, "pos-inf-pair"))
+    pairs = integers(0, 5, shape, seed, "pos-inf-pair")
     pos_p = torch.where((pairs == 0) | (pairs == 2) | (pairs == 3), pos, torch.where(pairs == 4, neg, finite_p))
     pos_s = torch.where((pairs == 1) | (pairs == 2) | (pairs == 4), pos, torch.where(pairs == 3, neg, finite_s))
     pick(_POS_INF, pos_p, pos_s)
     # The gap kinds: one side at a finite base, the other `gap` below it.
     base = finite_p
-    prefix_higher = torch.rand(shape, generator=generator(seed, "gap-side")) < 0.5
+    prefix_higher = uniform(shape, seed, "gap-side") < 0.5
     for kind, gap in _gaps(shape, seed, case.dtype).items():
         pick(kind, torch.where(prefix_higher, base, base - gap), torch.where(prefix_higher, base - gap, base))
     # Tiny: a signed zero, denormal or FLT_MIN against another, or against a
     # moderate, +inf or -inf LSE (a merge with -inf gives max + log(1): +0.0 for -0.0).
-    tiny = _tiny(shape, seed, "tiny-lse", torch.float32)
+    # The tiny side's form (-0.0, +0.0, a denormal, FLT_MIN) and the other side's
+    # kind (three tiny, -inf, +inf, moderate) take every pairing in turn along the
+    # elements, from a drawn offset: coverage by construction, not by chance.
+    cell = (torch.arange(math.prod(shape)) + integers(0, _TINY_CELLS, (1,), seed, "tiny-lse-grid")) % _TINY_CELLS
+    form, other_kind = (cell % 4).reshape(shape), (cell // 4).reshape(shape)
+    drawn = _tiny(shape, seed, "tiny-lse", torch.float32)
+    tiny = torch.where(form == 0, -0.0, torch.where(form == 1, 0.0, drawn))
+    tiny = torch.where((form == 2) & ((drawn == 0) | (drawn.abs() == _FLT_MIN)), _FLT_MIN * 2.0**-23, tiny)
+    tiny = torch.where(form == 3, torch.copysign(torch.tensor(_FLT_MIN, dtype=torch.float64), drawn), tiny)
     other_tiny = _tiny(shape, seed, "tiny-lse-other", torch.float32)
-    other_kind = torch.randint(0, 6, shape, generator=generator(seed, "tiny-lse-other-kind"))
     other = torch.where(other_kind == 3, neg, torch.where(other_kind == 4, pos, other_tiny))
-    other = torch.where(
-        other_kind == 5, 3.0 * torch.randn(shape, generator=generator(seed, "tiny-lse-moderate")), other
-    )
+    other = torch.where(other_kind == 5, 3.0 * normal(shape, seed, "tiny-lse-moderate"), other)
     pick(_TINY_LSE, torch.where(prefix_higher, tiny, other), torch.where(prefix_higher, other, tiny))
     return prefix.to(torch.float32), suffix.to(torch.float32)
 
@@ -520,7 +557,7 @@ def materialise_merge(case: MergeCase, device: str = "cpu") -> MergeInputs:
     seed = case.seed
     prefix = randn(shape, seed, "prefix-output", dtype)
     suffix = randn(shape, seed, "suffix-output", dtype)
-    lanes = torch.rand(shape, generator=generator(seed, "special-lanes"))
+    lanes = uniform(shape, seed, "special-lanes")
     prefix = _with_special_values(prefix, lanes < 1 / 8, seed, "prefix-special")
     suffix = _with_special_values(
         suffix, (lanes < 1 / 16) | ((lanes >= 1 / 8) & (lanes < 3 / 16)), seed, "suffix-special"
@@ -530,7 +567,7 @@ def materialise_merge(case: MergeCase, device: str = "cpu") -> MergeInputs:
     merged = case.num_tokens if case.prefill_tokens_with_context is None else case.prefill_tokens_with_context
     token_merged = torch.arange(case.num_tokens) < merged
     both_empty = (prefix_lse.isinf() & suffix_lse.isinf()).t().unsqueeze(-1)  # [tokens, heads, 1]
-    garbage = torch.rand((2, *shape), generator=generator(seed, "empty-garbage")) < 0.25
+    garbage = uniform((2, *shape), seed, "empty-garbage") < 0.25
     merged_rows = token_merged.view(-1, 1, 1)
     prefix = torch.where(both_empty & merged_rows & garbage[0], float("nan"), prefix)
     suffix = torch.where(both_empty & merged_rows & garbage[1], float("nan"), suffix)
@@ -538,7 +575,7 @@ def materialise_merge(case: MergeCase, device: str = "cpu") -> MergeInputs:
     prefix = torch.where(merged_rows, prefix, float("nan"))
     prefix_lse = torch.where(token_merged, prefix_lse, float("nan"))
 
-    margins = torch.randint(0, _MAX_VIEW_MARGIN, (4,), generator=generator(seed, "view-margins")).tolist()
+    margins = integers(0, _MAX_VIEW_MARGIN, (4,), seed, "view-margins").tolist()
     inputs = MergeInputs(
         # As the context loop's merge: the running partial's rows and LSE
         # columns from an offset, the chunk's from 0 with columns past the slice.

@@ -20,6 +20,7 @@ from harness.compare.sparse import (
 )
 from harness.model.sparse import SparseCase, TopkMaskCase
 from harness.protocol.port import Port, PortValueError, check_tensor
+from harness.sides.input_digests import other_inputs
 from harness.sides.items import (
     DIVERGENT,
     NOT_RUN,
@@ -72,7 +73,7 @@ def compare_sparse_mask(oracle: Port, port: Port, case: TopkMaskCase, timeout_s:
     result = CaseResult(case.name, case.family, "sparse-mask", PARITY)
     oracle_topk = harness_inputs(result, lambda: (materialise_topk(case), materialise_topk(case)))
     port_topk = harness_inputs(result, lambda: (materialise_topk(case), materialise_topk(case)))
-    if oracle_topk is None or port_topk is None:
+    if oracle_topk is None or port_topk is None or other_inputs(result, case, oracle_topk[0]):
         return result
     answers = both_sides(
         result,
@@ -126,7 +127,7 @@ def compare_sparse_prefill(
     kernels = with_keyless_rows(kernels, case.numeric.keyless_rows)
     oracle_inputs = harness_inputs(result, lambda: materialise_sparse_prefill(case, device))
     port_inputs = harness_inputs(result, lambda: materialise_sparse_prefill(case, device))
-    if oracle_inputs is None or port_inputs is None:
+    if oracle_inputs is None or port_inputs is None or other_inputs(result, case, oracle_inputs):
         return result
 
     def ask(side: Port, inputs: Any) -> Any:

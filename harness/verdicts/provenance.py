@@ -352,21 +352,43 @@ def source_digest(root: Path = REPO_ROOT) -> str:
     return digest.hexdigest()
 
 
-def environment() -> dict[str, Any]:
-    import torch
+def cpu_model() -> str:
+    """The CPU's model name, as the operating system gives it (Linux's
+    /proc/cpuinfo), else the platform's description of the processor."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Hardware", "cpu model") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _installed_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
 
     try:
-        import triton
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({platform.machine()})"
+
+def environment() -> dict[str, Any]:
+    """Where the run ran: the Python, torch and Triton versions, the device, the
+    CPU's model and the capability torch dispatches its CPU kernels to. A run
+    that compared no tensor has not loaded torch (docs/architecture.md): its
+    versions are the installed ones, its device the host's, its capability None."""
+    torch = sys.modules.get("torch")
+    triton = sys.modules.get("triton")
+    on_gpu = torch is not None and torch.cuda.is_available()
     return {
         "python": platform.python_version(),
-        "torch": torch.__version__,
-        "triton": triton_version,
-        "device": device,
+        "torch": str(torch.__version__) if torch is not None else _installed_version("torch"),
+        "triton": str(triton.__version__) if triton is not None else _installed_version("triton"),
+        "device": torch.cuda.get_device_name(0) if torch is not None and on_gpu else f"cpu ({platform.machine()})",
+        "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability() if torch is not None else None,
         "host": platform.node(),
     }
 
