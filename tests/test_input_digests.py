@@ -100,9 +100,27 @@ def test_an_item_whose_inputs_differ_is_not_run(
     committed = input_digests.committed()
     key = input_digests.item_key("merge", case)
     assert key in committed["items"]
-    monkeypatch.setattr(input_digests, "committed", lambda: {**committed, "items": {key: "0" * 16}})
+    wrong = {**committed["items"], key: "0" * 16}
+    monkeypatch.setattr(input_digests, "committed", lambda: {**committed, "items": wrong})
     # The suite's first merge item is its shard 1's first (shards deal items round-robin).
     code = main(["run", "--suite", "smoke", "--level", "merge", "--shard", "1/20"])
     out = capsys.readouterr().out
     assert code == 1 and "verdict INCOMPLETE" in out, out[-2000:]
     assert re.search(rf"not-run +smoke/{case.name}\[merge\]: its inputs on this machine have digest", out), out[-3000:]
+
+
+def test_a_digested_suite_the_file_does_not_cover_is_refused_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An item without a digest would be judged unchecked: the file predates the suite."""
+    from harness.cases.suites import load_suite
+
+    committed = input_digests.committed()
+    dropped = input_digests.item_key("merge", load_suite("smoke").merge_cases[-1])
+    items = {key: digest for key, digest in committed["items"].items() if key != dropped}
+    monkeypatch.setattr(input_digests, "committed", lambda: {**committed, "items": items})
+    code = main(["run", "--suite", "smoke", "--level", "merge"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert "input_digests.json: items: no digest for 1 tensor items of suite smoke" in lines[0]

@@ -27,9 +27,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.engine.device import prepare_device, select_device, select_host
+    from harness.engine.device import prepare_device, refuse_other_inputs, select_device, select_host
     from harness.engine.errors import UsageError
-    from harness.engine.execution import Execution, execute, harness_identity, refuse_other_inputs, reproduce_meta
+    from harness.engine.execution import Execution, execute, harness_identity, reproduce_meta
     from harness.engine.oracles import drift_banner, open_oracle, release_of
     from harness.engine.progress import ProgressLines, progress_bar
     from harness.engine.request import RunRequest
@@ -57,7 +57,7 @@ _DEFINED_IN = {
     "UsageError": "harness.engine.errors",
     "Execution": "harness.engine.execution",
     "execute": "harness.engine.execution",
-    "refuse_other_inputs": "harness.engine.execution",
+    "refuse_other_inputs": "harness.engine.device",
     "harness_identity": "harness.engine.execution",
     "reproduce_meta": "harness.engine.execution",
     "drift_banner": "harness.engine.oracles",

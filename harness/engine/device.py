@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from harness.engine.errors import UsageError
 
 if TYPE_CHECKING:
+    from harness.cases.suites import Suite
     from harness.kernels import SharedKernels
 
 # Torch's intra-op threads in every process that compares. The shared kernels'
@@ -56,6 +57,30 @@ def prepare_device(device: str) -> None:
     prepare_environment()
 
 
+def refuse_other_inputs() -> None:
+    """A machine that draws other inputs than the repository's judges no tensor
+    (harness.sides.input_digests): one line, before any work. Every process that
+    compares tensors selects its device (:func:`select_device`), which checks."""
+    from harness.sides.input_digests import InputsDiffer, check_stream
+
+    try:
+        check_stream()
+    except InputsDiffer as exc:
+        raise UsageError(str(exc)) from None
+
+
+def refuse_uncovered_inputs(suite: Suite, levels: tuple[str, ...]) -> None:
+    """A run of a digested suite (ci, smoke) whose tensor items the committed
+    digests do not all cover is refused in one line: none would go unchecked."""
+    from harness.sides.input_digests import InputsDiffer, check_covered
+    from harness.sides.runner import plan_items
+
+    try:
+        check_covered(suite.name, plan_items(suite, levels))
+    except InputsDiffer as exc:
+        raise UsageError(str(exc)) from None
+
+
 def select_host(device: str) -> None:
     """What :func:`select_device` sets that is not torch's: the collector's
     thresholds (:data:`GC_THRESHOLDS`) and ``device``'s recipe. Enough for a run
@@ -78,4 +103,5 @@ def select_device(device: str) -> SharedKernels:
 
     torch.set_num_threads(NUMERIC_THREADS)
     select_host(device)
+    refuse_other_inputs()
     return kernels_for(device)

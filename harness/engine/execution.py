@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases.suites import Suite
-from harness.engine.device import prepare_device, select_device, select_host
+from harness.engine.device import (
+    prepare_device,
+    refuse_other_inputs,
+    refuse_uncovered_inputs,
+    select_device,
+    select_host,
+)
 from harness.engine.errors import UsageError
 from harness.engine.oracles import drift_banner, open_oracle
 from harness.engine.progress import progress_bar
@@ -97,17 +103,6 @@ def harness_identity() -> dict[str, Any]:
     }
 
 
-def refuse_other_inputs() -> None:
-    """A machine that draws other inputs than the repository's judges no tensor
-    (harness.sides.input_digests): one line, before any work."""
-    from harness.sides.input_digests import InputsDiffer, check_stream
-
-    try:
-        check_stream()
-    except InputsDiffer as exc:
-        raise UsageError(str(exc)) from None
-
-
 def execute(
     request: RunRequest, before_run: Callable[[Port, Suite], None] | None = None, keep_layouts: bool = True
 ) -> Execution:
@@ -147,6 +142,8 @@ def execute(
         suite = select_suite(request)
         shard = parse_shard(request.shard)
         item_ids = selected_item_ids(suite, levels, shard)
+        if computes_tensors(levels) and request.size is None and not request.cases:
+            refuse_uncovered_inputs(suite, levels)
         try:
             refuse_empty(len(item_ids), describe_selection(suite, levels, shard))
             if before_run is not None:

@@ -22,12 +22,17 @@ The stream, written out so that another implementation reproduces it:
     ``low + (h * n >> 32)``, ``h`` a word's top 32 bits (one word each;
     Lemire's multiply-shift, biased by less than n / 2^32);
   - ``normal``, approximately standard: Irwin-Hall of twelve 32-bit halves
-    (six words each: the sum of their low and high halves, minus 6 * 2^32,
-    times 2^-32; exact in float64, mean 0, variance 1, within [-6, 6]);
-  - ``permutation`` of ``n``: the stable argsort of ``n`` words.
+    (six words each: the sum of their high and low halves, minus 6 * 2^32,
+    times 2^-32; exact in float64, variance 1, mean -6 * 2^-32, within [-6, 6]);
+  - ``permutation`` of ``n``: the stable argsort of ``n`` words;
+    ``argsort_rows(rows, length)``: the stable argsort of each row of
+    ``rows * length`` words.
 
-Floats come out as float64; a caller that wants another dtype rounds once
-(IEEE round-to-nearest-even), which every CPU does alike.
+A draw of a shape fills it in row-major (C) order: value ``i`` of the flat
+array takes the ``i``-th word (six words from ``6 i`` for normals). Floats come
+out as float64; :func:`rounded` takes them to a narrower dtype in two IEEE
+round-to-nearest-even steps, float64 to float32 (numpy), then float32 to bf16
+or fp16 (torch), which every CPU does alike.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import hashlib
 import math
 
 import numpy as np
+import torch
 
 # Irwin-Hall terms per normal: twelve uniform halves have variance exactly 1.
 NORMAL_TERMS = 12
@@ -92,3 +98,33 @@ class Draws:
         """Per row, a permutation of ``range(length)`` ([rows, length] int64):
         the stable argsort of each row of ``rows * length`` words."""
         return np.argsort(self.words(rows * length).reshape(rows, length), axis=1, kind="stable").astype(np.int64)
+
+
+# -- as torch tensors: one named stream of one case each ---------------------------------------
+
+
+def normal(shape: tuple[int, ...], seed: int, name: str) -> torch.Tensor:
+    """Approximately standard normals (float64) of the case's stream ``name``."""
+    return torch.from_numpy(Draws(seed, name).normal(shape))
+
+
+def uniform(shape: tuple[int, ...], seed: int, name: str) -> torch.Tensor:
+    """Uniform on [0, 1) (float64) of the case's stream ``name``."""
+    return torch.from_numpy(Draws(seed, name).uniform(shape))
+
+
+def integers(low: int, high: int, shape: tuple[int, ...], seed: int, name: str) -> torch.Tensor:
+    """Integers on [low, high) (int64) of the case's stream ``name``."""
+    return torch.from_numpy(Draws(seed, name).integers(low, high, shape))
+
+
+def permutation(n: int, seed: int, name: str) -> torch.Tensor:
+    """A permutation of ``range(n)`` (int64) of the case's stream ``name``."""
+    return torch.from_numpy(Draws(seed, name).permutation(n))
+
+
+def rounded(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float64 ``values`` in ``dtype``: to float32 in numpy, then (bf16, fp16) in
+    torch: two IEEE round-to-nearest-even steps (not one straight to bf16, which
+    differs on a few values), each of which every CPU does alike."""
+    return torch.from_numpy(values.numpy().astype(np.float32)).to(dtype)

@@ -5,9 +5,10 @@ Same spec, same bits, on any machine: every tensor is drawn from its own
 stream (:mod:`harness.kernels.draws`: keyed by the case's seed and the tensor's
 name, defined bit for bit independently of the CPU, its capability, the thread
 count and the library versions), made in float64 by exact operations, rounded
-once to its dtype, then moved to the target device. The paged KV cache scatters each request's blocks through
-a shuffled block table and fills every block no request owns with NaN, so a
-gather that reads outside a request's context poisons the result and is flagged.
+to its dtype (:func:`harness.kernels.draws.rounded`), then moved to the target
+device. The paged KV cache scatters each request's blocks through a shuffled
+block table and fills every block no request owns with NaN, so a gather that
+reads outside a request's context poisons the result and is flagged.
 Block-table slots past a request's last block point at one of those NaN blocks
 too (never at block 0, which may hold another request's rows), so a gather that
 strays through an unused slot is flagged as well.
@@ -22,37 +23,11 @@ import numpy as np
 import torch
 
 from harness.kernels import SharedKernels
-from harness.kernels.draws import Draws
+from harness.kernels.draws import Draws, integers, normal, permutation, rounded, uniform
 from harness.model import Case, MergeCase, NumericSpec
 from harness.model.dcp import OneProcessRanks, RankCollective, global_positions, padded_local_len, rank_context_len
 
 DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-def normal(shape: tuple[int, ...], seed: int, name: str) -> torch.Tensor:
-    """Approximately standard normals (float64) of the case's stream ``name``."""
-    return torch.from_numpy(Draws(seed, name).normal(shape))
-
-
-def uniform(shape: tuple[int, ...], seed: int, name: str) -> torch.Tensor:
-    """Uniform on [0, 1) (float64) of the case's stream ``name``."""
-    return torch.from_numpy(Draws(seed, name).uniform(shape))
-
-
-def integers(low: int, high: int, shape: tuple[int, ...], seed: int, name: str) -> torch.Tensor:
-    """Integers on [low, high) (int64) of the case's stream ``name``."""
-    return torch.from_numpy(Draws(seed, name).integers(low, high, shape))
-
-
-def permutation(n: int, seed: int, name: str) -> torch.Tensor:
-    """A permutation of ``range(n)`` (int64) of the case's stream ``name``."""
-    return torch.from_numpy(Draws(seed, name).permutation(n))
-
-
-def rounded(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """float64 ``values`` in ``dtype``: to float32 in numpy, then (bf16, fp16) in
-    torch, each an IEEE round-to-nearest-even that every CPU does alike."""
-    return torch.from_numpy(values.numpy().astype(np.float32)).to(dtype)
 
 
 def randn(shape: tuple[int, ...], seed: int, name: str, dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor:

@@ -151,6 +151,21 @@ def check_stream() -> None:
         )
 
 
+def check_covered(suite_name: str, items: list[tuple[str, Any]]) -> None:
+    """Refuse (:class:`InputsDiffer`) a run of a digested suite whose tensor
+    items the file does not all hold: the file predates the suite, and an item
+    without a digest would be judged unchecked."""
+    if suite_name not in DIGESTED_SUITES:
+        return
+    known = committed()["items"]
+    missing = [item.name for kind, item in items if kind in TENSOR_KINDS and item_key(kind, item) not in known]
+    if missing:
+        raise InputsDiffer(
+            f"{DIGESTS_FILE}: items: no digest for {len(missing)} tensor items of suite {suite_name} "
+            f"(e.g. {missing[0]}): the file predates the suite (python tools/input_digests.py --write)"
+        )
+
+
 def other_inputs(result: CaseResult, item: Any, inputs: Any) -> bool:
     """Whether ``inputs``, built for ``result``'s item, are not the repository's:
     the item is then not run (nothing compared on them can pass), saying why."""
