@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from harness.cli import main
@@ -213,6 +214,35 @@ def test_merge_refuses_gate_shards_that_differ(
     capsys.readouterr()
     assert main(["merge", *map(str, shards), "--out", str(tmp_path / "merged")]) == 2
     assert f"field '{key}': differs" in capsys.readouterr().err
+
+
+def test_gate_shards_from_different_cpus_merge_and_name_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Shards on two CPUs judge the same inputs (docs/levels.md): they merge into
+    the table one machine gives, and the merged gate.json and JUnit name both CPUs."""
+    cases = [str(SMOKE / "giant-middle.json"), str(SMOKE / "giant-first.json")]
+    shards = []
+    for k in (1, 2):
+        out = tmp_path / f"shard{k}"
+        main(["gate", "--cases", *cases, "--level", "layout", "--shard", f"{k}/2", "--out", str(out)])
+        shards.append(out)
+    main(["gate", "--cases", *cases, "--level", "layout", "--out", str(tmp_path / "whole")])
+    meta_path = shards[1] / "gate.json"
+    meta = json.loads(meta_path.read_text())
+    here = meta["provenance"]["environment"]["cpu"]
+    meta["provenance"]["environment"] |= {"cpu": "Another CPU", "cpu_capability": "DEFAULT"}
+    meta_path.write_text(json.dumps(meta))
+    capsys.readouterr()
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "merged")]) == 0
+    merged = pd.read_parquet(tmp_path / "merged" / "results.parquet")
+    whole = pd.read_parquet(tmp_path / "whole" / "results.parquet")
+    columns = ["id", "status", "detail"]
+    assert merged[columns].equals(whole[columns])
+    environment = json.loads((tmp_path / "merged" / "gate.json").read_text())["provenance"]["environment"]
+    assert environment["cpu"] == f"{here}; Another CPU"
+    junit = (tmp_path / "merged" / "junit.xml").read_text()
+    assert f'name="cpu" value="{here}; Another CPU"' in junit
 
 
 def test_nightly_merge_refuses_shards_of_another_device(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

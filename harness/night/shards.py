@@ -27,6 +27,7 @@ from harness.night.folder import NIGHT_META, WriteReport, nightly_lock, read_met
 from harness.night.gpu_report import GPU_REPORTS, latest_gpu_report
 from harness.night.history import append_history, read_history
 from harness.search.coverage_verdicts import JudgedCoverage
+from harness.verdicts.provenance import merged_environment
 from harness.verdicts.results_file import items_digest
 from harness.verdicts.summary import check_prefill_layouts, summarise_table
 
@@ -76,7 +77,12 @@ def merge_nightly_shards(
             first["date"],
             first["suite"],
             sum(m["expected_items"] for m in metas),
-            provenance={**first["provenance"], "shard": None, "merged_from": [str(d) for d in directories]},
+            provenance={
+                **first["provenance"],
+                "environment": merged_environment([m["provenance"].get("environment", {}) for m in metas]),
+                "shard": None,
+                "merged_from": [str(d) for d in directories],
+            },
             complete=all(m["complete"] for m in metas),
             gpu=latest_gpu_report(gpu_reports),
             drift=latest_drift_report(),

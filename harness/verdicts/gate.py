@@ -27,6 +27,7 @@ from harness.verdicts.baseline import (
     port_names,
 )
 from harness.verdicts.judge import BaselineVerdict, apply_baseline
+from harness.verdicts.provenance import merged_environment
 from harness.verdicts.results_file import RUN_IDENTITY, items_digest
 from harness.verdicts.summary import check_prefill_layouts, summarise_table
 
@@ -140,4 +141,7 @@ def merge_shards(directories: list[Path]) -> tuple[pd.DataFrame, dict[str, Any]]
             "the shards' items, in suite order, are not the run's item list: not shards of one run",
         )
     meta = {**first, "shard": None, "merged_from": [str(d) for d in directories]}
+    if isinstance(first.get("provenance"), dict):
+        environments = [m.get("provenance", {}).get("environment", {}) for m in metas]
+        meta["provenance"] = {**first["provenance"], "environment": merged_environment(environments)}
     return table, meta

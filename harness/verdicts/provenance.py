@@ -393,6 +393,17 @@ def environment() -> dict[str, Any]:
     }
 
 
+def merged_environment(environments: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where a run merged from shards ran: each field as the shards agree on it,
+    or their distinct values in shard order joined by "; " (shards of one run on
+    different CPUs judge the same inputs, and the verdict names every machine)."""
+    out: dict[str, Any] = {}
+    for key in dict.fromkeys(key for environment in environments for key in environment):
+        values = list(dict.fromkeys(str(environment.get(key)) for environment in environments))
+        out[key] = environments[0].get(key) if len(values) == 1 else "; ".join(values)
+    return out
+
+
 def collect(
     oracle_provenance: dict[str, Any], port_spec: str | None = None, port: object | None = None
 ) -> dict[str, Any]:
