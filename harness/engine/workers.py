@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from harness.cases.suites import Suite
-from harness.engine.device import select_device
+from harness.engine.device import select_device, select_host
 from harness.engine.errors import UsageError
 from harness.engine.oracles import open_oracle
 from harness.engine.request import RunRequest
 from harness.protocol.port import Port
+from harness.sides.items import computes_tensors, selected_levels
 from harness.sides.runner import Shard
 
 if TYPE_CHECKING:
@@ -19,13 +20,17 @@ if TYPE_CHECKING:
     from harness.sides.pool_worker import WorkerSpec
 
 
-def open_worker_sides(spec: WorkerSpec) -> tuple[Port, dict[str, Any], SharedKernels]:
+def open_worker_sides(spec: WorkerSpec) -> tuple[Port, dict[str, Any], SharedKernels | None]:
     """A worker's oracle, its provenance and the device's kernels, opened as
     :func:`execute` opens them in one process (:class:`harness.sides.pool_worker.WorkerSpec`)."""
     from harness.sides.pool_worker import SidesRefused
 
     try:
-        kernels = select_device(spec.device)
+        kernels = None
+        if spec.tensors:
+            kernels = select_device(spec.device)
+        else:
+            select_host(spec.device)
         oracle, provenance = open_oracle(spec.allow_drift, spec.oracle, not spec.no_oracle_cache, spec.oracle_cache_dir)
     except UsageError as exc:
         raise SidesRefused(str(exc)) from None
@@ -48,6 +53,7 @@ def worker_spec(
         ports=tuple(ports),
         no_oracle_cache=not request.oracle_cache,
         oracle_cache_dir=request.oracle_cache_dir,
+        tensors=computes_tensors(selected_levels(request.level)),
     )
 
 

@@ -150,7 +150,7 @@ class _Search:
     oracle: Port
     port: Port
     prop: Property
-    kernels: SharedKernels
+    kernels: SharedKernels | None
     device: str
     database: _GuardedDatabase
     seed: int
@@ -278,7 +278,7 @@ def explore_property(
     seed: int,
     out_dir: Path,
     port_spec: str,
-    kernels: SharedKernels,
+    kernels: SharedKernels | None,
     device: str,
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> PropertyRun:

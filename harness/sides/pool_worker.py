@@ -58,7 +58,7 @@ class SidesRefused(Exception):
 # Opens a worker's oracle and shared kernels from its spec: the oracle, its
 # provenance, the kernels. The engine's (harness/engine/workers.py's
 # open_worker_sides): the sides do not call up into the layers above them.
-OpenSides = Callable[["WorkerSpec"], "tuple[Port, dict[str, Any], SharedKernels]"]
+OpenSides = Callable[["WorkerSpec"], "tuple[Port, dict[str, Any], SharedKernels | None]"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,8 @@ class WorkerSpec:
     ``ports`` are port specs loaded at start-up (so their loading overlaps the
     imports); any other spec a task names is loaded when first asked for.
     ``no_oracle_cache`` is ``--no-oracle-cache`` and ``oracle_cache_dir`` the
-    cache's folder (None: the cache's default), carried for the oracle cache."""
+    cache's folder (None: the cache's default), carried for the oracle cache.
+    ``tensors`` False (a run of the host levels alone): the sides have no kernels."""
 
     open_sides: OpenSides
     oracle: str | None = None
@@ -80,6 +81,9 @@ class WorkerSpec:
     ports: tuple[str, ...] = ()
     no_oracle_cache: bool = False
     oracle_cache_dir: str | None = None
+    # Whether any item the workers run compares tensors: without, a worker selects
+    # the host only and never loads torch (harness.engine.device.select_host).
+    tensors: bool = True
 
 
 class WorkerSides:
