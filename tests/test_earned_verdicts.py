@@ -195,16 +195,24 @@ def test_an_unwritable_json_report_keeps_the_verdict(tmp_path: Path, capsys: pyt
 # -- hole 6 (merge part): shards of another oracle or device are not one run ------------
 
 
+GIANT_CASES = [str(SMOKE / "giant-middle.json"), str(SMOKE / "giant-first.json")]
+
+
+def gate_shards(tmp_path: Path) -> list[Path]:
+    """The two shards' outputs of a layout gate of two smoke cases."""
+    shards = []
+    for k in (1, 2):
+        out = tmp_path / f"shard{k}"
+        main(["gate", "--cases", *GIANT_CASES, "--level", "layout", "--shard", f"{k}/2", "--out", str(out)])
+        shards.append(out)
+    return shards
+
+
 @pytest.mark.parametrize(("key", "value"), [("device", "cuda"), ("oracle_drift_overridden", True), ("pin", "x @ y")])
 def test_merge_refuses_gate_shards_that_differ(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: object
 ) -> None:
-    cases = [str(SMOKE / "giant-middle.json"), str(SMOKE / "giant-first.json")]
-    shards = []
-    for k in (1, 2):
-        out = tmp_path / f"shard{k}"
-        main(["gate", "--cases", *cases, "--level", "layout", "--shard", f"{k}/2", "--out", str(out)])
-        shards.append(out)
+    shards = gate_shards(tmp_path)
     capsys.readouterr()
     assert main(["merge", *map(str, shards), "--out", str(tmp_path / "merged")]) == 0
     meta_path = shards[1] / "gate.json"
@@ -221,13 +229,8 @@ def test_gate_shards_from_different_cpus_merge_and_name_both(
 ) -> None:
     """Shards on two CPUs judge the same inputs (docs/levels.md): they merge into
     the table one machine gives, and the merged gate.json and JUnit name both CPUs."""
-    cases = [str(SMOKE / "giant-middle.json"), str(SMOKE / "giant-first.json")]
-    shards = []
-    for k in (1, 2):
-        out = tmp_path / f"shard{k}"
-        main(["gate", "--cases", *cases, "--level", "layout", "--shard", f"{k}/2", "--out", str(out)])
-        shards.append(out)
-    main(["gate", "--cases", *cases, "--level", "layout", "--out", str(tmp_path / "whole")])
+    shards = gate_shards(tmp_path)
+    main(["gate", "--cases", *GIANT_CASES, "--level", "layout", "--out", str(tmp_path / "whole")])
     meta_path = shards[1] / "gate.json"
     meta = json.loads(meta_path.read_text())
     here = meta["provenance"]["environment"]["cpu"]
