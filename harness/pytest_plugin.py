@@ -223,12 +223,9 @@ def _make_plan(config: pytest.Config) -> _Plan:
         refuse_empty(len(items), describe_selection(suite, levels, shard))
         port_spec: str = _option(config, "--parity-port")
         if computes_tensors(levels):
-            # The shared kernels record their definitions when first imported:
-            # before any port's code runs (harness.kernels.kernels_untouched).
-            import harness.kernels  # noqa: F401
-            from harness.engine import refuse_other_inputs
+            from harness.engine import prepare_tensor_levels
 
-            refuse_other_inputs()
+            prepare_tensor_levels()
         try:
             port = load_port(port_spec, timeout_s)
         except PortLoadError as exc:

@@ -27,7 +27,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.engine.device import prepare_device, refuse_other_inputs, select_device, select_host
+    from harness.engine.device import (
+        prepare_device,
+        prepare_tensor_levels,
+        refuse_other_inputs,
+        select_device,
+        select_host,
+    )
     from harness.engine.errors import UsageError
     from harness.engine.execution import Execution, execute, harness_identity, reproduce_meta
     from harness.engine.oracles import drift_banner, open_oracle, release_of
@@ -58,6 +64,7 @@ _DEFINED_IN = {
     "Execution": "harness.engine.execution",
     "execute": "harness.engine.execution",
     "refuse_other_inputs": "harness.engine.device",
+    "prepare_tensor_levels": "harness.engine.device",
     "harness_identity": "harness.engine.execution",
     "reproduce_meta": "harness.engine.execution",
     "drift_banner": "harness.engine.oracles",
@@ -114,6 +121,7 @@ __all__ = [
     "parse_shard",
     "pool_failure",
     "prepare_device",
+    "prepare_tensor_levels",
     "progress_bar",
     "real_ranks_of",
     "refuse_empty",

@@ -69,6 +69,16 @@ def refuse_other_inputs() -> None:
         raise UsageError(str(exc)) from None
 
 
+def prepare_tensor_levels() -> None:
+    """Before any port loads, in a run that compares tensors: the shared kernels
+    record their definitions (they do when first imported:
+    harness.kernels.kernels_untouched), and a machine that draws other inputs is
+    refused (:func:`refuse_other_inputs`)."""
+    import harness.kernels  # noqa: F401
+
+    refuse_other_inputs()
+
+
 def refuse_uncovered_inputs(suite: Suite, levels: tuple[str, ...]) -> None:
     """A run of a digested suite (ci, smoke) whose tensor items the committed
     digests do not all cover is refused in one line: none would go unchecked."""

@@ -4,7 +4,6 @@ finishes, and the table every output is made from."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 import time
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from typing import Any
 from harness.cases.suites import Suite
 from harness.engine.device import (
     prepare_device,
-    refuse_other_inputs,
+    prepare_tensor_levels,
     refuse_uncovered_inputs,
     select_device,
     select_host,
@@ -134,10 +133,7 @@ def execute(
         prepare_device(request.device)
         levels = selected_levels(request.level)
         if computes_tensors(levels):
-            # The shared kernels record their definitions when first imported:
-            # before any port's code runs (harness.kernels.kernels_untouched).
-            importlib.import_module("harness.kernels")
-            refuse_other_inputs()
+            prepare_tensor_levels()
         port = load_port(request.port, request.timeout)
         suite = select_suite(request)
         shard = parse_shard(request.shard)

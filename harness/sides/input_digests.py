@@ -9,9 +9,12 @@ materialised whole), and per item of the ci and smoke suites at every tensor
 level, the digest of its materialised inputs, keyed by the item's own content
 (its kind and every field), so the same item met in another suite is checked too.
 
-- :func:`check_stream` runs before a run that compares tensors judges anything
-  (the engine and the pytest plugin): a machine, library or edit that draws other
-  inputs is refused in one line (:class:`InputsDiffer`), before any work.
+- :func:`check_stream` runs when a process that compares tensors selects its
+  device (``harness.engine.device.select_device``; the engine and the pytest
+  plugin also before loading the port): a machine, library or edit that draws
+  other inputs is refused in one line (:class:`InputsDiffer`), before any work.
+- :func:`check_covered` refuses a run of a digested suite whose tensor items
+  the file does not all hold (the file predates the suite).
 - :func:`inputs_mismatch` checks each item's inputs when they are first built:
   an item whose inputs differ from the committed ones is not run, and says why.
 
