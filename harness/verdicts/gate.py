@@ -142,6 +142,6 @@ def merge_shards(directories: list[Path]) -> tuple[pd.DataFrame, dict[str, Any]]
         )
     meta = {**first, "shard": None, "merged_from": [str(d) for d in directories]}
     if isinstance(first.get("provenance"), dict):
-        environments = [m.get("provenance", {}).get("environment", {}) for m in metas]
+        environments = [(m.get("provenance") or {}).get("environment") or {} for m in metas]
         meta["provenance"] = {**first["provenance"], "environment": merged_environment(environments)}
     return table, meta
