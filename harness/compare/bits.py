@@ -99,6 +99,10 @@ class TensorComparison:
     nan_port: int = 0
     worst_rows: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    # bits_digest of each side's tensor: what a run on another machine must
+    # reproduce for "the same case, the same bits" (None where no tensor was read).
+    oracle_bits: str | None = None
+    port_bits: str | None = None
 
     @property
     def elements(self) -> int:
@@ -171,7 +175,21 @@ class TensorComparison:
             "nan_port": self.nan_port,
             "worst_rows": self.worst_rows,
             "error": self.error,
+            "oracle_bits": self.oracle_bits,
+            "port_bits": self.port_bits,
         }
+
+
+def bits_digest(tensor: torch.Tensor) -> str:
+    """16 hex digits of SHA-256 over a tensor's dtype, shape and bit pattern
+    (row-major, whatever its strides): equal digests, equal bits."""
+    import hashlib
+
+    host = tensor.detach().contiguous().cpu()
+    view = host.view(_INT_VIEW[host.dtype]) if host.dtype in _INT_VIEW else host
+    digest = hashlib.sha256(f"{str(host.dtype).removeprefix('torch.')}{list(host.shape)}".encode())
+    digest.update(view.numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def identical_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -192,6 +210,7 @@ def compare_bits(
 ) -> TensorComparison:
     """Compare two tensors bit for bit; rows are the first axis."""
     result = TensorComparison(name, str(oracle.dtype).removeprefix("torch."), tuple(oracle.shape), index_names)
+    result.oracle_bits, result.port_bits = bits_digest(oracle), bits_digest(port)
     if oracle.dtype != port.dtype or oracle.shape != port.shape:
         result.error = (
             f"port gave {str(port.dtype).removeprefix('torch.')}{list(port.shape)}, "

@@ -21,6 +21,11 @@ streamlined, docs/figures.md):
   helper's call patches once per launch (per set of language modules its
   globals see) and then runs as before.
 
+One change is not an optimisation and is made plain or streamlined: the
+interpreter's float32 ``tl.exp`` and ``tl.log`` are
+:mod:`harness.kernels.interpreted_math`'s, the same bits on every machine,
+where numpy's change with the CPU.
+
 Invariants a reader must keep:
 
 - Streamlined, the interpreter computes every value it computed before, bit for
@@ -31,10 +36,10 @@ Invariants a reader must keep:
   modules whose code it changes or relies on are fingerprinted whole
   (:data:`READ_SOURCES`); any other Triton, or ``debug`` on, is left as it is
   (slower, never different).
-- ``PARITY_PLAIN_TRITON_INTERPRETER=1`` leaves the interpreter as Triton ships
-  it, for whoever wants to see the figures or the bits without this module; with
-  ``--no-oracle-cache``, since the cache does not tell the two apart (they are
-  the same bits).
+- ``PARITY_PLAIN_TRITON_INTERPRETER=1`` leaves the interpreter unstreamlined
+  (its exp and log defined all the same), for whoever wants to see the figures
+  or the bits without the streamlining; with ``--no-oracle-cache``, since the
+  cache does not tell the two apart (they are the same bits).
 - Calling :func:`streamline_interpreter` is idempotent, imports Triton only
   when the interpreter is the mode (``TRITON_INTERPRET=1``), and is done where
   Triton kernels are about to be built or imported: the oracle's vLLM import
@@ -50,6 +55,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from harness.kernels.interpreted_math import define_interpreter_math
+
 # sha256 of each Triton module whose code this module replaces or relies on (the
 # interpreter, the language's semantics and its core: the patch, the builtins it
 # wraps, the overflow check and device_assert), whole, as read in Triton 3.9.0.
@@ -61,7 +68,7 @@ READ_SOURCES = {
 
 PLAIN_ENV = "PARITY_PLAIN_TRITON_INTERPRETER"
 
-_state: dict[str, Any] = {"done": False, "streamlined": False, "skipped": 0}
+_state: dict[str, Any] = {"done": False, "streamlined": False, "skipped": 0, "math": False}
 
 
 def source_digests() -> dict[str, str]:
@@ -79,6 +86,12 @@ def source_digests() -> dict[str, str]:
     }
 
 
+def math_defined() -> bool:
+    """Whether this process's interpreter takes float32 exp and log from
+    :mod:`harness.kernels.interpreted_math` (the same bits on every machine)."""
+    return bool(_state["math"])
+
+
 def is_streamlined() -> bool:
     """Whether this process's interpreter runs streamlined."""
     return bool(_state["streamlined"])
@@ -92,15 +105,20 @@ def skipped_patches() -> int:
 
 def streamline_interpreter() -> bool:
     """Streamline Triton's interpreter in this process (see the module's
-    docstring); returns whether it runs streamlined."""
+    docstring); returns whether it runs streamlined. First, plain or not, its
+    float32 exp and log become :mod:`harness.kernels.interpreted_math`'s."""
     if _state["done"]:
         return is_streamlined()
-    if os.environ.get("TRITON_INTERPRET") != "1" or os.environ.get(PLAIN_ENV) == "1":
+    if os.environ.get("TRITON_INTERPRET") != "1":
         return False
     _state["done"] = True
     try:
         from triton.runtime import interpreter
     except ImportError:
+        return False
+    # Not an optimisation: the definition of the values, plain or streamlined.
+    _state["math"] = define_interpreter_math(interpreter)
+    if os.environ.get(PLAIN_ENV) == "1":
         return False
     try:
         read = source_digests() == READ_SOURCES

@@ -1,12 +1,13 @@
 // float32 exp and log exactly as the oracle computes them on a CPU.
 //
-// The oracle's merge kernel runs under Triton's interpreter, which evaluates
-// tl.exp and tl.log with numpy's float32 np.exp and np.log. numpy (1.20 up to at
-// least 2.3) routes those, for arrays of any length and for scalars alike, to its
-// own SIMD approximations whenever the CPU has AVX2 and FMA3, or AVX512F. They
-// are not correctly rounded (up to 2.52 ULP for exp and 3.83 ULP for log by
-// numpy's own measure) and so differ from libm's expf/logf on about a third of
-// inputs. Without those CPU features numpy calls the C library's expf/logf.
+// The oracle's merge kernel runs under Triton's interpreter, whose tl.exp and
+// tl.log of float32 the harness defines (harness/kernels/interpreted_math.py) as
+// numpy's SIMD float32 exp and log compute them: the same bits on every machine,
+// where numpy's own np.exp/np.log would change with the CPU (its SIMD
+// approximations with AVX2 and FMA3, or AVX512F; the C library's expf/logf
+// elsewhere). They are not correctly rounded (up to 2.52 ULP for exp and 3.83
+// ULP for log by numpy's own measure) and differ from libm's on about a third
+// of inputs.
 //
 // `numpy_simd` below mirrors numpy's AVX2 float32 exp/log, BSD-3 (numpy's
 // numpy/_core/src/umath/loops_exponent_log.dispatch.c.src, Copyright (c) 2005-2025,
@@ -18,10 +19,10 @@
 // each replacement is exact or rounds once to nearest, as the AVX2 code does, so
 // the two give identical bits. Measured over all 2^32 float32 inputs: this code
 // equals numpy 2.5.2's exp and log on its AVX512 (X86_V4) and its AVX2 (X86_V3)
-// paths, and glibc 2.39's expf/logf equal numpy's baseline path (NPY_DISABLE_CPU_FEATURES
-// forcing each); against numpy 2.3.5 on an AVX2-only CPU, 26 of the 256 blocks
-// of 2^24 bit patterns (every special class among them) and a million samples.
-// The choice of path follows numpy's dispatch at run time.
+// paths; against numpy 2.3.5 on an AVX2-only CPU, 26 of the 256 blocks of 2^24
+// bit patterns (every special class among them) and a million samples.
+// std::fma is exact wherever the C++ library is conforming (in hardware or not),
+// so this code gives the same bits on any CPU.
 #pragma once
 
 #include <cfloat>
@@ -182,25 +183,14 @@ inline float log(float input) {
 
 }  // namespace numpy_simd
 
-// Which exp/log numpy's float32 loops use on this CPU: its SIMD kernels when the
-// CPU (and the OS) offer AVX512F, or AVX2 with FMA3; otherwise the C library's
-// expf/logf. CPP_PORT_FLOAT32_MATH=numpy-simd|libm overrides the choice: needed
-// when the oracle's numpy runs with NPY_DISABLE_CPU_FEATURES or was built without
-// its dispatch targets (this detection sees only the CPU), and for measuring.
+// Which exp/log this port uses: the harness's definition (numpy's SIMD
+// algorithm) on every CPU. CPP_PORT_FLOAT32_MATH=libm swaps in the C library's
+// expf/logf, for measuring what that would break.
 enum class Float32Math { NumpySimd, Libm };
 
 inline Float32Math detect_float32_math() {
-  if (const char* forced = std::getenv("CPP_PORT_FLOAT32_MATH")) {
-    const std::string choice = forced;
-    if (choice == "libm") return Float32Math::Libm;
-    if (choice == "numpy-simd") return Float32Math::NumpySimd;
-  }
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return Float32Math::NumpySimd;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Float32Math::NumpySimd;
-#endif
-  return Float32Math::Libm;
+  const char* forced = std::getenv("CPP_PORT_FLOAT32_MATH");
+  return forced != nullptr && std::string(forced) == "libm" ? Float32Math::Libm : Float32Math::NumpySimd;
 }
 
 inline Float32Math float32_math() {
