@@ -193,7 +193,7 @@ def _make_plan(config: pytest.Config) -> _Plan:
     baseline against both."""
     from harness.cases.fields import CaseError
     from harness.cases.suites import load_suite
-    from harness.engine import UsageError, describe_selection, refuse_empty
+    from harness.engine import UsageError, describe_selection, prepare_device, refuse_empty
     from harness.engine.values import non_negative_int, positive_seconds
     from harness.protocol.port import PortLoadError
     from harness.sides.items import computes_tensors, selected_levels
@@ -222,6 +222,12 @@ def _make_plan(config: pytest.Config) -> _Plan:
         )
         refuse_empty(len(items), describe_selection(suite, levels, shard))
         port_spec: str = _option(config, "--parity-port")
+        # The device's recipe before the port loads: a port module that imports
+        # Triton fixes its mode (TRITON_INTERPRET on a CPU) at import.
+        try:
+            prepare_device(device)
+        except UsageError as exc:
+            raise _BadOption("--parity-device", str(exc).removeprefix("--device ")) from None
         if computes_tensors(levels):
             from harness.engine import prepare_tensor_levels
 

@@ -250,14 +250,20 @@ def test_a_bad_jobs_value_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[s
 def test_a_divergent_port_through_the_cache_gives_the_same_json_for_any_jobs(tmp_path: Path) -> None:
     """equal_share's prefill items diverge by ULP figures that depend on torch's
     thread count; one process and two workers must still agree to the byte, the
-    first run filling the oracle cache and the second reading it."""
+    first run filling the oracle cache and the second reading it. Both from a
+    shell without the CPU recipe (TRITON_INTERPRET ...): the second run's
+    workers never import vLLM (every answer is cached), and the port's Triton
+    merge must still run in the interpreter."""
+    from oracle.environment import CPU_ENVIRONMENT
+
     cache = tmp_path / "cache"
+    shell = {name: value for name, value in os.environ.items() if name not in CPU_ENVIRONMENT}
     docs = []
     for jobs in (1, 2):
         doc = tmp_path / f"jobs{jobs}.json"
         argv = ["run", "--suite", "smoke", "--level", "prefill", "--port", "equal_share", "--jobs", str(jobs),
                 "--json", str(doc)]  # fmt: skip
-        env = {**os.environ, "PARITY_ORACLE_CACHE": str(cache)}
+        env = {**shell, "PARITY_ORACLE_CACHE": str(cache)}
         command = [sys.executable, "-m", "harness", *argv]
         proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
         assert proc.returncode == 1, proc.stderr[-3000:]
@@ -304,3 +310,20 @@ def test_workers_whose_oracle_differs_from_this_process_stop_the_pool() -> None:
         worker = pool.oracle_provenance()  # a worker already ready: checked at once
         with pytest.raises(PoolStartError, match=r"another oracle than this process: provenance\.process\.pid"):
             pool.expect_provenance({**worker, "process": {"pid": os.getpid()}})
+
+
+@pytest.mark.parametrize("select", ["select_host", "select_device"])
+def test_selecting_the_device_sets_its_recipe_in_the_environment(select: str) -> None:
+    """A worker whose oracle answers (and fingerprint check) all come from the
+    cache never imports vLLM, whose import used to be what set TRITON_INTERPRET:
+    its port's Triton merge then found no driver ("0 active drivers"), on every
+    merge item of a warm `--jobs 2` gate. Selecting the device sets the recipe."""
+    from oracle.environment import CPU_ENVIRONMENT
+
+    shell = {name: value for name, value in os.environ.items() if name not in CPU_ENVIRONMENT}
+    code = (
+        f"from harness.engine import {select}; {select}('cpu'); import os, sys; "
+        "print(os.environ.get('TRITON_INTERPRET'), 'vllm' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=shell, capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["1", "False"], done.stdout + done.stderr[-2000:]

@@ -93,13 +93,16 @@ def refuse_uncovered_inputs(suite: Suite, levels: tuple[str, ...]) -> None:
 
 def select_host(device: str) -> None:
     """What :func:`select_device` sets that is not torch's: the collector's
-    thresholds (:data:`GC_THRESHOLDS`) and ``device``'s recipe. Enough for a run
-    whose levels compare no tensor (layouts and workspace sizes): it never loads
-    torch, whose import is most of such a process's start-up."""
+    thresholds (:data:`GC_THRESHOLDS`) and ``device``'s recipe, in this
+    process's environment too (:func:`prepare_device`): a worker whose oracle
+    answers all come from the cache never imports vLLM, and the port's Triton
+    kernels must still find ``TRITON_INTERPRET``. Enough for a run whose levels
+    compare no tensor (layouts and workspace sizes): it never loads torch, whose
+    import is most of such a process's start-up."""
     import gc
 
     gc.set_threshold(*GC_THRESHOLDS)
-    _use_device(device)
+    prepare_device(device)
 
 
 def select_device(device: str) -> SharedKernels:
