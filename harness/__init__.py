@@ -28,3 +28,14 @@ contracts in pyproject.toml, checked by ``lint-imports`` in ``make test``):
 ``harness.model``         the data model: cases, layouts, chunks (dense, sparse, DCP)
 ========================  =========================================================
 """
+
+import os
+
+# Intel MKL (torch's BLAS on x86) picks its code path by the CPU it finds, and
+# the path changes a float32 matmul's bits (an AVX-512 Intel host and an AMD one
+# would compute other answers). Its conditional numerical reproducibility mode
+# COMPATIBLE gives the same bits on every x86 CPU it runs on; MKL reads the mode
+# at its first call, so it is set when the harness is imported, before any
+# (harness.kernels.blas.blas_mode says which mode a process got; the oracle cache
+# keys by it). A mode the user sets is kept.
+os.environ.setdefault("MKL_CBWR", "COMPATIBLE")

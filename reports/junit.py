@@ -29,9 +29,9 @@ def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     suite = ET.SubElement(suites, "testsuite", name=f"parity.{meta['suite']}.{meta['port']}")
     properties = ET.SubElement(suite, "properties")
-    # Where the verdict was reached: the device, the CPU's model and torch's capability on it.
+    # Where the verdict was reached: the device, the CPU's model, torch's capability and the BLAS's path on it.
     environment = meta.get("provenance", {}).get("environment", {})
-    for name in ("device", "cpu", "cpu_capability"):
+    for name in ("device", "cpu", "cpu_capability", "blas"):
         ET.SubElement(properties, "property", name=name, value=str(environment.get(name)))
     # What the L3 testcases compared of this port (an external port: its fold only).
     for level, what in outcome.summary.get("l3_compares", {}).items():

@@ -131,10 +131,10 @@ def _headline(night: Night) -> str:
 
 
 def machine_line(environment: dict[str, Any]) -> str:
-    """Where a run ran: its device, and the CPU with torch's capability on it."""
+    """Where a run ran: its device, and the CPU with torch's capability and the BLAS's code path on it."""
     return (
         f"{environment.get('device')}, CPU {environment.get('cpu')} "
-        f"(torch's CPU capability {environment.get('cpu_capability')})"
+        f"(torch's CPU capability {environment.get('cpu_capability')}, BLAS {environment.get('blas')})"
     )
 
 

@@ -5,6 +5,7 @@ port patched or rebound)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,38 @@ def test_the_kernels_the_inputs_and_the_numeric_environment_are_in_the_key(
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
     prefill_through(cache, case)
     assert fake.calls == 5
+    monkeypatch.undo()
+    # MKL's code path changes a matmul's bits: another mode, another key.
+    from harness.kernels import blas
+
+    monkeypatch.setattr(blas, "blas_mode", lambda: "mkl auto")
+    prefill_through(cache, case)
+    assert fake.calls == 6
+    monkeypatch.undo()
+    # torch's CPU capability does not (tests/test_output_digests.py): answers are shared across it.
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    prefill_through(cache, case)
+    assert fake.calls == 6
+
+
+def test_the_harness_puts_mkl_in_its_reproducible_mode_and_asks_mkl_which_it_runs() -> None:
+    """MKL reads the mode at its first call: a process that imports the harness
+    first runs COMPATIBLE; one that multiplied before keeps MKL's own choice, and
+    says so (the cache then keys its answers apart)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
+    first = "import harness; from harness.kernels.blas import blas_mode; print(blas_mode())"
+    late = "import torch; torch.ones(64, 64) @ torch.ones(64, 64); " + first
+    modes = [
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
+        for code in (first, late)
+    ]
+    if not torch.backends.mkl.is_available():  # type: ignore[no-untyped-call]
+        assert modes == ["no mkl", "no mkl"]
+    else:
+        assert modes[0] == "mkl compatible" and modes[1] != modes[0], modes
 
 
 def test_the_wrapper_is_the_oracle_for_everything_else(tmp_path: Path) -> None:

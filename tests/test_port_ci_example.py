@@ -4,7 +4,9 @@ It builds the pinned environment once and every job that runs the harness
 restores it (the same cache key as the job that saves it, a key that hashes
 every file deciding the environment); the gate runs on pull requests only and a
 nightly job, on the schedule only, runs ``parity nightly`` and publishes its
-page; the port's baseline is passed only when the file exists; the harness is
+page; the oracle's answers to the ci suite are computed once, by the
+harness's own port, and every gate shard restores them; the port's baseline is
+passed only when the file exists; the harness is
 checked out at a pinned ref; and the workflow is least-privilege (no default
 permissions, actions pinned to commits, no credentials left by checkouts, and the
 only job that may write, for the PR comment and the check, runs nothing of the
@@ -136,6 +138,34 @@ def test_every_job_running_the_harness_restores_the_saved_environment() -> None:
                 assert line.split()[0] == ".tox/oracle/bin/python", line
 
 
+ORACLE_ANSWERS = f"{CHECKOUT}/.oracle-answers"
+
+
+def oracle_answer_steps(job: dict[str, Any], actions: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [s for s in job["steps"] if uses(s, actions) and s.get("with", {}).get("path") == ORACLE_ANSWERS]
+
+
+def test_the_gate_shards_read_the_oracle_answers_the_environment_job_computed_with_the_harnesss_port() -> None:
+    saver, saving = saving_job()
+    (saved,) = oracle_answer_steps(saving, CACHE_SAVE)
+    # Computed on a miss, by the harness's own port into the cached folder: the port under test never runs there.
+    (compute,) = [s for _, s in harness_steps(saving)]
+    on_pull_requests = "github.event_name == 'pull_request'"
+    assert saved.get("if") == on_pull_requests  # the nightly's suite is another: it would not use them
+    assert compute.get("if") == f"{on_pull_requests} && steps.{saved['id']}.outputs.cache-hit != 'true'"
+    assert "--port per_request" in compute["run"] and "PYTHONPATH" not in compute.get("env", {})
+    folder = "${{ github.workspace }}/" + ORACLE_ANSWERS
+    assert compute["env"]["PARITY_ORACLE_CACHE"] == folder
+    # What decides an answer is hashed into the key: the harness's code, cases and requirements.
+    for hashed in ("harness/harness/**", "harness/oracle/**", "harness/cases/**", "harness/requirements/*.txt"):
+        assert hashed in saved["with"]["key"], hashed
+    gate = jobs()["gate"]
+    (restored,) = oracle_answer_steps(gate, ("actions/cache/restore@",))
+    assert restored["with"]["key"] == saved["with"]["key"] and saver in needs(gate)
+    (_, gate_step), *_ = harness_steps(gate)
+    assert gate_step["env"]["PARITY_ORACLE_CACHE"] == folder
+
+
 def test_the_key_hashes_every_file_that_decides_the_environment() -> None:
     _, saving = saving_job()
     _, saved = cache_step(saving, CACHE_SAVE)
@@ -171,9 +201,11 @@ def test_the_gate_runs_on_pull_requests_and_the_nightly_on_the_schedule() -> Non
             for job in jobs().values()
             if runs_on(job, event)
             for _, step in harness_steps(job)
+            if runs_on(step, event)
             for line in harness_lines(step["run"])
         }
-        expected = {"gate", "merge"} if event == "pull_request" else {"nightly"}
+        # On pull requests the environment job also computes the oracle's answers (parity run).
+        expected = {"run", "gate", "merge"} if event == "pull_request" else {"nightly"}
         assert commands == expected, f"on {event} the workflow runs parity {sorted(commands)}"
 
 
@@ -347,7 +379,7 @@ def recorded_argv(
 
 
 @pytest.mark.parametrize("baseline", [False, True], ids=["without-baseline", "with-baseline"])
-@pytest.mark.parametrize("job_name", ["gate", "merge", "nightly"])
+@pytest.mark.parametrize("job_name", ["environment", "gate", "merge", "nightly"])
 def test_the_harness_commands_parse(job_name: str, baseline: bool, tmp_path: Path) -> None:
     from harness.cli import build_parser
 
@@ -365,6 +397,8 @@ def test_the_harness_commands_parse(job_name: str, baseline: bool, tmp_path: Pat
                 pytest.fail(f"job {job_name}: `{shlex.join(argv)}` is refused by the CLI (exit {exc.code})")
             if "--shard" in argv:
                 assert argv[argv.index("--shard") + 1] == f"1/{len(shards)}", "--shard N must be the matrix's size"
+            if job_name == "environment":
+                continue  # the oracle's answers, by the harness's own port: no baseline
             port_file = str(tmp_path)  # the workspace is a folder under tmp_path
             given = args.baseline if job_name != "nightly" else (args.baseline or [None])[0]
             if not baseline:

@@ -25,8 +25,10 @@ Invariants:
   field, exact harness types only), and at L2 and L3 (the sparse levels' top-k
   indices among them) the input tensors
   themselves (dtype, shape, strides, storage offset and every byte of their
-  storage), the device and the numeric environment (torch's CPU capability
-  and thread count, the GPU's name, ``TRITON_INTERPRET``), and at L3 the
+  storage), the device and the numeric environment (the machine's
+  architecture, the BLAS's code path (:func:`harness.kernels.blas.blas_mode`),
+  torch's thread count, the GPU's name, ``TRITON_INTERPRET``; not torch's CPU
+  capability, under which the kernels compute the same bits), and at L3 the
   shared kernels (exactly :class:`~harness.kernels.CpuKernels` or
   :class:`~harness.kernels.CudaKernels`, with their keyless-row behaviour) and
   the DCP inputs (every rank's cache, this process's rank). What cannot be
@@ -67,7 +69,7 @@ if TYPE_CHECKING:
 
 # Part of every key: a change to what an entry holds or how a key is made
 # starts a new folder instead of misreading the old one.
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The sources whose text decides what the oracle answers: the translation of
 # upstream into the harness's model, the inputs, the shared kernels, the pins
@@ -284,10 +286,15 @@ def numeric_environment(device: torch.device) -> dict[str, Any]:
     torch and Triton run on it."""
     import torch
 
+    from harness.kernels.blas import blas_mode
+
     out: dict[str, Any] = {
         "device": str(device),
         "machine": platform.machine(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        # Not torch's CPU capability: on identical inputs its kernels' bits do not
+        # change with it (tests/test_output_digests.py), so runners with AVX2 and
+        # AVX-512 share answers; MKL's code path does, and is this.
+        "blas": blas_mode(),
         "threads": torch.get_num_threads(),
         "triton_interpret": os.environ.get("TRITON_INTERPRET"),
         # Whether Triton fuses a * b + c on the GPU changes upstream's compiled merge.

@@ -376,9 +376,10 @@ def _installed_version(name: str) -> str | None:
 
 def environment() -> dict[str, Any]:
     """Where the run ran: the Python, torch and Triton versions, the device, the
-    CPU's model and the capability torch dispatches its CPU kernels to. A run
-    that compared no tensor has not loaded torch (docs/architecture.md): its
-    versions are the installed ones, its device the host's, its capability None."""
+    CPU's model, the capability torch dispatches its CPU kernels to and the
+    BLAS's code path. A run that compared no tensor has not loaded torch
+    (docs/architecture.md): its versions are the installed ones, its device the
+    host's, its capability and BLAS None."""
     torch = sys.modules.get("torch")
     triton = sys.modules.get("triton")
     on_gpu = torch is not None and torch.cuda.is_available()
@@ -389,8 +390,15 @@ def environment() -> dict[str, Any]:
         "device": torch.cuda.get_device_name(0) if torch is not None and on_gpu else f"cpu ({platform.machine()})",
         "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability() if torch is not None else None,
+        "blas": _blas_mode() if torch is not None else None,
         "host": platform.node(),
     }
+
+
+def _blas_mode() -> str:
+    from harness.kernels.blas import blas_mode
+
+    return blas_mode()
 
 
 def merged_environment(environments: list[dict[str, Any]]) -> dict[str, Any]:
