@@ -52,6 +52,15 @@ def machine() -> str:
     )
 
 
+def item_differences(found: dict[str, Any], committed: dict[str, Any], prefix: str) -> int:
+    """Print one line per item whose digest differs between ``found`` and
+    ``committed`` (or that only one holds); how many."""
+    differing = [key for key in sorted(set(found) | set(committed)) if found.get(key) != committed.get(key)]
+    for key in differing:
+        print(f"{prefix}{key}: {found.get(key)} != {committed.get(key)}")
+    return len(differing)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python tools/input_digests.py", description=__doc__.split("\n\n")[0])
     action = parser.add_mutually_exclusive_group(required=True)
@@ -77,10 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         if found["stream"] != committed["stream"]:
             differences += 1
             print(f"{threads} threads: stream {found['stream']} != {committed['stream']}")
-        for key in sorted(set(found["items"]) | set(committed["items"])):
-            if found["items"].get(key) != committed["items"].get(key):
-                differences += 1
-                print(f"{threads} threads: item {key}: {found['items'].get(key)} != {committed['items'].get(key)}")
+        differences += item_differences(found["items"], committed["items"], f"{threads} threads: item ")
     print(f"{differences} differences, {len(committed['items'])} items and the stream, on {machine()}")
     return 1 if differences else 0
 

@@ -79,10 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     differences = 0
     for threads in [int(t) for t in args.threads.split(",")]:
         found = current_digests(threads)
-        for key in sorted(set(found["items"]) | set(committed["items"])):
-            if found["items"].get(key) != committed["items"].get(key):
-                differences += 1
-                print(f"{threads} threads: {key}: {found['items'].get(key)} != {committed['items'].get(key)}")
+        differences += inputs.item_differences(found["items"], committed["items"], f"{threads} threads: ")
     print(f"{differences} differences, {len(committed['items'])} items' outputs, on {inputs.machine()}")
     return 1 if differences else 0
 
