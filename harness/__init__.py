@@ -36,6 +36,6 @@ import os
 # would compute other answers). Its conditional numerical reproducibility mode
 # COMPATIBLE gives the same bits on every x86 CPU it runs on; MKL reads the mode
 # at its first call, so it is set when the harness is imported, before any
-# (harness.kernels.blas.blas_mode says which mode a process got; the oracle cache
+# (harness.kernels.machine.blas_mode says which mode a process got; the oracle cache
 # keys by it). A mode the user sets is kept.
 os.environ.setdefault("MKL_CBWR", "COMPATIBLE")

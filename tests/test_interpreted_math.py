@@ -9,6 +9,7 @@ numpy's SIMD off in tests/test_output_digests.py.)"""
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -67,11 +68,36 @@ def test_fma32_rounds_once_where_float64_would_round_twice() -> None:
     assert naive[0] != expected[0]  # rounding the float64 sum would have got it wrong
 
 
-def test_the_interpreter_takes_them_for_tl_exp_and_tl_log() -> None:
+def test_they_are_the_same_bits_with_numpys_simd_off() -> None:
+    """numpy's own dispatch reaches none of their operations: a child with its
+    SIMD features off computes the same bits as this process."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_input_digests import NUMPY_SIMD
+
+    code = (
+        "import hashlib, numpy as np; from harness.kernels.interpreted_math import exp32, log32; "
+        "from tests.test_cpp_port_numerics import float_inputs; x = float_inputs(); "
+        "np.seterr(all='ignore'); print(hashlib.sha256(exp32(x).tobytes() + log32(x).tobytes()).hexdigest())"
+    )
+    env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": NUMPY_SIMD}
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True)
+    x = float_inputs()
+    with np.errstate(all="ignore"):
+        here = hashlib.sha256(exp32(x).tobytes() + log32(x).tobytes()).hexdigest()
+    assert done.stdout.strip() == here, done.stderr[-2000:]
+
+
+def test_the_interpreter_takes_them_for_tl_exp_and_tl_log(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
     import triton
     import triton.language as tl
 
+    from harness.kernels import interpreted_math
     from harness.kernels.interpreter import math_defined, streamline_interpreter
 
     streamline_interpreter()
@@ -90,3 +116,9 @@ def test_the_interpreter_takes_them_for_tl_exp_and_tl_log() -> None:
     assert np.array_equal(bits(e.numpy()), bits(exp32(x.numpy())))
     with np.errstate(all="ignore"):
         assert np.array_equal(bits(lg.numpy()), bits(log32(x.numpy())))
+    # On a CPU where numpy's exp is this one, equal bits alone would not show the
+    # route: with the module's functions swapped, the kernel computes the swap's.
+    monkeypatch.setattr(interpreted_math, "EXP", lambda data: np.full_like(data, 42.0))
+    monkeypatch.setattr(interpreted_math, "LOG", lambda data: np.full_like(data, -42.0))
+    exp_log[(1,)](x, e, lg, 1024)
+    assert bool((e == 42.0).all()) and bool((lg == -42.0).all())

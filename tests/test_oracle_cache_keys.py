@@ -143,9 +143,9 @@ def test_the_kernels_the_inputs_and_the_numeric_environment_are_in_the_key(
     assert fake.calls == 5
     monkeypatch.undo()
     # MKL's code path changes a matmul's bits: another mode, another key.
-    from harness.kernels import blas
+    from harness.kernels import machine
 
-    monkeypatch.setattr(blas, "blas_mode", lambda: "mkl auto")
+    monkeypatch.setattr(machine, "blas_mode", lambda: "mkl auto")
     prefill_through(cache, case)
     assert fake.calls == 6
     monkeypatch.undo()
@@ -163,7 +163,7 @@ def test_the_harness_puts_mkl_in_its_reproducible_mode_and_asks_mkl_which_it_run
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
-    first = "import harness; from harness.kernels.blas import blas_mode; print(blas_mode())"
+    first = "import harness; from harness.kernels.machine import blas_mode; print(blas_mode())"
     late = "import torch; torch.ones(64, 64) @ torch.ones(64, 64); " + first
     modes = [
         subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
@@ -256,3 +256,53 @@ def test_a_kernel_function_whose_code_is_swapped_in_place_is_seen() -> None:
     finally:
         chunks.gather_chunk.__code__ = original
     assert kernels_untouched(CpuKernels())
+
+
+class ShiftedOracle(FakeOracle):
+    """The fake oracle on a machine whose kernels round one bit differently."""
+
+    def prefill(self, case: Case, inputs: Any, kernels: Any) -> dict[str, torch.Tensor]:
+        out = super().prefill(case, inputs, kernels)
+        return {name: t.view(torch.int32).add(1).view(torch.float32) if t.dtype == torch.float32 else t
+                for name, t in out.items()}  # fmt: skip
+
+
+@pytest.mark.parametrize("agrees", [True, False], ids=["agrees", "differs"])
+def test_answers_written_on_another_machine_are_asked_again_and_one_that_differs_is_never_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], agrees: bool
+) -> None:
+    """The key does not tell two x86 machines apart where the kernels were shown
+    to agree; a few answers another machine wrote are asked of this one's
+    oracle, and on a difference none written elsewhere is served again."""
+    from harness.kernels import machine
+    from harness.sides.oracle_cache import ELSEWHERE_CHECKS
+
+    cases = [numeric_case(seed) for seed in range(ELSEWHERE_CHECKS + 3)]
+    monkeypatch.setattr(machine, "machine_label", lambda: "the runner that computed them")
+    writer = CachedOracle(FakeOracle(), FINGERPRINT, tmp_path)
+    for case in cases:
+        prefill_through(writer, case)
+    monkeypatch.setattr(machine, "machine_label", lambda: "this machine")
+    here = FakeOracle() if agrees else ShiftedOracle()
+    reader = CachedOracle(here, FINGERPRINT, tmp_path)
+    answers = [prefill_through(reader, case) for case in cases]
+    stats, err = reader.stats(), capsys.readouterr().err
+    if agrees:
+        assert here.calls == ELSEWHERE_CHECKS and stats["elsewhere_disagreed"] == 0 and not err
+        assert stats["disk_hits"] == len(cases)
+    else:
+        # The first differs: every answer from then on is this machine's own, and it says so once.
+        assert here.calls == len(cases) and stats["elsewhere_disagreed"] == len(cases)
+        assert err.count("oracle cache: an answer written on the runner that computed them differs") == 1
+        for case, answer in zip(cases, answers, strict=True):
+            expected = ShiftedOracle().prefill(case, None, None)
+            assert all(torch.equal(answer[n].contiguous().view(torch.uint8), t.contiguous().view(torch.uint8))
+                       for n, t in expected.items())  # fmt: skip
+    # Answers written on this machine are trusted as they are.
+    again = FakeOracle()
+    for case in cases:
+        prefill_through(CachedOracle(again, FINGERPRINT, tmp_path / "own"), case)
+    own = CachedOracle(FakeOracle(), FINGERPRINT, tmp_path / "own")
+    for case in cases:
+        prefill_through(own, case)
+    assert own.stats()["elsewhere_checked"] == 0

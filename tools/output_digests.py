@@ -5,14 +5,15 @@ the oracle (the pinned release, asked afresh: no oracle cache) and per_request.
 
     python tools/output_digests.py --write      # after a deliberate change of a kernel, the stream or the suite
     python tools/output_digests.py --check      # this machine's bits against the file (exit 1 if any differs)
-    python tools/output_digests.py --check --threads 1,2
+    python tools/output_digests.py --check --threads 2    # what another thread count changes (it does)
 
 The inputs come first: ``--check`` runs ``tools/input_digests.py --check
 --threads 1,2``'s comparison before any output is computed, since outputs on
 other inputs say nothing of the kernels. ``--threads`` runs the items under each of torch's
 intra-op thread counts given (the harness itself always runs at
-:data:`harness.engine.device.NUMERIC_THREADS`); it prints one line per
-difference, then the machine it ran on.
+:data:`harness.engine.device.NUMERIC_THREADS`, one, because at two a few
+items' bits differ); it prints one line per difference, then the machine it
+ran on.
 """
 
 from __future__ import annotations

@@ -185,10 +185,10 @@ def bits_digest(tensor: torch.Tensor) -> str:
     (row-major, whatever its strides): equal digests, equal bits."""
     import hashlib
 
-    host = tensor.detach().contiguous().cpu()
-    view = host.view(_INT_VIEW[host.dtype]) if host.dtype in _INT_VIEW else host
+    host = tensor.detach().cpu().contiguous()
     digest = hashlib.sha256(f"{str(host.dtype).removeprefix('torch.')}{list(host.shape)}".encode())
-    digest.update(view.numpy().tobytes())
+    # Bytes through torch's own view: numpy has no bf16, float8 or the like.
+    digest.update(host.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:16]
 
 

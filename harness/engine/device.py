@@ -113,8 +113,12 @@ def select_device(device: str) -> SharedKernels:
     import torch
 
     from harness.kernels import kernels_for
+    from harness.kernels.interpreter import streamline_interpreter
 
     torch.set_num_threads(NUMERIC_THREADS)
     select_host(device)
+    # The interpreter's exp and log are defined before any answer is keyed
+    # (harness.kernels.machine.shares_kernel_bits), not at the oracle's first import.
+    streamline_interpreter()
     refuse_other_inputs()
     return kernels_for(device)

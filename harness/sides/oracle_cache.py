@@ -39,6 +39,12 @@ Invariants:
   is passed to the oracle uncached (``bypassed``), and an answer that cannot be
   stored is handed on unkept. Real DCP ranks never reach this object:
   :mod:`harness.sides.dcp_ranks` runs its own oracle on each rank.
+- A tensor entry records the machine that computed it
+  (:func:`harness.kernels.machine.machine_label`), outside the key. Read on
+  another machine, the first :data:`ELSEWHERE_CHECKS` of each kind are asked of
+  the oracle again and its answer is handed out; one that differs (any bit) is
+  said on stderr once, and from then on every answer written elsewhere is
+  asked afresh: another machine's bits are never charged to the port.
 - A disk entry that cannot be read, or whose answer is not its kind's (checked
   as strictly for the sparse kinds as for the dense ones,
   :mod:`harness.sides.oracle_cache_store`), is a miss (``unreadable``) and the fresh
@@ -90,6 +96,7 @@ from harness.sides.oracle_cache_store import (
     entry_header,
     prune_stale_folders,
     sealed,
+    tensor_entry_writer,
     unsealed,
     write_atomically,
 )
@@ -158,7 +165,21 @@ def _layout_bytes(layout: Layout) -> int:
     return size
 
 
-STAT_NAMES = ("memory_hits", "disk_hits", "misses", "bypassed", "stored", "unreadable", "write_failures")
+STAT_NAMES = (
+    "memory_hits",
+    "disk_hits",
+    "misses",
+    "bypassed",
+    "stored",
+    "unreadable",
+    "write_failures",
+    "elsewhere_checked",
+    "elsewhere_disagreed",
+)
+# How many tensor answers written on another machine (another CPU model, torch
+# capability, numpy SIMD or BLAS mode: the key does not tell them apart where
+# the kernels were shown to agree) each kind asks the oracle again, per process.
+ELSEWHERE_CHECKS = 2
 
 
 class CachedOracle:
@@ -197,6 +218,9 @@ class CachedOracle:
         self._memory_bytes = 0
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(STAT_NAMES, 0)
+        # Answers written elsewhere asked again, per kind; once one differs, every one is.
+        self._checked_elsewhere: dict[str, int] = {}
+        self._distrust_elsewhere = False
 
     def __getattr__(self, attribute: str) -> Any:
         # Only called for what this class lacks; never for dunders (copy, pickle).
@@ -306,9 +330,11 @@ class CachedOracle:
                 self._memory.move_to_end(key)
                 self._counts["memory_hits"] += 1
         if kept is None:
-            kept = self._read(kind, item)
+            kept, writer = self._read(kind, item)
             if kept is not None:
                 self._count("disk_hits")
+                if self._check_elsewhere(kind, kept, writer):
+                    return self._asked_again(kind, item, writer, kept, ask)
                 self._remember(key, kept)
         if kept is not None:
             return self._hand_out(kept)
@@ -330,6 +356,48 @@ class CachedOracle:
                 return answer
         with contextlib.suppress(Uncacheable, ValueError, TypeError):
             self._keep(kind, item, key, stored)
+        return answer
+
+    def _check_elsewhere(self, kind: str, kept: Any, writer: str | None) -> bool:
+        """Whether a tensor answer read from disk is asked of the oracle again:
+        one written on another machine, the first :data:`ELSEWHERE_CHECKS` of
+        its kind, or every one once one has differed."""
+        if not isinstance(kept, KeptTensors):
+            return False  # layouts and sizes: host work, the same on every machine
+        from harness.kernels.machine import machine_label
+
+        if writer == machine_label():
+            return False
+        with self._lock:
+            if self._distrust_elsewhere:
+                return True
+            checked = self._checked_elsewhere.get(kind, 0)
+            self._checked_elsewhere[kind] = checked + 1
+            return checked < ELSEWHERE_CHECKS
+
+    def _asked_again(self, kind: str, item: str, writer: str | None, kept: KeptTensors, ask: Callable[[], Any]) -> Any:
+        """The oracle's own answer, held against the one another machine wrote:
+        on a difference the run goes on with this machine's answers only (every
+        later one written elsewhere is asked too) and says so on stderr once."""
+        answer = ask()
+        self._count("elsewhere_checked")
+        try:
+            fresh = self._storable(kind, answer)
+        except (Uncacheable, ValueError, TypeError):
+            fresh = None
+        if not isinstance(fresh, KeptTensors) or not _same_bits(fresh, kept):
+            self._count("elsewhere_disagreed")
+            with self._lock:
+                first, self._distrust_elsewhere = not self._distrust_elsewhere, True
+                self._memory.clear()
+                self._memory_bytes = 0
+            if first:
+                print(
+                    f"oracle cache: an answer written on {writer or 'an unnamed machine'} differs from this "
+                    f"machine's oracle ({kind} {item[:12]}); answers written elsewhere are asked afresh for the "
+                    "rest of this run",
+                    file=sys.stderr,
+                )
         return answer
 
     @staticmethod
@@ -392,7 +460,9 @@ class CachedOracle:
             if kind in JSON_KINDS:
                 data = encode_json_entry(header, kept)
             else:
-                data = encode_tensor_entry(header, kept)
+                from harness.kernels.machine import machine_label
+
+                data = encode_tensor_entry(header, kept, machine_label())
             write_atomically(self._path(kind, item), sealed(data))
         except Exception:
             self._count("write_failures")
@@ -405,26 +475,43 @@ class CachedOracle:
         suffix = ".json" if kind in JSON_KINDS else ".safetensors"
         return self.directory / f"{kind}-{item}{suffix}"
 
-    def _read(self, kind: str, item: str) -> Any:
-        """The disk entry's answer, or None (missing, or unreadable: counted)."""
+    def _read(self, kind: str, item: str) -> tuple[Any, str | None]:
+        """The disk entry's answer and which machine wrote it (tensor entries),
+        or (None, None) (missing, or unreadable: counted)."""
         if not self._on_disk(kind):
-            return None
+            return None, None
         try:
             data = self._path(kind, item).read_bytes()
         except FileNotFoundError:
-            return None
+            return None, None
         except OSError:
             self._count("unreadable")
-            return None
+            return None, None
         header = entry_header(self.fingerprint, item, kind)
         try:
             data = unsealed(data)
             if kind in JSON_KINDS:
-                return decode_json_entry(data, header)
-            return decode_tensor_entry(data, header)
+                return decode_json_entry(data, header), None
+            return decode_tensor_entry(data, header), tensor_entry_writer(data)
         except Exception:
             self._count("unreadable")
-            return None
+            return None, None
+
+
+def _same_bits(a: KeptTensors, b: KeptTensors) -> bool:
+    """The same form, names, dtypes, shapes and bytes (bit patterns: -0.0 is not +0.0)."""
+    import torch
+
+    if a.form != b.form or [n for n, _ in a.items] != [n for n, _ in b.items]:
+        return False
+    for (_, x), (_, y) in zip(a.items, b.items, strict=True):
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        x_bytes = x.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+        y_bytes = y.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+        if not torch.equal(x_bytes, y_bytes):
+            return False
+    return True
 
 
 def _environment_of(tensor: Any, what: str) -> dict[str, Any]:

@@ -26,9 +26,11 @@ Invariants:
   indices among them) the input tensors
   themselves (dtype, shape, strides, storage offset and every byte of their
   storage), the device and the numeric environment (the machine's
-  architecture, the BLAS's code path (:func:`harness.kernels.blas.blas_mode`),
-  torch's thread count, the GPU's name, ``TRITON_INTERPRET``; not torch's CPU
-  capability, under which the kernels compute the same bits), and at L3 the
+  architecture, the BLAS's code path (:func:`harness.kernels.machine.blas_mode`),
+  torch's thread count, the GPU's name, ``TRITON_INTERPRET``; the CPU's model
+  and torch's CPU capability unless
+  :func:`harness.kernels.machine.shares_kernel_bits`, where the kernels were
+  shown to compute the same bits under any), and at L3 the
   shared kernels (exactly :class:`~harness.kernels.CpuKernels` or
   :class:`~harness.kernels.CudaKernels`, with their keyless-row behaviour) and
   the DCP inputs (every rank's cache, this process's rank). What cannot be
@@ -286,14 +288,12 @@ def numeric_environment(device: torch.device) -> dict[str, Any]:
     torch and Triton run on it."""
     import torch
 
-    from harness.kernels.blas import blas_mode
+    from harness.kernels.machine import blas_mode, cpu_identity, shares_kernel_bits
 
     out: dict[str, Any] = {
         "device": str(device),
         "machine": platform.machine(),
-        # Not torch's CPU capability: on identical inputs its kernels' bits do not
-        # change with it (tests/test_output_digests.py), so runners with AVX2 and
-        # AVX-512 share answers; MKL's code path does, and is this.
+        # MKL's code path changes a matmul's bits.
         "blas": blas_mode(),
         "threads": torch.get_num_threads(),
         "triton_interpret": os.environ.get("TRITON_INTERPRET"),
@@ -301,6 +301,11 @@ def numeric_environment(device: torch.device) -> dict[str, Any]:
         "triton_fp_fusion": [os.environ.get(n) for n in ("TRITON_DEFAULT_FP_FUSION", "TRITON_FORCE_DISABLE_FP_FUSION")],
         "vllm_target_device": os.environ.get("VLLM_TARGET_DEVICE"),
     }
+    if not shares_kernel_bits():
+        # The CPU's model and torch's capability: measured not to change a bit
+        # only with MKL in its compatible mode and the interpreter's exp and log
+        # defined (tests/test_output_digests.py); elsewhere answers stay per CPU.
+        out |= cpu_identity()
     if device.type == "cuda":
         out["gpu"] = _gpu_identity(str(device))
     return out

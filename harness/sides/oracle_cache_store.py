@@ -176,11 +176,18 @@ def decode_json_entry(data: bytes, header: dict[str, Any]) -> Any:
     return value
 
 
-def encode_tensor_entry(header: dict[str, Any], answer: KeptTensors | KeptError) -> bytes:
+def encode_tensor_entry(
+    header: dict[str, Any], answer: KeptTensors | KeptError, written_on: str | None = None
+) -> bytes:
+    """The entry's bytes; ``written_on`` (:func:`harness.kernels.machine.machine_label`)
+    says which machine computed it, outside the key: another machine with the
+    same key reads it, and checks a few (:class:`harness.sides.oracle_cache.CachedOracle`)."""
     import torch
     from safetensors.torch import save
 
     entry = dict(header)
+    if written_on is not None:
+        entry["written_on"] = written_on
     tensors: dict[str, torch.Tensor] = {}
     if isinstance(answer, KeptError):
         entry["error"] = dataclasses.asdict(answer)
@@ -209,14 +216,25 @@ def unsealed(stored: bytes) -> bytes:
     return data
 
 
+def _tensor_entry_metadata(data: bytes) -> dict[str, Any]:
+    # The format's header: its length (8 bytes, little-endian), then JSON whose
+    # "__metadata__" holds the strings written beside the tensors.
+    length = int.from_bytes(data[:8], "little")
+    entry: dict[str, Any] = json.loads(json.loads(data[8 : 8 + length].decode("utf-8"))["__metadata__"]["entry"])
+    return entry
+
+
+def tensor_entry_writer(data: bytes) -> str | None:
+    """Which machine wrote a tensor entry (``written_on``), or None when it does not say."""
+    writer = _tensor_entry_metadata(data).get("written_on")
+    return writer if isinstance(writer, str) else None
+
+
 def decode_tensor_entry(data: bytes, header: dict[str, Any]) -> KeptTensors | KeptError:
     from safetensors.torch import load
 
     loaded = load(data)
-    # The format's header: its length (8 bytes, little-endian), then JSON whose
-    # "__metadata__" holds the strings written beside the tensors.
-    length = int.from_bytes(data[:8], "little")
-    entry = json.loads(json.loads(data[8 : 8 + length].decode("utf-8"))["__metadata__"]["entry"])
+    entry = _tensor_entry_metadata(data)
     if {key: entry.get(key) for key in header} != header:
         raise ValueError("the entry names another key")
     if "error" in entry:

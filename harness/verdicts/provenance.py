@@ -22,6 +22,8 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
+from harness.model.host import cpu_model
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NOT_IN_GIT = "not in a git repository"
 # Programs that run code named by their arguments: for ``cmd:python my_port.py``
@@ -352,19 +354,6 @@ def source_digest(root: Path = REPO_ROOT) -> str:
     return digest.hexdigest()
 
 
-def cpu_model() -> str:
-    """The CPU's model name, as the operating system gives it (Linux's
-    /proc/cpuinfo), else the platform's description of the processor."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() in ("model name", "Hardware", "cpu model") and value.strip():
-                return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _installed_version(name: str) -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -396,7 +385,7 @@ def environment() -> dict[str, Any]:
 
 
 def _blas_mode() -> str:
-    from harness.kernels.blas import blas_mode
+    from harness.kernels.machine import blas_mode
 
     return blas_mode()
 
