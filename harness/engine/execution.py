@@ -4,12 +4,13 @@ finishes, and the table every output is made from."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cases.suites import Suite
 from harness.engine.device import (
@@ -37,7 +38,13 @@ from harness.engine.workers import pool_failure, start_pool
 from harness.protocol.port import Port
 from harness.sides.items import RunResult, selected_levels
 from harness.sides.loading import close_port, load_port
-from harness.sides.runner import INTERRUPTED_WHY, LOST_WHY, unfinished_items
+from harness.sides.runner import INTERRUPTED_WHY, LOST_WHY, Shard, unfinished_items
+
+if TYPE_CHECKING:
+    from harness.kernels import SharedKernels
+    from harness.sides.dcp_ranks import RealRanks
+    from harness.sides.pool import WorkerPool
+    from harness.verdicts.results_file import ResultsWriter
 
 
 @dataclass
@@ -102,153 +109,231 @@ def harness_identity() -> dict[str, Any]:
     }
 
 
+@dataclass
+class Prepared:
+    """Everything :func:`run_prepared` needs, loaded and checked: the port, the
+    suite's selected items, the pool (None: this process), the kernels (None:
+    host work), the oracle (None: every item runs in a worker) and its
+    provenance. The port and the oracle belong to the ``on_failure`` stack
+    :func:`prepare` was given, the pool to its ``always`` stack."""
+
+    request: RunRequest
+    levels: tuple[str, ...]
+    port: Port
+    suite: Suite
+    shard: Shard | None
+    item_ids: list[str]
+    pool: WorkerPool | None
+    kernels: SharedKernels | None
+    oracle: Port | None
+    provenance: dict[str, Any]
+    real_ranks: RealRanks | None
+
+
+@dataclass
+class Ran:
+    """What the run step produced: this run's results in order, the rows a
+    resumed results file already held, their ids, and whether Ctrl-C stopped it."""
+
+    result: RunResult
+    resumed_rows: list[dict[str, Any]]
+    skip: frozenset[str]
+    interrupted: bool
+
+
 def execute(
     request: RunRequest, before_run: Callable[[Port, Suite], None] | None = None, keep_layouts: bool = True
 ) -> Execution:
     """Load, check the oracle, run with progress; rows go to --results as they finish.
 
+    Three steps: :func:`prepare` (load, check, open), :func:`run_prepared`
+    (compare, streaming rows), :func:`tabulate` (the table and its verdicts).
     ``before_run`` checks the loaded port and suite before any work (the gate's
     baseline against what the suite holds). With ``--jobs`` above 1 the items
     run in worker processes (:mod:`harness.sides.pool`), started before this process
     opens its oracle so their start-up overlaps it; the rows, the table and the
     results file are the same as in-process, in the same order.
     ``keep_layouts`` False (nothing will write the layouts' chunks: no JSON
-    report) lets workers send only the figures a row needs of a matching layout."""
-    import pandas as pd
+    report) lets workers send only the figures a row needs of a matching layout.
 
-    from harness.protocol.port import l3_compares
-    from harness.sides.item_stream import stream_items
-    from harness.sides.items import computes_tensors
+    The pool is closed on every path; the port and the oracle are closed on
+    every path but success, where the :class:`Execution` hands them on."""
     from harness.sides.pool import PoolError
+
+    try:
+        with contextlib.ExitStack() as always, contextlib.ExitStack() as on_failure:
+            prepared = prepare(request, before_run, always, on_failure)
+            execution = tabulate(prepared, run_prepared(prepared, keep_layouts))
+            on_failure.pop_all()
+    except PoolError as exc:
+        raise pool_failure(exc) from None
+    return execution
+
+
+def prepare(
+    request: RunRequest,
+    before_run: Callable[[Port, Suite], None] | None,
+    always: contextlib.ExitStack,
+    on_failure: contextlib.ExitStack,
+) -> Prepared:
+    """Start the pool (an explicit ``--jobs N`` first: its imports overlap the
+    rest), set the device, load the port and the suite, check the selection,
+    select the device and open the oracle (or take the workers' provenance)."""
+    from harness.sides.items import computes_tensors
     from harness.sides.runner import selected_item_ids
-    from harness.verdicts.results_file import ResultsWriter, items_digest
-    from harness.verdicts.summary import COLUMNS, apply_table_verdicts, check_prefill_layouts, result_row
 
     if request.resume and not request.results:
         raise UsageError("--resume needs --results FILE (the file to resume)")
     real_ranks = real_ranks_of(request)
-    # An explicit --jobs N starts its workers first: their imports overlap loading the port and the suite.
     pool = start_pool(request, None, (), None, [request.port]) if (request.jobs or 1) > 1 else None
-    try:
-        prepare_device(request.device)
-        levels = selected_levels(request.level)
-        if computes_tensors(levels):
-            prepare_tensor_levels()
-        port = load_port(request.port, request.timeout)
-        suite = select_suite(request)
-        shard = parse_shard(request.shard)
-        item_ids = selected_item_ids(suite, levels, shard)
-        if computes_tensors(levels) and request.size is None and not request.cases:
-            refuse_uncovered_inputs(suite, levels)
-        try:
-            refuse_empty(len(item_ids), describe_selection(suite, levels, shard))
-            if before_run is not None:
-                before_run(port, suite)
-        except Exception:
-            close_port(port)
-            raise
-        note_unimplemented(port, levels)
-        if pool is None:
-            pool = start_pool(request, suite, levels, shard, [request.port])
-    except BaseException:
+    if pool is not None:
+        always.callback(pool.close)
+    prepare_device(request.device)
+    levels = selected_levels(request.level)
+    tensors = computes_tensors(levels)
+    if tensors:
+        prepare_tensor_levels()
+    port = load_port(request.port, request.timeout)
+    on_failure.callback(close_port, port)
+    suite = select_suite(request)
+    shard = parse_shard(request.shard)
+    item_ids = selected_item_ids(suite, levels, shard)
+    if tensors and request.size is None and not request.cases:
+        refuse_uncovered_inputs(suite, levels)
+    refuse_empty(len(item_ids), describe_selection(suite, levels, shard))
+    if before_run is not None:
+        before_run(port, suite)
+    note_unimplemented(port, levels)
+    if pool is None:
+        pool = start_pool(request, suite, levels, shard, [request.port])
         if pool is not None:
-            pool.close()
-        raise
+            always.callback(pool.close)
+    kernels = select_device(request.device) if tensors else None
+    if not tensors:
+        select_host(request.device)
+    if real_ranks is not None:
+        from harness.sides.dcp_ranks import prestart
+
+        # The rank workers import the oracle while this process opens its own.
+        prestart(real_ranks, request.device, largest_dcp_world(suite, levels, shard))
+    oracle, provenance = _open_oracle_side(request, pool, real_ranks, on_failure)
+    return Prepared(request, levels, port, suite, shard, item_ids, pool, kernels, oracle, provenance, real_ranks)
+
+
+def _open_oracle_side(
+    request: RunRequest, pool: WorkerPool | None, real_ranks: RealRanks | None, on_failure: contextlib.ExitStack
+) -> tuple[Port | None, dict[str, Any]]:
+    """This process's oracle (closed by ``on_failure``) and its provenance; or,
+    when every item runs in a worker, None and the workers' provenance: this
+    process then never imports the oracle (seconds of CPU the workers need)."""
+    oracle: Port | None = None
+    if pool is not None and real_ranks is None:
+        provenance = pool.oracle_provenance()
+    else:
+        oracle, provenance = open_oracle(
+            request.allow_oracle_drift, request.oracle, request.oracle_cache, request.oracle_cache_dir
+        )
+        on_failure.callback(close_port, oracle)
+        if pool is not None:
+            pool.expect_provenance(provenance)
+    banner = drift_banner(provenance)
+    if banner:
+        print(banner, file=sys.stderr)
+    return oracle, provenance
+
+
+def _results_writer(prepared: Prepared) -> ResultsWriter | None:
+    """The results file's writer (its header: what the rows are of), or None without --results."""
+    from harness.verdicts.results_file import ResultsWriter, items_digest
+
+    request, provenance = prepared.request, prepared.provenance
+    if not request.results:
+        return None
+    header = {
+        "items_digest": items_digest(prepared.item_ids),
+        "items": len(prepared.item_ids),
+        "suite": prepared.suite.name,
+        "levels": list(prepared.levels),
+        "size": request.size,
+        "shard": request.shard,
+        "port_spec": request.port,
+        "port": prepared.port.name,
+        "device": request.device,
+        **dcp_settings(request),
+        "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
+        "oracle_drift_overridden": provenance["oracle_drift_overridden"],
+        **harness_identity(),
+    }
+    return ResultsWriter(Path(request.results), header, request.resume, prepared.item_ids)
+
+
+def run_prepared(prepared: Prepared, keep_layouts: bool) -> Ran:
+    """Compare every selected item not already in a resumed file, each row
+    written as it finishes; Ctrl-C keeps what finished (workers' rows beyond the
+    last in order too) and says so."""
+    from harness.sides.item_stream import stream_items
+    from harness.verdicts.summary import result_row
+
+    p, request = prepared, prepared.request
+    writer = _results_writer(p)
+    skip = writer.done_ids if writer else frozenset()
+    bar, advance = progress_bar(len(p.item_ids) - len(skip))
+    result = RunResult(suite=p.suite.name, port=p.port.name, levels=p.levels)
+    started = time.perf_counter()
+    interrupted = False
+
+    def record(item: Any) -> None:
+        result.results.append(item)
+        if writer is not None:
+            writer.write(result_row(item))
+        if advance is not None:
+            advance(item)
+
+    stream = stream_items(
+        p.oracle, p.port, request.port, p.suite, p.levels, p.shard, p.kernels, skip, request.device,
+        request.timeout, p.real_ranks, p.pool, keep_layouts,
+    )  # fmt: skip
     try:
-        kernels = None
-        if computes_tensors(levels):
-            kernels = select_device(request.device)
-        else:
-            select_host(request.device)
-        if real_ranks is not None:
-            from harness.sides.dcp_ranks import prestart
-
-            # The rank workers import the oracle while this process opens its own.
-            prestart(real_ranks, request.device, largest_dcp_world(suite, levels, shard))
-        oracle: Port | None = None
-        if pool is not None and real_ranks is None:
-            # Every item runs in a worker: their oracle's provenance is the run's, and
-            # this process does not import the oracle (seconds of CPU the workers need).
-            provenance = pool.oracle_provenance()
-        else:
-            oracle, provenance = open_oracle(
-                request.allow_oracle_drift, request.oracle, request.oracle_cache, request.oracle_cache_dir
-            )
-            if pool is not None:
-                pool.expect_provenance(provenance)
-        banner = drift_banner(provenance)
-        if banner:
-            print(banner, file=sys.stderr)
-        writer = None
-        if request.results:
-            header = {
-                "items_digest": items_digest(item_ids),
-                "items": len(item_ids),
-                "suite": suite.name,
-                "levels": list(levels),
-                "size": request.size,
-                "shard": request.shard,
-                "port_spec": request.port,
-                "port": port.name,
-                "device": request.device,
-                **dcp_settings(request),
-                "pin": f"{provenance['release']} @ {provenance['upstream_commit']}",
-                "oracle_drift_overridden": provenance["oracle_drift_overridden"],
-                **harness_identity(),
-            }
-            writer = ResultsWriter(Path(request.results), header, request.resume, item_ids)
-        skip = writer.done_ids if writer else frozenset()
-        bar, advance = progress_bar(len(item_ids) - len(skip))
-        result = RunResult(suite=suite.name, port=port.name, levels=levels)
-        started = time.perf_counter()
-        interrupted = False
-
-        def record(item: Any) -> None:
-            result.results.append(item)
-            if writer is not None:
-                writer.write(result_row(item))
-            if advance is not None:
-                advance(item)
-
-        stream = stream_items(
-            oracle, port, request.port, suite, levels, shard, kernels, skip, request.device, request.timeout,
-            real_ranks, pool, keep_layouts,
-        )  # fmt: skip
-        try:
-            for item in stream:
-                record(item)
-        except KeyboardInterrupt:
-            interrupted = True
-            # What workers finished beyond the last row in order is kept too.
-            for item in stream.unreported():
-                record(item)
-            todo = len(item_ids) - len(skip)
-            print(f"\nparity: interrupted after {len(result.results)} of {todo} items", file=sys.stderr)
-        finally:
-            stream.close()
-            if bar is not None:
-                bar.stop()
-            if writer is not None:
-                writer.close()
-    except PoolError as exc:
-        raise pool_failure(exc) from None
+        for item in stream:
+            record(item)
+    except KeyboardInterrupt:
+        interrupted = True
+        for item in stream.unreported():
+            record(item)
+        todo = len(p.item_ids) - len(skip)
+        print(f"\nparity: interrupted after {len(result.results)} of {todo} items", file=sys.stderr)
     finally:
-        if pool is not None:
-            pool.close()
+        stream.close()
+        if bar is not None:
+            bar.stop()
+        if writer is not None:
+            writer.close()
     result.seconds = time.perf_counter() - started
-    result.provenance = {**provenance, **dcp_settings(request)}
-    rows = (writer.done if writer else []) + [result_row(r) for r in result.results]
-    finished = skip | {r.id for r in result.results}
-    if interrupted or not finished.issuperset(item_ids):
-        # Every selected item has its row: one the run never compared (interrupted,
-        # or lost to a harness fault) is not-run, and the verdict cannot be PASS.
-        why = INTERRUPTED_WHY if interrupted else LOST_WHY
-        rows += [result_row(r) for r in unfinished_items(suite, levels, shard, finished, why)]
+    result.provenance = {**p.provenance, **dcp_settings(request)}
+    return Ran(result, writer.done if writer else [], skip, interrupted)
+
+
+def tabulate(prepared: Prepared, ran: Ran) -> Execution:
+    """The table of every selected item, in suite order, with its verdicts: an
+    item the run never compared (interrupted, or lost to a harness fault) is a
+    not-run row, so the verdict cannot be PASS."""
+    import pandas as pd
+
+    from harness.protocol.port import l3_compares
+    from harness.verdicts.summary import COLUMNS, apply_table_verdicts, check_prefill_layouts, result_row
+
+    p, result = prepared, ran.result
+    rows = ran.resumed_rows + [result_row(r) for r in result.results]
+    finished = ran.skip | {r.id for r in result.results}
+    if ran.interrupted or not finished.issuperset(p.item_ids):
+        why = INTERRUPTED_WHY if ran.interrupted else LOST_WHY
+        rows += [result_row(r) for r in unfinished_items(p.suite, p.levels, p.shard, finished, why)]
     table = pd.DataFrame(rows, columns=list(COLUMNS)).sort_values("index", kind="stable").reset_index(drop=True)
     table = check_prefill_layouts(table)
     apply_table_verdicts(table, result.results)
-    result.l3_compares = l3_compares(port)
+    result.l3_compares = l3_compares(p.port)
+    request = p.request
     return Execution(
-        table, result, port, suite, provenance, interrupted, oracle,
+        table, result, p.port, p.suite, p.provenance, ran.interrupted, p.oracle,
         lambda: open_oracle(request.allow_oracle_drift, request.oracle)[0],
     )  # fmt: skip

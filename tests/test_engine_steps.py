@@ -1,0 +1,86 @@
+"""The engine's run in three steps (harness.engine.execution: prepare, run,
+tabulate): whichever step fails after the port is loaded, the port is closed,
+and the oracle too once it is open; on success both are handed on, open."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harness.cases.suites import Suite
+from harness.engine import RunRequest, execution
+from harness.model import Case, Layout, WorkspaceConfig
+
+CLOSED: list[str] = []
+
+
+class ClosingPort:
+    """per_request's planner, recording when it is closed."""
+
+    name = "closing-port"
+    levels = ("layout",)
+
+    def plan_layout(self, case: Case) -> Layout:
+        from ports.per_request import PORT as per_request
+
+        layout: Layout = per_request.plan_layout(case)
+        return layout
+
+    def workspace_size(self, config: WorkspaceConfig) -> int:
+        from ports.per_request import PORT as per_request
+
+        size: int = per_request.workspace_size(config)
+        return size
+
+    def close(self) -> None:
+        CLOSED.append(self.name)
+
+
+class ClosingOracle(ClosingPort):
+    name = "closing-oracle"
+
+
+PORT = ClosingPort()
+REQUEST = RunRequest(port="tests.test_engine_steps:PORT", suite="smoke", level="layout", jobs=1)
+
+
+@pytest.fixture(autouse=True)
+def closing_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.oracle_cache_fakes import pinned_provenance
+
+    provenance = pinned_provenance()
+    CLOSED.clear()
+    monkeypatch.setattr(execution, "open_oracle", lambda *args, **kwargs: (ClosingOracle(), provenance))
+
+
+def refuse(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("a step failed")
+
+
+def test_a_failure_while_preparing_after_the_port_loads_closes_the_port() -> None:
+    def before_run(port: Any, suite: Suite) -> None:
+        assert port is PORT
+        refuse()
+
+    with pytest.raises(RuntimeError, match="a step failed"):
+        execution.execute(REQUEST, before_run=before_run)
+    assert CLOSED == ["closing-port"]
+
+
+@pytest.mark.parametrize("failing", ["drift_banner", "run_prepared", "tabulate"])
+def test_a_failure_after_the_oracle_opens_closes_the_oracle_then_the_port(
+    failing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """drift_banner: the last thing prepare does; run_prepared and tabulate: the next two steps."""
+    monkeypatch.setattr(execution, failing, refuse)
+    with pytest.raises(RuntimeError, match="a step failed"):
+        execution.execute(REQUEST)
+    assert CLOSED == ["closing-oracle", "closing-port"]
+
+
+def test_on_success_the_port_and_the_oracle_are_handed_on_open() -> None:
+    done = execution.execute(REQUEST)
+    assert CLOSED == [] and done.port is PORT and done.oracle.name == "closing-oracle"
+    assert len(done.table) == len(done.result.results) > 50
+    assert set(done.table["status"]) == {"parity"}
