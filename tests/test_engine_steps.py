@@ -84,3 +84,25 @@ def test_on_success_the_port_and_the_oracle_are_handed_on_open() -> None:
     assert CLOSED == [] and done.port is PORT and done.oracle.name == "closing-oracle"
     assert len(done.table) == len(done.result.results) > 50
     assert set(done.table["status"]) == {"parity"}
+
+
+def test_an_unknown_item_kind_is_the_harnesss_error_never_another_levels_comparison() -> None:
+    from harness.cases.suites import load_suite
+    from harness.sides.runner import ITEM_RUNNERS, run_item
+
+    case = load_suite("smoke").cases[0]
+    with pytest.raises(ValueError, match="no runner for item kind 'prefil'"):
+        run_item(ClosingOracle(), PORT, "prefil", case, None)
+    assert set(ITEM_RUNNERS) == {"layout", "workspace", "merge", "prefill"} | {
+        f"sparse-{k}" for k in ("layout", "workspace", "mask", "prefill")
+    }
+
+
+def test_a_layout_comparison_that_fails_is_not_run_never_charged_to_the_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.cases.suites import load_suite
+    from harness.sides import runner
+
+    monkeypatch.setattr(runner, "first_layout_divergence", refuse)
+    result = runner.compare_case(ClosingOracle(), PORT, load_suite("smoke").cases[0])
+    assert result.status == "not-run" and result.error is not None
+    assert result.error.startswith("the harness could not compare the layouts:") and "a step failed" in result.error

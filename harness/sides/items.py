@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from harness.compare.dense import Divergence
 from harness.model import Layout
 from harness.protocol.port import (
+    HarnessFault,
     Port,
     check_int,
     check_tensor,
@@ -179,7 +180,9 @@ def both_sides(
 ) -> tuple[Any, Any] | None:
     """The oracle's answer, then the port's (within ``timeout_s``), each call
     also checking what it got; a side that raises marks ``result``
-    ``oracle-error`` or ``port-error`` and gives None."""
+    ``oracle-error`` or ``port-error`` and gives None, except where the
+    harness failed building what it hands the port (:class:`HarnessFault`):
+    then the item is ``not-run``, never charged to the port."""
     try:
         expected = ask_oracle()
     except BaseException as exc:
@@ -189,6 +192,9 @@ def both_sides(
     try:
         with time_limit(limit_for(port, timeout_s)):
             got = ask_port()
+    except HarnessFault as exc:
+        result.status, result.error = NOT_RUN, f"the harness could not build the inputs: {one_line(exc)}"
+        return None
     except BaseException as exc:
         reraise_interrupt(exc)
         result.status, result.error = PORT_ERROR, one_line(exc)

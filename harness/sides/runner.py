@@ -7,7 +7,7 @@ marks that case ``oracle-error`` or ``port-error`` and the run goes on.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +15,6 @@ from harness.compare.dense import first_layout_divergence
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
 from harness.protocol.port import (
     DEFAULT_PORT_TIMEOUT_S,
-    HarnessFault,
     Port,
     PortValueError,
     check_layout,
@@ -29,6 +28,7 @@ from harness.sides.items import (
     PARITY,
     PORT_ERROR,
     CaseResult,
+    both_sides,
     compare_sizes,
     computes_tensors,
     device_kernels,
@@ -40,7 +40,6 @@ from harness.sides.items import (
     reraise_interrupt,
     tensor_verdict,
 )
-from harness.sides.time_limits import limit_for, time_limit
 
 if TYPE_CHECKING:
     from harness.cases.suites import Suite
@@ -50,29 +49,25 @@ if TYPE_CHECKING:
 
 def compare_case(oracle: Port, port: Port, case: Case, timeout_s: float = DEFAULT_PORT_TIMEOUT_S) -> CaseResult:
     result = CaseResult(case.name, case.family, "layout", PARITY, row_budget=case.row_budget)
-    try:
+
+    def oracle_layout() -> Layout:
         # The oracle's values are typed as strictly as the port's: an int where a
         # bool belongs would otherwise compare equal only after coercion.
         layout = oracle.plan_layout(case)
         checked = getattr(oracle, "returns_checked_layouts", False) is True  # the oracle cache's promise
-        result.oracle_layout = layout if checked else check_layout(layout)
-    except BaseException as exc:
-        reraise_interrupt(exc)
-        result.status, result.error = ORACLE_ERROR, one_line(exc)
+        return layout if checked else check_layout(layout)
+
+    answers = both_sides(result, oracle_layout, lambda: check_layout(port.plan_layout(case)), port, timeout_s)
+    if answers is None:
         return result
-    try:
-        with time_limit(limit_for(port, timeout_s)):
-            layout = port.plan_layout(case)
-        result.port_layout = check_layout(layout)
-    except BaseException as exc:
-        reraise_interrupt(exc)
-        result.status, result.error = PORT_ERROR, one_line(exc)
-        return result
+    result.oracle_layout, result.port_layout = answers
     try:
         result.divergence = first_layout_divergence(result.oracle_layout, result.port_layout)
-    except BaseException as exc:  # the values passed check_layout: a harness fault, said as one
+    except BaseException as exc:
+        # Both layouts passed check_layout: a comparison that fails is the
+        # harness's fault, never the port's, and the item was not compared.
         reraise_interrupt(exc)
-        result.status, result.error = PORT_ERROR, f"cannot compare the port's layout: {one_line(exc)}"
+        result.status, result.error = NOT_RUN, f"the harness could not compare the layouts: {one_line(exc)}"
         return result
     if result.divergence is not None:
         result.status = DIVERGENT
@@ -97,22 +92,21 @@ def compare_merge(
     port_inputs = harness_inputs(result, lambda: materialise_merge(case, device))
     if oracle_inputs is None or port_inputs is None or other_inputs(result, case, oracle_inputs):
         return result
-    try:
-        out, lse = oracle.merge_states(oracle_inputs)  # type: ignore[attr-defined]
-    except BaseException as exc:
-        reraise_interrupt(exc)
-        result.status, result.error = ORACLE_ERROR, one_line(exc)
-        return result
-    try:
-        with time_limit(limit_for(port, timeout_s)):
-            returned = port.merge_states(port_inputs)  # type: ignore[attr-defined]
+
+    def port_merge() -> tuple[Any, Any]:
+        returned = port.merge_states(port_inputs)  # type: ignore[attr-defined]
         if type(returned) is not tuple or len(returned) != 2:
             raise PortValueError(f"merge_states returned {type(returned).__name__}, not a tuple (output, lse)")
-        port_out, port_lse = returned
-    except BaseException as exc:
-        reraise_interrupt(exc)
-        result.status, result.error = PORT_ERROR, one_line(exc)
+        return returned
+
+    def oracle_merge() -> tuple[Any, Any]:
+        merged: tuple[Any, Any] = oracle.merge_states(oracle_inputs)  # type: ignore[attr-defined]
+        return merged
+
+    answers = both_sides(result, oracle_merge, port_merge, port, timeout_s)
+    if answers is None:
         return result
+    (out, lse), (port_out, port_lse) = answers
     # What the port was given, materialised afresh (only for a NaN's message): a port may
     # have written into its inputs.
     return tensor_verdict(
@@ -165,24 +159,20 @@ def compare_prefill(
     port_inputs = harness_inputs(result, lambda: case_prefill_inputs(case, device))
     if oracle_inputs is None or port_inputs is None or other_inputs(result, case, oracle_inputs):
         return result
-    try:
-        oracle_out = oracle.prefill(case, oracle_inputs, kernels)  # type: ignore[attr-defined]
-    except BaseException as exc:
-        reraise_interrupt(exc)
-        result.status, result.error = ORACLE_ERROR, one_line(exc)
+
+    def port_prefill() -> Any:
+        out = port.prefill(case, port_inputs, kernels)  # type: ignore[attr-defined]
+        if not isinstance(out, dict):
+            raise TypeError(f"prefill returned {type(out).__name__}, not a dict of tensors")
+        return out
+
+    def oracle_prefill() -> Any:
+        return oracle.prefill(case, oracle_inputs, kernels)  # type: ignore[attr-defined]
+
+    answers = both_sides(result, oracle_prefill, port_prefill, port, timeout_s)
+    if answers is None:
         return result
-    try:
-        with time_limit(limit_for(port, timeout_s)):
-            port_out = port.prefill(case, port_inputs, kernels)  # type: ignore[attr-defined]
-        if not isinstance(port_out, dict):
-            raise TypeError(f"prefill returned {type(port_out).__name__}, not a dict of tensors")
-    except HarnessFault as exc:
-        result.status, result.error = NOT_RUN, f"the harness could not build the inputs: {one_line(exc)}"
-        return result
-    except BaseException as exc:
-        reraise_interrupt(exc)
-        result.status, result.error = PORT_ERROR, one_line(exc)
-        return result
+    oracle_out, port_out = answers
     # An external port says which layout its prefill request ran on: the row records it,
     # and it must be the one the port returned at L1 (harness.verdicts.summary.check_prefill_layouts).
     used = getattr(port, "prefill_layout", None)
@@ -262,19 +252,50 @@ def run_item(
     with ``kernels``, or the device's own when None. An item at a level the port
     does not implement is ``not-run``. A DCP prefill item runs on real ranks when
     ``real_ranks`` says how (only those)."""
+    runner = ITEM_RUNNERS.get(kind)
+    if runner is None:
+        # Never another kind's comparison: a kind without a runner is the harness's error.
+        raise ValueError(f"no runner for item kind {kind!r} (the kinds: {', '.join(ITEM_RUNNERS)})")
     if level_of(kind) not in port_levels(port):
         return not_run(port, kind, item)
-    if kind in SPARSE_KINDS:
-        from harness.sides.sparse_runner import run_sparse_item
+    return runner(ItemCall(oracle, port, item, kernels, device, timeout_s, real_ranks), kind)
 
-        return run_sparse_item(oracle, port, kind, item, timeout_s, kernels, device)
-    if kind == "layout":
-        return compare_case(oracle, port, item, timeout_s)
-    if kind == "workspace":
-        return compare_workspace(oracle, port, item, timeout_s)
-    if kind == "merge":
-        return compare_merge(oracle, port, item, device, timeout_s)
-    return compare_prefill(oracle, port, item, device_kernels(kernels, kind), device, timeout_s, real_ranks)
+
+@dataclass(frozen=True)
+class ItemCall:
+    """One item's call of its kind's runner: the sides, the item, and how to run it."""
+
+    oracle: Port
+    port: Port
+    item: Any
+    kernels: SharedKernels | None
+    device: str
+    timeout_s: float
+    real_ranks: RealRanks | None
+
+
+def _sparse(call: ItemCall, kind: str) -> CaseResult:
+    from harness.sides.sparse_runner import run_sparse_item
+
+    return run_sparse_item(call.oracle, call.port, kind, call.item, call.timeout_s, call.kernels, call.device)
+
+
+def _prefill(call: ItemCall, kind: str) -> CaseResult:
+    kernels = device_kernels(call.kernels, kind)
+    return compare_prefill(call.oracle, call.port, call.item, kernels, call.device, call.timeout_s, call.real_ranks)
+
+
+# Each item kind's runner (harness.sides.items.KIND_LEVELS says its level): the one list run_item dispatches on.
+ITEM_RUNNERS: dict[str, Callable[[ItemCall, str], CaseResult]] = {
+    "layout": lambda call, _: compare_case(call.oracle, call.port, call.item, call.timeout_s),
+    "workspace": lambda call, _: compare_workspace(call.oracle, call.port, call.item, call.timeout_s),
+    "merge": lambda call, _: compare_merge(call.oracle, call.port, call.item, call.device, call.timeout_s),
+    "prefill": _prefill,
+    "sparse-layout": _sparse,
+    "sparse-workspace": _sparse,
+    "sparse-mask": _sparse,
+    "sparse-prefill": _sparse,
+}
 
 
 def run_items(

@@ -158,4 +158,6 @@ def run_sparse_item(
     if kind == "sparse-workspace":
         result = CaseResult(item.name, item.family, "sparse-workspace", PARITY)
         return compare_sizes(result, "sparse_workspace_size", item, oracle, port, timeout_s)
-    return compare_sparse_mask(oracle, port, item, timeout_s)
+    if kind == "sparse-mask":
+        return compare_sparse_mask(oracle, port, item, timeout_s)
+    raise ValueError(f"no sparse runner for item kind {kind!r}")
