@@ -396,7 +396,7 @@ class ParityItem(pytest.Item):
             state.oracle, state.port, self.kind, self.payload, state.kernels, state.device, state.timeout_s
         )
         result.index = self.index
-        self.user_properties.append(("status", result.status))
+        self.user_properties.append(("status", result.status.value))  # plain text: xdist sends only builtins
         if result.port_layout is not None and result.kind in ("layout", "prefill"):
             # The session checks an external port's prefill layout against its L1 answer.
             self.user_properties.append(("port_layout", f"{result.kind}:{result.name}:{result.port_layout.digest()}"))

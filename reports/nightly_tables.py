@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from harness.night.data import EXPECTED_ONLY, FAIL, INCOMPLETE, NO_ITEMS, PASS, Night, PortNight, Tally, tally
-from harness.sides.items import PARITY
+from harness.sides.items import NOT_RUN, PARITY
 from harness.verdicts.reproduce import printed_id, reproduce_command
 from reports.nightly_plots import chunk_ratios, layout_items, unplannable_counts
 
@@ -233,7 +233,7 @@ def failing_items(port: PortNight, limit: int = 10, night: Night | None = None) 
     """The first failing items, new ones first: id, status, baseline, reason and
     (given the ``night``) the command that reproduces each."""
     table = port.table
-    failing = table[~table["status"].isin([PARITY, "not-run"])].copy()
+    failing = table[~table["status"].isin([PARITY, NOT_RUN])].copy()
     if "baseline" not in failing.columns:
         failing["baseline"], failing["reason"] = "new", failing["detail"]
     failing["order"] = (failing["baseline"] != "new").astype(int)
@@ -261,7 +261,7 @@ def failing_items(port: PortNight, limit: int = 10, night: Night | None = None) 
 
 def not_shown(port: PortNight, shown: int) -> str:
     """What the page says of the failing items past the first ones it lists."""
-    failing = int((~port.table["status"].isin([PARITY, "not-run"])).sum())
+    failing = int((~port.table["status"].isin([PARITY, NOT_RUN])).sum())
     if failing <= shown:
         return ""
     return (

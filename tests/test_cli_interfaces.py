@@ -17,7 +17,7 @@ import pytest
 from harness.cli import build_parser, main
 from harness.commands.options import PORT_FORMS
 from harness.engine import progress
-from harness.sides.items import CaseResult
+from harness.sides.items import CaseResult, Kind, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -133,7 +133,7 @@ def test_bad_limits_are_usage(capsys: pytest.CaptureFixture[str], argv: list[str
 def test_progress_lines_in_a_log_without_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
     clock = [0.0]
     lines = progress.ProgressLines(100, clock=lambda: clock[0])
-    ok, bad = CaseResult("a", "f", "layout", "parity"), CaseResult("b", "f", "layout", "divergent")
+    ok, bad = CaseResult("a", "f", Kind.LAYOUT, Status.PARITY), CaseResult("b", "f", Kind.LAYOUT, Status.DIVERGENT)
     for _ in range(10):  # a tenth done, but within the quiet gap: nothing yet
         lines.advance(ok)
     assert capsys.readouterr().err == ""

@@ -159,7 +159,7 @@ def test_the_picture_shows_a_port_layout_that_places_rows_otherwise(per_request:
     """Where the port's layout cuts the request elsewhere (the legacy grid), its
     picture follows the oracle's; each names the rows of every rank."""
     from harness.compare.bits import compare_bits
-    from harness.sides.items import DIVERGENT, CaseResult
+    from harness.sides.items import DIVERGENT, CaseResult, Kind
     from reports.diff_text import format_rank_picture
 
     case = dcp_case((40, 70), 2, 1, 64)
@@ -167,7 +167,7 @@ def test_the_picture_shows_a_port_layout_that_places_rows_otherwise(per_request:
     assert expected != legacy
     oracle_lse, port_lse = torch.zeros(2, 4), torch.zeros(2, 4)
     port_lse[0, 3] = 1.0  # token 3: request 1's
-    result = CaseResult(case.name, case.family, "prefill", DIVERGENT)
+    result = CaseResult(case.name, case.family, Kind.PREFILL, DIVERGENT)
     result.tensors = [compare_bits("lse", oracle_lse, port_lse, ("head", "token"))]
     picture = format_rank_picture(case, expected, legacy, result)
     assert "request 1, which holds the first mismatching token 3" in picture

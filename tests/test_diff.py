@@ -25,7 +25,7 @@ from harness.model import Case, MergeCase, WorkspaceConfig
 from harness.protocol.port import Port
 from harness.search.explore_finds import write_find
 from harness.search.explore_strategies import PROPERTIES
-from harness.sides.items import LEVELS, PARITY, CaseResult, item_id
+from harness.sides.items import LEVELS, PARITY, CaseResult, Kind, Status, item_id
 from harness.sides.loading import load_port
 from harness.sides.runner import compare_case, compare_workspace, plan_items
 from harness.verdicts.reproduce import resolve_item
@@ -39,7 +39,7 @@ WORKSPACE_BUG = "mutant:workspace-floor"
 DIVERGENT_CONFIG = WorkspaceConfig(2048, 2048, 64, 4, 64)
 
 
-def smoke_items() -> list[tuple[str, Any]]:
+def smoke_items() -> list[tuple[Kind, Any]]:
     return plan_items(load_suite("smoke"), LEVELS)
 
 
@@ -127,7 +127,9 @@ def test_find_files_of_every_kind(tmp_path: Path, per_request: Port) -> None:
         ("workspace", config, ["workspace"]),
         ("merge", merge, ["merge"]),
     ):
-        result = CaseResult(getattr(item, "name", "w"), "f", properties[prop].kind, "divergent", error="planted")
+        result = CaseResult(
+            getattr(item, "name", "w"), "f", Kind(properties[prop].kind), Status.DIVERGENT, error="planted"
+        )
         find = write_find(item, result, properties[prop], tmp_path, "per_request", False, False, False)
         resolved = resolve_item(find.file)
         assert diff_kinds(resolved, find.file, None) == kinds
@@ -232,10 +234,10 @@ def test_a_bit_exact_tensor_is_one_line_and_a_differing_one_a_table() -> None:
     b = a.clone()
     b[2, 1, 0] = torch.nextafter(a[2, 1, 0].float(), torch.tensor(10.0)).to(torch.bfloat16) * 4
     axes = ("token", "head", "dim")
-    exact = CaseResult("c", "f", "prefill", PARITY, tensors=[compare_bits("output", a, a.clone(), axes)])
+    exact = CaseResult("c", "f", Kind.PREFILL, PARITY, tensors=[compare_bits("output", a, a.clone(), axes)])
     text = format_tensor_verdict("L3 prefill", exact)
     assert text.splitlines() == ["L3 prefill: BIT-EXACT", f"  {exact.tensors[0].summary()}"]
-    differing = CaseResult("c", "f", "prefill", "divergent", tensors=[compare_bits("output", a, b, axes)])
+    differing = CaseResult("c", "f", Kind.PREFILL, Status.DIVERGENT, tensors=[compare_bits("output", a, b, axes)])
     lines = format_tensor_verdict("L3 prefill", differing).splitlines()
     table = [line for line in lines if " | " in line]
     assert table[0].split() == ["token", "|", "mismatches", "|", "max", "ULP", "|", "max", "ULP", "of", "larger"]

@@ -41,7 +41,7 @@ from harness.night.drift import (
 )
 from harness.night.drift_items import mask_drift
 from harness.protocol.port import Port
-from harness.sides.items import DIVERGENT, NOT_RUN, PARITY, CaseResult
+from harness.sides.items import DIVERGENT, NOT_RUN, PARITY, CaseResult, Kind
 from oracle.pin import MLA, SPARSE, TRANSCRIBED, load_pin
 from reports.drift_report import examples, render_markdown
 
@@ -242,7 +242,9 @@ def test_a_padded_mask_through_the_runner(oracle: Port) -> None:
 
 
 def test_a_batch_both_route_to_mqa_is_compared_at_sparse_layout_only() -> None:
-    result = CaseResult("b", "sparse-route", "sparse-prefill", NOT_RUN, error="the oracle routes it mqa: compared at")
+    result = CaseResult(
+        "b", "sparse-route", Kind.SPARSE_PREFILL, NOT_RUN, error="the oracle routes it mqa: compared at"
+    )
 
     def release(route: str) -> Any:
         return SimpleNamespace(plan_sparse=lambda case: SimpleNamespace(route=route))

@@ -20,7 +20,7 @@ import torch
 
 from harness.compare.bits import TensorComparison, compare_bits, ordered, ulp_of
 from harness.compare.ulp_text import HISTOGRAM_LABELS, INF_ULP, NAN_ULP, sorted_histogram, ulp_text
-from harness.sides.items import DIVERGENT, PARITY, CaseResult
+from harness.sides.items import DIVERGENT, PARITY, CaseResult, Kind
 from harness.verdicts.baseline import NEW, judge_item, load_baseline, port_names
 from harness.verdicts.gate import judge
 from harness.verdicts.summary import COLUMNS, results_table, summarise_table
@@ -56,7 +56,7 @@ def every_finite_bf16() -> list[float]:
 def merge_result(name: str, oracle: torch.Tensor, port: torch.Tensor, index: int) -> CaseResult:
     tensor = compare_bits("merged", oracle, port, ("token",))
     status = PARITY if tensor.exact else DIVERGENT
-    return CaseResult(name, "merge-random", "merge", status, tensors=[tensor], index=index)
+    return CaseResult(name, "merge-random", Kind.MERGE, status, tensors=[tensor], index=index)
 
 
 # -- buckets in numeric order ------------------------------------------------------------------
@@ -127,7 +127,7 @@ def test_a_nan_difference_is_beyond_every_baseline_cap(tmp_path: Path) -> None:
 
 
 def layout_only_table() -> pd.DataFrame:
-    return results_table([CaseResult("widths-0001", "widths", "layout", PARITY, index=0)])
+    return results_table([CaseResult("widths-0001", "widths", Kind.LAYOUT, PARITY, index=0)])
 
 
 def test_levels_without_items_print_no_rows() -> None:

@@ -107,6 +107,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -> int:
+    from harness.sides.items import DIVERGENT, NOT_RUN, Kind
     from harness.verdicts.gate import judge
     from harness.verdicts.summary import message_groups
 
@@ -117,7 +118,7 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
     out_dir = Path(args.out or f"reports/out/gate-{port.name}")
     if done.interrupted:
         # What finished is written (the unfinished items are not-run rows); no shrinking.
-        compared = int((done.table["status"] != "not-run").sum())
+        compared = int((done.table["status"] != NOT_RUN).sum())
         outcome.meta["interrupted"] = f"stopped after {compared} of {len(done.table)} items"
         return _interrupted(_finish_gate(outcome, out_dir))
     # The outputs are written before any shrinking: a slow shrink never withholds the verdict.
@@ -127,7 +128,7 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
     # The first new layout divergences come with a shrunk case that reproduces them.
     cases = {c.name: c for c in suite.cases}
     new_layout = outcome.verdict.new
-    new_layout = new_layout[(new_layout["kind"] == "layout") & (new_layout["status"] == "divergent")]
+    new_layout = new_layout[(new_layout["kind"] == Kind.LAYOUT) & (new_layout["status"] == DIVERGENT)]
     # One per distinct message (the summary shows each group's first item), the first three.
     firsts = [next(g.itertuples(index=False)) for g in message_groups(new_layout[new_layout["name"].isin(cases)])]
     targets = firsts[:3]

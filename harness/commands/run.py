@@ -40,6 +40,7 @@ def register(sub: Any) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.protocol.port import l3_compares
+    from harness.sides.items import NOT_RUN, PARITY
     from harness.verdicts.reproduce import printed_id, reproduce_from_meta
     from harness.verdicts.summary import layout_causes, summarise_table
 
@@ -48,7 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     close_port(done.port)
     banner = drift_banner(done.provenance)
     # An interrupted run's not-run rows are what it did not reach, not findings.
-    shown = ("parity", "not-run") if done.interrupted else ("parity",)
+    shown = (PARITY, NOT_RUN) if done.interrupted else (PARITY,)
     failing = done.table[~done.table["status"].isin(shown)].head(args.show)
     meta = reproduce_meta(run_request(args), done.result.suite, done.provenance)
     causes = layout_causes(done.table)

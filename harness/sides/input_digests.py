@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +155,7 @@ def check_stream() -> None:
         )
 
 
-def check_covered(suite_name: str, items: list[tuple[str, Any]]) -> None:
+def check_covered(suite_name: str, items: Sequence[tuple[str, Any]]) -> None:
     """Refuse (:class:`InputsDiffer`) a run of a digested suite whose tensor
     items the file does not all hold: the file predates the suite, and an item
     without a digest would be judged unchecked."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.compare.dense import Divergence
@@ -27,10 +28,37 @@ if TYPE_CHECKING:
     from harness.compare.bits import TensorComparison
     from harness.kernels import SharedKernels
 
-PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR = "parity", "divergent", "oracle-error", "port-error"
-# An item at a level the port does not implement: compared with nothing, so never
-# parity. A run holding one is INCOMPLETE unless ``--level`` leaves that level out.
-NOT_RUN = "not-run"
+
+class Status(StrEnum):
+    """How an item ended: the closed set every row's ``status`` is one of (a
+    ``str``, so rows, JSON and tables hold the plain text)."""
+
+    PARITY = "parity"
+    DIVERGENT = "divergent"
+    ORACLE_ERROR = "oracle-error"
+    PORT_ERROR = "port-error"
+    # An item at a level the port does not implement, or one the harness could
+    # not compare: compared with nothing, so never parity. A run holding one is
+    # INCOMPLETE unless ``--level`` leaves that level out.
+    NOT_RUN = "not-run"
+
+
+class Kind(StrEnum):
+    """What an item is: each level's items (:data:`KIND_LEVELS` names the two
+    kinds whose level is another's name); the closed set every row's ``kind``
+    is one of and :data:`harness.sides.runner.ITEM_RUNNERS` is keyed by."""
+
+    LAYOUT = "layout"
+    WORKSPACE = "workspace"
+    MERGE = "merge"
+    PREFILL = "prefill"
+    SPARSE_LAYOUT = "sparse-layout"
+    SPARSE_WORKSPACE = "sparse-workspace"
+    SPARSE_MASK = "sparse-mask"
+    SPARSE_PREFILL = "sparse-prefill"
+
+
+PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR, NOT_RUN = Status
 # Parity levels (SPEC section 3); "workspace" items belong to the layout level.
 LEVELS = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill")
 # The level of each item kind that is not a level's own name.
@@ -65,9 +93,8 @@ class CaseResult:
 
     name: str
     family: str
-    # "layout", "workspace", "merge", "prefill", "sparse-layout", "sparse-workspace", "sparse-mask" or "sparse-prefill"
-    kind: str
-    status: str
+    kind: Kind
+    status: Status
     oracle_layout: Layout | None = None
     port_layout: Layout | None = None
     row_budget: int = 0

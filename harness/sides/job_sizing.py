@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 # Below this much estimated single-process work, the default --jobs runs in-process:
 # starting workers (about ten seconds of imports each) would cost more than it saves.
@@ -111,17 +111,21 @@ def resolve_jobs(requested: int | None, estimated_s: float, tasks: int) -> int:
     return max(1, min(capped_jobs(requested), tasks))
 
 
+# An item's kind (harness.sides.items.Kind, or its text): whatever the chunks are cut from they hold.
+_Kind = TypeVar("_Kind", bound=str)
+
+
 def cost_chunks(
-    planned: Sequence[tuple[int, str, Any]],
+    planned: Sequence[tuple[int, _Kind, Any]],
     jobs: int,
-    alone: Callable[[int, str, Any], bool] = lambda index, kind, item: False,
-) -> list[list[tuple[int, str, Any]]]:
+    alone: Callable[[int, _Kind, Any], bool] = lambda index, kind, item: False,
+) -> list[list[tuple[int, _Kind, Any]]]:
     """``planned`` items cut, in order, into chunks of about :data:`CHUNK_S` of
     work each (by :data:`ITEM_COST_S`) and at least :data:`CHUNKS_PER_WORKER`
     per worker of ``jobs`` (a slow port's items cost more than the estimate: a
     short run still spreads); an item ``alone`` says is a chunk of its own."""
-    chunks: list[list[tuple[int, str, Any]]] = []
-    chunk: list[tuple[int, str, Any]] = []
+    chunks: list[list[tuple[int, _Kind, Any]]] = []
+    chunk: list[tuple[int, _Kind, Any]] = []
     cost = 0.0
     most = max(1, min(CHUNK_ITEMS, -(-len(planned) // (jobs * CHUNKS_PER_WORKER))))
 

@@ -28,6 +28,7 @@ from harness.sides.items import (
     PARITY,
     PORT_ERROR,
     CaseResult,
+    Kind,
     both_sides,
     compare_sizes,
     computes_tensors,
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 
 
 def compare_case(oracle: Port, port: Port, case: Case, timeout_s: float = DEFAULT_PORT_TIMEOUT_S) -> CaseResult:
-    result = CaseResult(case.name, case.family, "layout", PARITY, row_budget=case.row_budget)
+    result = CaseResult(case.name, case.family, Kind.LAYOUT, PARITY, row_budget=case.row_budget)
 
     def oracle_layout() -> Layout:
         # The oracle's values are typed as strictly as the port's: an int where a
@@ -77,7 +78,7 @@ def compare_case(oracle: Port, port: Port, case: Case, timeout_s: float = DEFAUL
 def compare_workspace(
     oracle: Port, port: Port, config: WorkspaceConfig, timeout_s: float = DEFAULT_PORT_TIMEOUT_S
 ) -> CaseResult:
-    result = CaseResult(config.name, "workspace-size", "workspace", PARITY)
+    result = CaseResult(config.name, "workspace-size", Kind.WORKSPACE, PARITY)
     return compare_sizes(result, "workspace_size", config, oracle, port, timeout_s)
 
 
@@ -87,7 +88,7 @@ def compare_merge(
     """L2: both merges on identical, independently materialised partials."""
     from harness.kernels.numeric import materialise_merge, merge_inputs_at
 
-    result = CaseResult(case.name, case.family, "merge", PARITY)
+    result = CaseResult(case.name, case.family, Kind.MERGE, PARITY)
     oracle_inputs = harness_inputs(result, lambda: materialise_merge(case, device))
     port_inputs = harness_inputs(result, lambda: materialise_merge(case, device))
     if oracle_inputs is None or port_inputs is None or other_inputs(result, case, oracle_inputs):
@@ -138,7 +139,7 @@ def compare_prefill(
     assert case.numeric is not None
     # The case's keyless-row behaviour, one kernel object for both sides.
     kernels = kernels_for_case(kernels, case)
-    result = CaseResult(case.name, case.family, "prefill", PARITY, row_budget=case.row_budget)
+    result = CaseResult(case.name, case.family, Kind.PREFILL, PARITY, row_budget=case.row_budget)
     if real_ranks is not None and case.dcp_world_size > 1:
         from harness.sides.dcp_ranks import HARNESS_FAULT, prefill_on_ranks
 
@@ -207,30 +208,30 @@ class Shard:
         return f"{self.number}/{self.count}"
 
 
-def plan_items(suite: Suite, levels: tuple[str, ...]) -> list[tuple[str, Any]]:
+def plan_items(suite: Suite, levels: tuple[str, ...]) -> list[tuple[Kind, Any]]:
     """The suite's items at ``levels`` in their fixed order: layout cases,
     workspace configs, merge cases, prefill cases, sparse cases, sparse
     workspace configs, top-k mask cases, sparse L3 cases (the sparse items
     last, so the dense items keep their indices)."""
-    items: list[tuple[str, Any]] = []
+    items: list[tuple[Kind, Any]] = []
     if "layout" in levels:
-        items += [("layout", case) for case in suite.cases]
-        items += [("workspace", config) for config in suite.workspace_configs]
+        items += [(Kind.LAYOUT, case) for case in suite.cases]
+        items += [(Kind.WORKSPACE, config) for config in suite.workspace_configs]
     if "merge" in levels:
-        items += [("merge", case) for case in suite.merge_cases]
+        items += [(Kind.MERGE, case) for case in suite.merge_cases]
     if "prefill" in levels:
-        items += [("prefill", case) for case in suite.cases if case.numeric is not None]
+        items += [(Kind.PREFILL, case) for case in suite.cases if case.numeric is not None]
     if "sparse-layout" in levels:
-        items += [("sparse-layout", case) for case in suite.sparse_cases]
-        items += [("sparse-workspace", config) for config in suite.sparse_workspace_configs]
+        items += [(Kind.SPARSE_LAYOUT, case) for case in suite.sparse_cases]
+        items += [(Kind.SPARSE_WORKSPACE, config) for config in suite.sparse_workspace_configs]
     if "sparse-mask" in levels:
-        items += [("sparse-mask", case) for case in suite.mask_cases]
+        items += [(Kind.SPARSE_MASK, case) for case in suite.mask_cases]
     if "sparse-prefill" in levels:
-        items += [("sparse-prefill", case) for case in suite.sparse_cases if case.numeric is not None]
+        items += [(Kind.SPARSE_PREFILL, case) for case in suite.sparse_cases if case.numeric is not None]
     return items
 
 
-def not_run(port: Port, kind: str, item: Any) -> CaseResult:
+def not_run(port: Port, kind: Kind, item: Any) -> CaseResult:
     """The row of an item at a level ``port`` does not implement."""
     level = level_of(kind)
     family = getattr(item, "family", "workspace-size")
@@ -241,7 +242,7 @@ def not_run(port: Port, kind: str, item: Any) -> CaseResult:
 def run_item(
     oracle: Port,
     port: Port,
-    kind: str,
+    kind: Kind | str,
     item: Any,
     kernels: SharedKernels | None,
     device: str = "cpu",
@@ -252,13 +253,14 @@ def run_item(
     with ``kernels``, or the device's own when None. An item at a level the port
     does not implement is ``not-run``. A DCP prefill item runs on real ranks when
     ``real_ranks`` says how (only those)."""
-    runner = ITEM_RUNNERS.get(kind)
-    if runner is None:
+    try:
+        known = Kind(kind)
+    except ValueError:
         # Never another kind's comparison: a kind without a runner is the harness's error.
-        raise ValueError(f"no runner for item kind {kind!r} (the kinds: {', '.join(ITEM_RUNNERS)})")
-    if level_of(kind) not in port_levels(port):
-        return not_run(port, kind, item)
-    return runner(ItemCall(oracle, port, item, kernels, device, timeout_s, real_ranks), kind)
+        raise ValueError(f"no runner for item kind {kind!r} (the kinds: {', '.join(ITEM_RUNNERS)})") from None
+    if level_of(known) not in port_levels(port):
+        return not_run(port, known, item)
+    return ITEM_RUNNERS[known](ItemCall(oracle, port, item, kernels, device, timeout_s, real_ranks), known)
 
 
 @dataclass(frozen=True)
@@ -274,27 +276,27 @@ class ItemCall:
     real_ranks: RealRanks | None
 
 
-def _sparse(call: ItemCall, kind: str) -> CaseResult:
+def _sparse(call: ItemCall, kind: Kind) -> CaseResult:
     from harness.sides.sparse_runner import run_sparse_item
 
     return run_sparse_item(call.oracle, call.port, kind, call.item, call.timeout_s, call.kernels, call.device)
 
 
-def _prefill(call: ItemCall, kind: str) -> CaseResult:
+def _prefill(call: ItemCall, kind: Kind) -> CaseResult:
     kernels = device_kernels(call.kernels, kind)
     return compare_prefill(call.oracle, call.port, call.item, kernels, call.device, call.timeout_s, call.real_ranks)
 
 
 # Each item kind's runner (harness.sides.items.KIND_LEVELS says its level): the one list run_item dispatches on.
-ITEM_RUNNERS: dict[str, Callable[[ItemCall, str], CaseResult]] = {
-    "layout": lambda call, _: compare_case(call.oracle, call.port, call.item, call.timeout_s),
-    "workspace": lambda call, _: compare_workspace(call.oracle, call.port, call.item, call.timeout_s),
-    "merge": lambda call, _: compare_merge(call.oracle, call.port, call.item, call.device, call.timeout_s),
-    "prefill": _prefill,
-    "sparse-layout": _sparse,
-    "sparse-workspace": _sparse,
-    "sparse-mask": _sparse,
-    "sparse-prefill": _sparse,
+ITEM_RUNNERS: dict[Kind, Callable[[ItemCall, Kind], CaseResult]] = {
+    Kind.LAYOUT: lambda call, _: compare_case(call.oracle, call.port, call.item, call.timeout_s),
+    Kind.WORKSPACE: lambda call, _: compare_workspace(call.oracle, call.port, call.item, call.timeout_s),
+    Kind.MERGE: lambda call, _: compare_merge(call.oracle, call.port, call.item, call.device, call.timeout_s),
+    Kind.PREFILL: _prefill,
+    Kind.SPARSE_LAYOUT: _sparse,
+    Kind.SPARSE_WORKSPACE: _sparse,
+    Kind.SPARSE_MASK: _sparse,
+    Kind.SPARSE_PREFILL: _sparse,
 }
 
 

@@ -28,6 +28,7 @@ from harness.sides.items import (
     PARITY,
     PORT_ERROR,
     CaseResult,
+    Kind,
     both_sides,
     compare_sizes,
     device_kernels,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 
 def compare_sparse_layout(oracle: Port, port: Port, case: SparseCase, timeout_s: float) -> CaseResult:
-    result = CaseResult(case.name, case.family, "sparse-layout", PARITY)
+    result = CaseResult(case.name, case.family, Kind.SPARSE_LAYOUT, PARITY)
     answers = both_sides(
         result,
         lambda: check_sparse_layout(oracle.plan_sparse(case), "the oracle's plan_sparse"),  # type: ignore[attr-defined]
@@ -70,7 +71,7 @@ def _mask_and_remap(side: Port, case: TopkMaskCase, who: str, topk: tuple[Any, A
 
 
 def compare_sparse_mask(oracle: Port, port: Port, case: TopkMaskCase, timeout_s: float) -> CaseResult:
-    result = CaseResult(case.name, case.family, "sparse-mask", PARITY)
+    result = CaseResult(case.name, case.family, Kind.SPARSE_MASK, PARITY)
     oracle_topk = harness_inputs(result, lambda: (materialise_topk(case), materialise_topk(case)))
     port_topk = harness_inputs(result, lambda: (materialise_topk(case), materialise_topk(case)))
     if oracle_topk is None or port_topk is None or other_inputs(result, case, oracle_topk[0]):
@@ -113,7 +114,7 @@ def compare_sparse_prefill(
     from harness.kernels.sparse_prefill import L3_ROUTES, materialise_sparse_prefill
 
     assert case.numeric is not None
-    result = CaseResult(case.name, case.family, "sparse-prefill", PARITY)
+    result = CaseResult(case.name, case.family, Kind.SPARSE_PREFILL, PARITY)
     try:
         route = oracle.plan_sparse(case).route  # type: ignore[attr-defined]
     except BaseException as exc:
@@ -156,7 +157,7 @@ def run_sparse_item(
     if kind == "sparse-layout":
         return compare_sparse_layout(oracle, port, item, timeout_s)
     if kind == "sparse-workspace":
-        result = CaseResult(item.name, item.family, "sparse-workspace", PARITY)
+        result = CaseResult(item.name, item.family, Kind.SPARSE_WORKSPACE, PARITY)
         return compare_sizes(result, "sparse_workspace_size", item, oracle, port, timeout_s)
     if kind == "sparse-mask":
         return compare_sparse_mask(oracle, port, item, timeout_s)

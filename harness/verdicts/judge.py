@@ -37,7 +37,7 @@ from harness.verdicts.baseline import EXPECTED, NEW, BaselineEntry, ItemVerdict,
 
 # The statuses whose entries count their items (``items`` is required on them), and
 # what an entry's count is a count of.
-COUNTED = {ORACLE_ERROR: "items refused", PORT_ERROR: "port errors"}
+COUNTED: dict[str, str] = {ORACLE_ERROR: "items refused", PORT_ERROR: "port errors"}
 
 
 def _expected_by(verdicts: list[ItemVerdict]) -> Counter[BaselineEntry]:
