@@ -61,6 +61,7 @@ def one_line(exc: BaseException) -> str:
 def hello() -> dict[str, Any]:
     """The installed release, its pin's statuses (``pin`` null when the release
     has none) and what this server answers."""
+    from harness.model.levels import LEVELS
     from oracle.pin import check_fingerprints, installed_version, load_pin, pin_file_for
 
     version, commit = installed_version()
@@ -77,7 +78,7 @@ def hello() -> dict[str, Any]:
     return {
         "protocol": PROTOCOL_VERSION,
         "name": f"oracle vllm=={version}",
-        "levels": ["layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill"],
+        "levels": list(LEVELS),
         "ops": ["layout", "workspace_size", *TENSOR_OPS, "sparse_layout", "sparse_workspace_size", *SPARSE_TENSOR_OPS],
         "installed_vllm": version,
         "installed_commit_id": commit,

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.compare.ulp_text import ulp_of_larger_text, ulp_text
 from harness.model import Case, Chunk, Layout, MergeCase, WorkspaceConfig
+from harness.model.levels import FLOAT_LEVELS
 from harness.model.sparse import SparseWorkspaceConfig
 from harness.sides.items import PARITY, CaseResult
 
@@ -342,7 +343,7 @@ def result_record(result: CaseResult) -> dict[str, Any]:
         }
     elif result.kind == "workspace":
         record["workspace_size"] = {"oracle": result.oracle_workspace, "port": result.port_workspace}
-    elif result.kind in ("merge", "prefill", "sparse-prefill"):
+    elif result.level in FLOAT_LEVELS:
         record["tensors"] = [t.to_json() for t in result.tensors]
     return record
 

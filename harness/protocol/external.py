@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.model import Case, Layout, WorkspaceConfig, layout_from_json
+from harness.model.levels import LEVELS
 from harness.model.sparse import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase, sparse_layout_from_json
 from harness.protocol.errors import ExternalPortError
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, HarnessFault
@@ -43,7 +44,7 @@ STDERR_TAIL = 600
 # The ops that exchange tensors through safetensors files; each is a level.
 TENSOR_OPS = ("merge", "prefill", "topk_mask", "topk_remap", "sparse_prefill")
 # The levels a port may declare in its hello (the sparse ones: SPEC 1d).
-PROTOCOL_LEVELS = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill")
+PROTOCOL_LEVELS: tuple[str, ...] = LEVELS
 # A reply line longer than this is a port gone wrong, not a layout.
 MAX_REPLY_BYTES = 256 << 20
 

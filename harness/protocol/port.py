@@ -13,6 +13,7 @@ import functools
 from typing import Any, Protocol, runtime_checkable
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig
+from harness.model.levels import LEVELS
 
 
 @runtime_checkable
@@ -32,7 +33,7 @@ class Port(Protocol):
 
 
 # Every level a side can be compared at (SPEC section 3), in suite order.
-ALL_LEVELS: tuple[str, ...] = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill")
+ALL_LEVELS: tuple[str, ...] = LEVELS
 
 # The methods that make a port implement each level (SPEC 1d for the sparse ones).
 LEVEL_METHODS: dict[str, tuple[str, ...]] = {

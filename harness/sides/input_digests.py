@@ -33,13 +33,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.model.levels import TENSOR_KINDS as TENSOR_KIND_LIST
 from harness.sides.items import NOT_RUN, CaseResult
 
 DIGESTS_FILE = Path(__file__).resolve().parents[2] / "cases" / "input_digests.json"
 DIGESTS_FORMAT = 1
 # The suites whose items the file holds, and the item kinds that have tensor inputs.
 DIGESTED_SUITES = ("smoke", "ci")
-TENSOR_KINDS = ("merge", "prefill", "sparse-mask", "sparse-prefill")
+TENSOR_KINDS: tuple[str, ...] = TENSOR_KIND_LIST
 
 
 class InputsDiffer(Exception):

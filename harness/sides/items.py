@@ -16,6 +16,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.compare.dense import Divergence
 from harness.model import Layout
+
+# The levels and kinds (their one list), under the names the runners have always used.
+from harness.model.levels import HOST_LEVELS as HOST_LEVELS
+from harness.model.levels import KIND_LEVELS as KIND_LEVELS
+from harness.model.levels import LEVELS as LEVELS
+from harness.model.levels import Kind as Kind
+from harness.model.levels import Level as Level
 from harness.protocol.port import (
     HarnessFault,
     Port,
@@ -43,30 +50,7 @@ class Status(StrEnum):
     NOT_RUN = "not-run"
 
 
-class Kind(StrEnum):
-    """What an item is: each level's items (:data:`KIND_LEVELS` names the two
-    kinds whose level is another's name); the closed set every row's ``kind``
-    is one of and :data:`harness.sides.runner.ITEM_RUNNERS` is keyed by."""
-
-    LAYOUT = "layout"
-    WORKSPACE = "workspace"
-    MERGE = "merge"
-    PREFILL = "prefill"
-    SPARSE_LAYOUT = "sparse-layout"
-    SPARSE_WORKSPACE = "sparse-workspace"
-    SPARSE_MASK = "sparse-mask"
-    SPARSE_PREFILL = "sparse-prefill"
-
-
 PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR, NOT_RUN = Status
-# Parity levels (SPEC section 3); "workspace" items belong to the layout level.
-LEVELS = ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill")
-# The level of each item kind that is not a level's own name.
-KIND_LEVELS = {"workspace": "layout", "sparse-workspace": "sparse-layout"}
-# The levels whose items are host work (layouts and workspace sizes): a run of
-# these alone never loads torch (harness.engine.device.select_host). Every other
-# level, one added later included, compares tensors.
-HOST_LEVELS = ("layout", "sparse-layout")
 
 
 def computes_tensors(levels: tuple[str, ...]) -> bool:
@@ -83,8 +67,10 @@ def device_kernels(kernels: SharedKernels | None, kind: str) -> SharedKernels:
 
 
 def level_of(kind: str) -> str:
-    """The parity level an item of ``kind`` belongs to."""
-    return KIND_LEVELS.get(kind, kind)
+    """The parity level an item of ``kind`` belongs to (a text that names no
+    kind is its own level: the callers refuse it with their own message)."""
+    known = next((k for k in Kind if k == kind), None)
+    return KIND_LEVELS[known] if known is not None else kind
 
 
 @dataclass

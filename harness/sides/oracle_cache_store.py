@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.compare.sparse import check_sparse_layout
 from harness.model import Chunk, Layout, expanded_runs
+from harness.model.levels import HOST_KINDS
 from harness.model.sparse import SparseLayout, sparse_layout_from_json
 from harness.protocol.port import check_layout
 from harness.sides.oracle_cache_answers import (
@@ -71,7 +72,7 @@ if TYPE_CHECKING:
 
 ENVIRONMENT_VARIABLE = "PARITY_ORACLE_CACHE"
 # The kinds whose entries are JSON (every other kind's are safetensors).
-JSON_KINDS = ("layout", "workspace", "sparse-layout", "sparse-workspace")
+JSON_KINDS: tuple[str, ...] = HOST_KINDS
 # A fingerprint's folder no run has opened for this long is deleted (prune_stale_folders).
 STALE_AFTER_S = 14 * 24 * 3600.0
 LAST_USED = ".last-used"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.compare.dense import first_layout_divergence
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
+from harness.model.levels import SPARSE_KINDS as SPARSE_KIND_LIST
 from harness.protocol.port import (
     DEFAULT_PORT_TIMEOUT_S,
     Port,
@@ -329,7 +330,7 @@ def run_items(
         yield result
 
 
-SPARSE_KINDS = ("sparse-layout", "sparse-workspace", "sparse-mask", "sparse-prefill")
+SPARSE_KINDS: tuple[str, ...] = SPARSE_KIND_LIST
 
 
 # Why an item has a not-run row (unfinished_items): the run stopped early, or

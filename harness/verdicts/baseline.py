@@ -96,6 +96,7 @@ import pandas as pd
 from harness.cases.fields import CaseError
 from harness.cases.json_input import read_json
 from harness.compare.ulp_text import ulp_text
+from harness.model.levels import FLOAT_LEVELS, HOST_LEVELS
 from harness.sides.items import DIVERGENT, LEVELS, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, level_of
 
 if TYPE_CHECKING:
@@ -105,9 +106,9 @@ EXPECTED, NEW, STALE = "expected", "new", "stale"
 # The statuses an entry may expect; anything else an item can be is never expected.
 # An oracle error only in a baseline of a release other than the pin.
 ENTRY_STATUSES = (DIVERGENT, PORT_ERROR, ORACLE_ERROR)
-NUMERIC_LEVELS = ("merge", "prefill", "sparse-prefill")
+NUMERIC_LEVELS: tuple[str, ...] = FLOAT_LEVELS
 # The levels whose divergences name a first divergent field (a baseline entry may too).
-FIELD_LEVELS = ("layout", "sparse-layout")
+FIELD_LEVELS: tuple[str, ...] = HOST_LEVELS
 _FIELDS = {
     "port", "case", "family", "level", "status", "reason", "max_ulp", "max_mismatch_fraction", "field", "error",
     "items",

@@ -44,20 +44,12 @@ from typing import Any
 from harness.cases.fields import CaseError
 from harness.cases.files import load_case_file, load_item_file, load_run_file, load_run_files
 from harness.model import Case, MergeCase, WorkspaceConfig
+from harness.model.levels import KINDS
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
 from oracle.pin import load_pin
 
-ITEM_KINDS = (
-    "layout",
-    "workspace",
-    "merge",
-    "prefill",
-    "sparse-layout",
-    "sparse-workspace",
-    "sparse-mask",
-    "sparse-prefill",
-)
+ITEM_KINDS: tuple[str, ...] = KINDS
 # The suite name of a run over ``--cases`` files (harness.engine.select_suite).
 CASES_SUITE = "cases"
 # The PATH a fresh shell has (what every printed line must run with).

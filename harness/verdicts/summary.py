@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness.compare.ulp_text import sorted_histogram
 from harness.model import Layout
+from harness.model.levels import FLOAT_LEVELS
 from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult
 
 STATUSES = (PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR, NOT_RUN)
@@ -258,9 +259,7 @@ def summarise_table(
         "counts": _counts(frame),
         "levels": {lv: _counts(frame[frame["level"] == lv]) for lv in levels},
         "families": by_family,
-        "numeric": {
-            lv: _numeric(frame[frame["level"] == lv]) for lv in ("merge", "prefill", "sparse-prefill") if lv in levels
-        },
+        "numeric": {lv: _numeric(frame[frame["level"] == lv]) for lv in FLOAT_LEVELS if lv in levels},
         "sides": {side: _side(frame, side) for side in ("oracle", "port")},
         # Said only where a prefill item's tensors were compared (nothing compared claims nothing).
         **_l3_compared(frame, l3_compares or {}),
