@@ -106,3 +106,35 @@ def test_a_layout_comparison_that_fails_is_not_run_never_charged_to_the_port(mon
     result = runner.compare_case(ClosingOracle(), PORT, load_suite("smoke").cases[0])
     assert result.status == "not-run" and result.error is not None
     assert result.error.startswith("the harness could not compare the layouts:") and "a step failed" in result.error
+
+
+def test_a_port_error_at_layout_still_shows_the_oracles_plan() -> None:
+    """The row of a port that fails keeps the oracle's layout (its chunks and
+    rows in the table, the JSON, the night's unplannable counts)."""
+    from harness.cases.suites import load_suite
+    from harness.sides import runner
+
+    class Failing(ClosingPort):
+        def plan_layout(self, case: Case) -> Layout:
+            raise ValueError("no plan")
+
+    case = load_suite("smoke").cases[0]
+    result = runner.compare_case(ClosingOracle(), Failing(), case)
+    assert result.status == "port-error" and result.error == "ValueError: no plan"
+    assert result.oracle_layout == PORT.plan_layout(case) and result.port_layout is None
+
+
+def test_the_closed_sets_show_as_their_text(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse's "choose from" and {kind!r} print what a user types, not the enum."""
+    from harness.cli import main
+    from harness.sides.items import Kind, Level, Status
+
+    assert [repr(x) for x in (Kind.SPARSE_MASK, Level.PREFILL, Status.NOT_RUN)] == [
+        "'sparse-mask'",
+        "'prefill'",
+        "'not-run'",
+    ]
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--suite", "smoke", "--level", "bogus"])
+    assert exited.value.code == 2
+    assert "(choose from 'layout', 'merge', 'prefill', 'sparse-layout'" in capsys.readouterr().err

@@ -308,6 +308,8 @@ def run_prepared(prepared: Prepared, keep_layouts: bool) -> Ran:
             bar.stop()
         if writer is not None:
             writer.close()
+        if p.pool is not None:
+            p.pool.close()  # now, not after tabulating: its workers may hold a GPU (closing twice is harmless)
     result.seconds = time.perf_counter() - started
     result.provenance = {**p.provenance, **dcp_settings(request)}
     return Ran(result, writer.done if writer else [], skip, interrupted)

@@ -13,7 +13,15 @@ from __future__ import annotations
 from enum import StrEnum
 
 
-class Level(StrEnum):
+class TextEnum(StrEnum):
+    """A StrEnum that shows as its text everywhere, ``repr`` included (argparse's
+    "choose from" and ``{kind!r}`` in messages print what a user types)."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class Level(TextEnum):
     """A parity level (SPEC section 3)."""
 
     LAYOUT = "layout"
@@ -24,7 +32,7 @@ class Level(StrEnum):
     SPARSE_PREFILL = "sparse-prefill"
 
 
-class Kind(StrEnum):
+class Kind(TextEnum):
     """What an item is: a level's items, and the workspace sizes compared at
     the layout levels; the closed set every row's ``kind`` is one of."""
 

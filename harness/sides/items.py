@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.compare.dense import Divergence
@@ -23,6 +22,7 @@ from harness.model.levels import KIND_LEVELS as KIND_LEVELS
 from harness.model.levels import LEVELS as LEVELS
 from harness.model.levels import Kind as Kind
 from harness.model.levels import Level as Level
+from harness.model.levels import TextEnum
 from harness.protocol.port import (
     HarnessFault,
     Port,
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from harness.kernels import SharedKernels
 
 
-class Status(StrEnum):
+class Status(TextEnum):
     """How an item ended: the closed set every row's ``status`` is one of (a
     ``str``, so rows, JSON and tables hold the plain text)."""
 

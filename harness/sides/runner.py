@@ -57,7 +57,9 @@ def compare_case(oracle: Port, port: Port, case: Case, timeout_s: float = DEFAUL
         # bool belongs would otherwise compare equal only after coercion.
         layout = oracle.plan_layout(case)
         checked = getattr(oracle, "returns_checked_layouts", False) is True  # the oracle cache's promise
-        return layout if checked else check_layout(layout)
+        # Kept before the port is asked: a port-error row still shows the oracle's plan.
+        result.oracle_layout = layout if checked else check_layout(layout)
+        return result.oracle_layout
 
     answers = both_sides(result, oracle_layout, lambda: check_layout(port.plan_layout(case)), port, timeout_s)
     if answers is None:
@@ -102,8 +104,8 @@ def compare_merge(
         return returned
 
     def oracle_merge() -> tuple[Any, Any]:
-        merged: tuple[Any, Any] = oracle.merge_states(oracle_inputs)  # type: ignore[attr-defined]
-        return merged
+        out, lse = oracle.merge_states(oracle_inputs)  # type: ignore[attr-defined]
+        return out, lse
 
     answers = both_sides(result, oracle_merge, port_merge, port, timeout_s)
     if answers is None:
