@@ -16,7 +16,7 @@ import os
 import threading
 from pathlib import Path
 
-from harness.engine import RunRequest, close_port, execute
+from harness.engine import RunRequest, execute
 from harness.sides.job_sizing import WORKER_MEMORY_BYTES
 
 
@@ -56,7 +56,7 @@ def main() -> None:
     sampler.start()
     try:
         done = execute(RunRequest(port="per_request", suite=args.suite, jobs=2), keep_layouts=False)
-        close_port(done.port)
+        done.close()
     finally:
         stop.set()
         sampler.join()

@@ -84,6 +84,9 @@ def test_on_success_the_port_and_the_oracle_are_handed_on_open() -> None:
     assert CLOSED == [] and done.port is PORT and done.oracle.name == "closing-oracle"
     assert len(done.table) == len(done.result.results) > 50
     assert set(done.table["status"]) == {"parity"}
+    # What run and gate do when they are done with it: the port, then the oracle this process opened.
+    done.close()
+    assert CLOSED == ["closing-port", "closing-oracle"]
 
 
 def test_an_unknown_item_kind_is_the_harnesss_error_never_another_levels_comparison() -> None:

@@ -21,7 +21,6 @@ from harness.commands.options import (
 from harness.engine import (
     Execution,
     UsageError,
-    close_port,
     dcp_settings,
     execute,
     guarded_shrink,
@@ -84,7 +83,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     try:
         return _judge_gate(args, done, entries)
     finally:
-        close_port(done.port)
+        done.close()
 
 
 def cmd_merge(args: argparse.Namespace) -> int:

@@ -22,7 +22,7 @@ from harness.commands.options import (
     port_options,
     selection_options,
 )
-from harness.engine import close_port, drift_banner, execute, reproduce_meta
+from harness.engine import drift_banner, execute, reproduce_meta
 from reports.run_summary import format_summary
 
 
@@ -46,7 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # Only the JSON report writes every layout's chunks; without it workers send figures.
     done = execute(run_request(args), keep_layouts=bool(args.json))
-    close_port(done.port)
+    done.close()
     banner = drift_banner(done.provenance)
     # An interrupted run's not-run rows are what it did not reach, not findings.
     shown = (PARITY, NOT_RUN) if done.interrupted else (PARITY,)

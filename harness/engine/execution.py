@@ -72,6 +72,14 @@ class Execution:
             self.opened_oracle = self.open_oracle_side()
         return self.opened_oracle
 
+    def close(self) -> None:
+        """End what the run handed on: the port, then the oracle if this process
+        opened one (a served release's process among them). Idempotent enough
+        for a ``finally``: each is closed as :func:`close_port` closes ports."""
+        close_port(self.port)
+        if self.opened_oracle is not None:
+            close_port(self.opened_oracle)
+
 
 def reproduce_meta(request: RunRequest, suite: str, provenance: dict[str, Any]) -> dict[str, Any]:
     """What a run's reproduce lines are made from (:func:`harness.verdicts.reproduce.reproduce_from_meta`):
