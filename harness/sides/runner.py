@@ -279,10 +279,31 @@ class ItemCall:
     real_ranks: RealRanks | None
 
 
-def _sparse(call: ItemCall, kind: Kind) -> CaseResult:
-    from harness.sides.sparse_runner import run_sparse_item
+# The sparse kinds' runners live in harness.sides.sparse_runner, which builds on this module.
 
-    return run_sparse_item(call.oracle, call.port, kind, call.item, call.timeout_s, call.kernels, call.device)
+
+def _sparse_layout(call: ItemCall, kind: Kind) -> CaseResult:
+    from harness.sides.sparse_runner import compare_sparse_layout
+
+    return compare_sparse_layout(call.oracle, call.port, call.item, call.timeout_s)
+
+
+def _sparse_workspace(call: ItemCall, kind: Kind) -> CaseResult:
+    result = CaseResult(call.item.name, call.item.family, Kind.SPARSE_WORKSPACE, PARITY)
+    return compare_sizes(result, "sparse_workspace_size", call.item, call.oracle, call.port, call.timeout_s)
+
+
+def _sparse_mask(call: ItemCall, kind: Kind) -> CaseResult:
+    from harness.sides.sparse_runner import compare_sparse_mask
+
+    return compare_sparse_mask(call.oracle, call.port, call.item, call.timeout_s)
+
+
+def _sparse_prefill(call: ItemCall, kind: Kind) -> CaseResult:
+    from harness.sides.sparse_runner import compare_sparse_prefill
+
+    kernels = device_kernels(call.kernels, kind)
+    return compare_sparse_prefill(call.oracle, call.port, call.item, kernels, call.device, call.timeout_s)
 
 
 def _prefill(call: ItemCall, kind: Kind) -> CaseResult:
@@ -296,10 +317,10 @@ ITEM_RUNNERS: dict[Kind, Callable[[ItemCall, Kind], CaseResult]] = {
     Kind.WORKSPACE: lambda call, _: compare_workspace(call.oracle, call.port, call.item, call.timeout_s),
     Kind.MERGE: lambda call, _: compare_merge(call.oracle, call.port, call.item, call.device, call.timeout_s),
     Kind.PREFILL: _prefill,
-    Kind.SPARSE_LAYOUT: _sparse,
-    Kind.SPARSE_WORKSPACE: _sparse,
-    Kind.SPARSE_MASK: _sparse,
-    Kind.SPARSE_PREFILL: _sparse,
+    Kind.SPARSE_LAYOUT: _sparse_layout,
+    Kind.SPARSE_WORKSPACE: _sparse_workspace,
+    Kind.SPARSE_MASK: _sparse_mask,
+    Kind.SPARSE_PREFILL: _sparse_prefill,
 }
 
 

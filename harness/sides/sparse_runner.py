@@ -30,8 +30,6 @@ from harness.sides.items import (
     CaseResult,
     Kind,
     both_sides,
-    compare_sizes,
-    device_kernels,
     harness_inputs,
     one_line,
     reraise_interrupt,
@@ -141,24 +139,3 @@ def compare_sparse_prefill(
     if answers is None:
         return result
     return tensor_verdict(result, *answers)
-
-
-def run_sparse_item(
-    oracle: Port,
-    port: Port,
-    kind: str,
-    item: Any,
-    timeout_s: float,
-    kernels: SharedKernels | None = None,
-    device: str = "cpu",
-) -> CaseResult:
-    if kind == "sparse-prefill":
-        return compare_sparse_prefill(oracle, port, item, device_kernels(kernels, kind), device, timeout_s)
-    if kind == "sparse-layout":
-        return compare_sparse_layout(oracle, port, item, timeout_s)
-    if kind == "sparse-workspace":
-        result = CaseResult(item.name, item.family, Kind.SPARSE_WORKSPACE, PARITY)
-        return compare_sizes(result, "sparse_workspace_size", item, oracle, port, timeout_s)
-    if kind == "sparse-mask":
-        return compare_sparse_mask(oracle, port, item, timeout_s)
-    raise ValueError(f"no sparse runner for item kind {kind!r}")
