@@ -61,13 +61,20 @@ def item_differences(found: dict[str, Any], committed: dict[str, Any], prefix: s
     return len(differing)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python tools/input_digests.py", description=__doc__.split("\n\n")[0])
+def digests_parser(tool: str, doc: str, file: str, compared: str) -> argparse.ArgumentParser:
+    """The command line of a digests tool (this one, tools/output_digests.py):
+    ``--write`` or ``--check``, and ``--threads``."""
+    parser = argparse.ArgumentParser(prog=f"python tools/{tool}", description=doc.split("\n\n")[0])
     action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--write", action="store_true", help="rewrite cases/input_digests.json")
-    action.add_argument("--check", action="store_true", help="compare this machine's inputs with the file")
+    action.add_argument("--write", action="store_true", help=f"rewrite {file}")
+    action.add_argument("--check", action="store_true", help=f"compare this machine's {compared} with the file")
     parser.add_argument("--threads", default="1", help="torch thread counts to check under, comma-separated")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    assert __doc__ is not None
+    args = digests_parser("input_digests.py", __doc__, "cases/input_digests.json", "inputs").parse_args(argv)
 
     import torch
 

@@ -18,7 +18,6 @@ ran on.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import sys
@@ -62,13 +61,9 @@ def current_digests(threads: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python tools/output_digests.py", description=__doc__.split("\n\n")[0])
-    action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--write", action="store_true", help="rewrite cases/output_digests.json")
-    action.add_argument("--check", action="store_true", help="compare this machine's bits with the file")
-    parser.add_argument("--threads", default="1", help="torch thread counts to check under, comma-separated")
-    args = parser.parse_args(argv)
     inputs = _input_tool()
+    assert __doc__ is not None
+    args = inputs.digests_parser("output_digests.py", __doc__, "cases/output_digests.json", "bits").parse_args(argv)
     if args.write:
         OUTPUT_DIGESTS_FILE.write_text(json.dumps(current_digests(1), indent=1) + "\n")
         print(f"wrote {OUTPUT_DIGESTS_FILE}")
