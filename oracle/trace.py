@@ -60,6 +60,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from harness.model import PRESETS, Case, MergeCase, WorkspaceConfig
+from harness.model.levels import Kind
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 from oracle.environment import OracleUnavailable, import_vllm_module
 from oracle.pin import ALSO_PINNED, PIN_FILE, check_release, fingerprint, load_pin, resolve
@@ -67,7 +68,9 @@ from oracle.pin import ALSO_PINNED, PIN_FILE, check_release, fingerprint, load_p
 if TYPE_CHECKING:
     from oracle.side import OracleSide
 
-LEVELS = ("layout", "workspace", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill")
+# The tags a trace gives what it enters: each built-in kind the oracle answers
+# (the sparse workspace size is traced under sparse-layout's tag).
+LEVELS: tuple[str, ...] = tuple(kind for kind in Kind if kind is not Kind.SPARSE_WORKSPACE)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -197,19 +200,19 @@ def run_levels(side: OracleSide, trace: Trace, refusals: tuple[type[Exception], 
     from harness.kernels import CpuKernels
     from harness.kernels.numeric import materialise_merge, materialise_prefill
 
-    trace.level = "layout"
+    trace.level = Kind.LAYOUT
     for case in layout_cases():
         side.plan_layout(case)
     side.upstream_plan(layout_cases()[0])
 
-    trace.level = "workspace"
+    trace.level = Kind.WORKSPACE
     for config in workspace_configs():
         side.workspace_size(config)
 
-    trace.level = "merge"
+    trace.level = Kind.MERGE
     side.merge_states(materialise_merge(merge_case()))
 
-    trace.level = "prefill"
+    trace.level = Kind.PREFILL
     kernels = CpuKernels()
     for case in prefill_cases():
         assert case.numeric is not None
@@ -313,19 +316,19 @@ def run_sparse_levels(side: Any, trace: Trace, refusals: tuple[type[Exception], 
     from harness.kernels import CpuKernels
     from harness.kernels.sparse_prefill import materialise_sparse_prefill
 
-    trace.level = "sparse-layout"
+    trace.level = Kind.SPARSE_LAYOUT
     for case in sparse_layout_cases():
         with contextlib.suppress(*refusals):
             side.plan_sparse(case)
     for config in sparse_workspace_configs():
         side.sparse_workspace_size(config)
 
-    trace.level = "sparse-mask"
+    trace.level = Kind.SPARSE_MASK
     for mask in mask_cases():
         side.build_topk_mask(mask, materialise_topk(mask))
         side.remap_topk(mask, materialise_topk(mask))
 
-    trace.level = "sparse-prefill"
+    trace.level = Kind.SPARSE_PREFILL
     kernels = CpuKernels()
     for case in sparse_prefill_cases():
         with contextlib.suppress(*refusals):

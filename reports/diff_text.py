@@ -18,7 +18,7 @@ from typing import Any
 
 from harness.compare.ulp_text import ulp_of_larger_text, ulp_text
 from harness.model import Case, Chunk, Layout, MergeCase, WorkspaceConfig
-from harness.model.levels import FLOAT_LEVELS
+from harness.model.levels import kind_spec
 from harness.model.sparse import SparseWorkspaceConfig
 from harness.sides.items import PARITY, CaseResult
 
@@ -328,24 +328,42 @@ def result_record(result: CaseResult) -> dict[str, Any]:
         "error": result.error,
         "divergence": result.divergence.to_json() if result.divergence else None,
     }
-    if result.kind == "layout" and not result.error:
-        oracle, port = result.oracle_layout or Layout(()), result.port_layout or Layout(())
-        record["oracle_chunks"], record["port_chunks"] = oracle.num_chunks, port.num_chunks
-        chunks = []
-        for i in range(max(oracle.num_chunks, port.num_chunks)):
-            left = oracle.chunks[i].to_json() if i < oracle.num_chunks else None
-            right = port.chunks[i].to_json() if i < port.num_chunks else None
-            chunks.append({"index": i, "identical": left == right, "oracle": left, "port": right})
-        record["chunks"] = chunks
-        record["empty_token_slices"] = {
-            "oracle": [list(s) for s in oracle.empty_token_slices],
-            "port": [list(s) for s in port.empty_token_slices],
-        }
-    elif result.kind == "workspace":
-        record["workspace_size"] = {"oracle": result.oracle_workspace, "port": result.port_workspace}
-    elif result.level in FLOAT_LEVELS:
+    kind, level = kind_spec(result.kind)
+    if kind.record is not None:
+        record.update(kind.record(result))
+    elif level.floats:
         record["tensors"] = [t.to_json() for t in result.tensors]
     return record
+
+
+def layout_record(result: CaseResult) -> dict[str, Any]:
+    """A layout item's chunks side by side, for ``parity diff --json``."""
+    if result.error:
+        return {}
+    oracle, port = result.oracle_layout or Layout(()), result.port_layout or Layout(())
+    chunks = []
+    for i in range(max(oracle.num_chunks, port.num_chunks)):
+        left = oracle.chunks[i].to_json() if i < oracle.num_chunks else None
+        right = port.chunks[i].to_json() if i < port.num_chunks else None
+        chunks.append({"index": i, "identical": left == right, "oracle": left, "port": right})
+    return {
+        "oracle_chunks": oracle.num_chunks,
+        "port_chunks": port.num_chunks,
+        "chunks": chunks,
+        "empty_token_slices": {
+            "oracle": [list(s) for s in oracle.empty_token_slices],
+            "port": [list(s) for s in port.empty_token_slices],
+        },
+    }
+
+
+def format_result(item: Any, result: CaseResult) -> str:
+    """An item of a level that shows no text of its own: its verdict, its
+    divergence or error, and its tensors as every float level's are shown."""
+    if result.tensors or result.error:
+        return format_tensor_verdict(result.level, result)
+    verdict = "PARITY" if result.ok else result.status.upper()
+    return f"{result.level} {item.name}: {verdict}" + ("" if result.ok else f": {result.detail()}")
 
 
 def item_fields(item: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ beside the top-k indices that set them)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.compare.sparse import route_reasons
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
@@ -61,11 +61,3 @@ def format_mask_diff(case: TopkMaskCase, result: CaseResult) -> str:
         + (f"; key starts {list(case.key_starts)}" if case.key_starts else ""),
     ]
     return "\n".join(lines + _outcome(result))
-
-
-def format_sparse_item(item: Any, result: CaseResult) -> str:
-    if isinstance(item, SparseCase):
-        return format_sparse_diff(item, result)
-    if isinstance(item, SparseWorkspaceConfig):
-        return format_sparse_workspace_diff(item, result)
-    return format_mask_diff(item, result)

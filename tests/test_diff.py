@@ -39,7 +39,7 @@ WORKSPACE_BUG = "mutant:workspace-floor"
 DIVERGENT_CONFIG = WorkspaceConfig(2048, 2048, 64, 4, 64)
 
 
-def smoke_items() -> list[tuple[Kind, Any]]:
+def smoke_items() -> list[tuple[str, Any]]:
     return plan_items(load_suite("smoke"), LEVELS)
 
 

@@ -91,12 +91,13 @@ def test_on_success_the_port_and_the_oracle_are_handed_on_open() -> None:
 
 def test_an_unknown_item_kind_is_the_harnesss_error_never_another_levels_comparison() -> None:
     from harness.cases.suites import load_suite
-    from harness.sides.runner import ITEM_RUNNERS, run_item
+    from harness.model.levels import KINDS
+    from harness.sides.runner import run_item
 
     case = load_suite("smoke").cases[0]
     with pytest.raises(ValueError, match="no runner for item kind 'prefil'"):
         run_item(ClosingOracle(), PORT, "prefil", case, None)
-    assert set(ITEM_RUNNERS) == {"layout", "workspace", "merge", "prefill"} | {
+    assert set(KINDS) == {"layout", "workspace", "merge", "prefill"} | {
         f"sparse-{k}" for k in ("layout", "workspace", "mask", "prefill")
     }
 

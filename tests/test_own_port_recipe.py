@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from harness.model import Chunk
-from harness.protocol.port import ALL_LEVELS, LEVEL_METHODS, Port, port_levels
+from harness.protocol.port import ALL_LEVELS, Port, level_methods, port_levels
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "gate-your-own-port.md"
@@ -140,7 +140,7 @@ def test_the_skeleton_is_a_port_of_every_level() -> None:
     port = namespace["PORT"]
     assert isinstance(port, Port)
     assert port_levels(port) == ALL_LEVELS
-    methods = {m for names in LEVEL_METHODS.values() for m in names}
+    methods = {m for level in ALL_LEVELS for m in level_methods(level)}
     cls = type(port)
     assert {n for n in vars(cls) if not n.startswith("_")} == methods | {"name"}
     # The same arguments as the harness's own port takes.

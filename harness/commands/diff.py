@@ -39,12 +39,11 @@ from harness.engine import (
     real_ranks_of,
     select_device,
 )
-from harness.model import Case, Layout, MergeCase, WorkspaceConfig
-from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
+from harness.model.levels import kind_spec, registered_levels
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port, port_levels
 from harness.sides.items import LEVELS, CaseResult, selected_levels
 from harness.sides.loading import load_port
-from harness.sides.runner import SPARSE_KINDS, run_item
+from harness.sides.runner import run_item
 from harness.verdicts.reproduce import Item, ResolvedItem, level_of, resolve_item
 
 if TYPE_CHECKING:
@@ -142,32 +141,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def item_kinds(item: Item) -> list[str]:
-    """The kinds of item a thing has: a case its layout and, with a numeric
-    section, its prefill; a merge case its merge; a configuration its size."""
-    if isinstance(item, MergeCase):
-        return ["merge"]
-    if isinstance(item, WorkspaceConfig):
-        return ["workspace"]
-    if isinstance(item, SparseCase):
-        return ["sparse-layout"] + (["sparse-prefill"] if item.numeric is not None else [])
-    if isinstance(item, SparseWorkspaceConfig):
-        return ["sparse-workspace"]
-    if isinstance(item, TopkMaskCase):
-        return ["sparse-mask"]
-    return ["layout"] + (["prefill"] if item.numeric is not None else [])
+    """The kinds of item a thing is, in suite order (each registered kind's
+    ``holds``): a case its layout and, with a numeric section, its prefill; a
+    merge case its merge; a configuration its size."""
+    return [kind.name for spec in registered_levels() for kind in spec.kinds if kind.holds(item)]
 
 
 def diff_kinds(resolved: ResolvedItem, spec: str, level: str | None) -> list[str]:
     """The items ``parity diff`` compares: those of ``level`` (``--level``),
     else of the id's ``[KIND]``, else all the item has. None is usage."""
     has = item_kinds(resolved.item)
-    what = {
-        "merge": "a merge case",
-        "workspace": "a workspace configuration",
-        "sparse-layout": "a sparse batch",
-        "sparse-workspace": "a sparse workspace configuration",
-        "sparse-mask": "a top-k mask case",
-    }.get(resolved.kind, "a case with a numeric section" if "prefill" in has else "a layout-only case")
+    what = kind_spec(has[0])[0].noun(resolved.item) if has else "an item of no level"
     if resolved.wanted is not None and resolved.wanted not in has:
         raise UsageError(f"{spec}: {resolved.item.name} is {what}: it has no {resolved.wanted} item")
     if level is not None:
@@ -184,14 +168,6 @@ def diff_kinds(resolved: ResolvedItem, spec: str, level: str | None) -> list[str
     return kinds
 
 
-def _port_layout(port: Port, case: Case) -> Layout | None:
-    """The port's layout of ``case``, or None where it cannot give one."""
-    try:
-        return port.plan_layout(case)
-    except Exception:
-        return None
-
-
 def compare_and_print(
     oracle: Port,
     port: Port,
@@ -204,38 +180,16 @@ def compare_and_print(
 ) -> list[CaseResult]:
     """Compare ``item`` at each of ``kinds`` and print what ``parity diff``
     prints (also ``parity explore --replay``'s output); return the results."""
-    from reports.diff_text import (
-        case_lines,
-        format_diff,
-        format_rank_picture,
-        format_tensor_verdict,
-        format_workspace_diff,
-        merge_case_lines,
-        verdict_line,
-    )
+    from harness.levels.shown import ShowContext
+    from reports.diff_text import format_result, verdict_line
 
+    context = ShowContext(oracle, port, tuple(kinds))
     results = []
-    if isinstance(item, MergeCase):
-        print("\n".join(merge_case_lines(item)))
-    elif isinstance(item, Case) and "layout" not in kinds:
-        print("\n".join(case_lines(item)))
     for kind in kinds:
         result = run_item(oracle, port, kind, item, kernels, device, timeout_s, real_ranks)
         results.append(result)
-        if kind in SPARSE_KINDS:
-            from reports.sparse_text import format_sparse_item
-
-            print(format_sparse_item(item, result))
-        elif isinstance(item, Case) and kind == "layout":
-            print(format_diff(item, result))
-        elif isinstance(item, WorkspaceConfig):
-            print(format_workspace_diff(item, result))
-        else:
-            print(format_tensor_verdict("L2 merge" if kind == "merge" else "L3 prefill", result))
-            if isinstance(item, Case) and kind == "prefill" and item.dcp_world_size > 1 and result.tensors:
-                # The oracle's layout: the rows each rank should contribute; the port's beside it.
-                picture = format_rank_picture(item, oracle.plan_layout(item), _port_layout(port, item), result)
-                if picture:
-                    print(picture)
+        # Shown as its level shows it (harness.model.levels.KindSpec.show), else the common way.
+        show = kind_spec(kind)[0].show
+        print(show(item, result, context) if show is not None else format_result(item, result))
     print(verdict_line(results))
     return results

@@ -1,16 +1,39 @@
-"""The parity levels and the kinds of item compared at them: the one list of
-each (SPEC section 3). Everything that names a level or a kind (the runners,
-the port protocol and the external one, the served oracle's hello, the
-reproduce lines, the command line's choices) takes it from here.
+"""The parity levels: the one registry of them (SPEC section 3), and the
+protocol a level implements to be in it.
 
-Invariants: :data:`LEVELS` is in suite order (the order items are planned and
-reported in); every :class:`Kind` has its level in :data:`KIND_LEVELS`; the
-members are ``str`` (StrEnum), so rows, JSON and tables hold their plain text.
+A level is one module. It builds a :class:`LevelSpec` (its name, the kinds of
+item it compares, the port methods that enable it, and, per kind, how the
+items are planned from a suite, how both sides are asked and compared, what
+a row holds) and hands it to :func:`register_level`, as a pytest plugin hands
+its hooks to the plugin manager. Everything that names a level or a kind (the
+planner, the runners' dispatch, the port protocol and the external one, the
+served oracle's hello, the reproduce lines, the command line's choices, the
+summary's and the night's tables) reads this registry; nothing else lists them.
+
+The built-in levels live in :mod:`harness.levels` and are loaded on the first
+question asked of the registry, by module name (as pytest loads its default
+plugins), so this module, the lowest layer, imports none of them. A level
+from elsewhere (a test's, a team's) is registered by importing its module,
+or by naming the module in ``PARITY_LEVEL_PLUGINS`` (comma-separated module
+paths, as ``PYTEST_PLUGINS``): every process the harness starts (``--jobs``
+workers, DCP ranks, a reproduce line in a fresh shell) loads those too.
+
+Invariants: levels are in registration order, which is suite order (the order
+items are planned, run and reported in: the built-ins' first, so their items
+keep their indices); each kind belongs to exactly one level; a level's name
+and its kinds' names are unique across the registry; the views below
+(:data:`LEVELS`, :data:`KINDS` ...) are read afresh on every use, so a level
+registered later is in them.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, overload
 
 
 class TextEnum(StrEnum):
@@ -22,7 +45,8 @@ class TextEnum(StrEnum):
 
 
 class Level(TextEnum):
-    """A parity level (SPEC section 3)."""
+    """The built-in levels' names (each is registered by its module in
+    :mod:`harness.levels`; a plug-in level's name is plain text)."""
 
     LAYOUT = "layout"
     MERGE = "merge"
@@ -33,8 +57,8 @@ class Level(TextEnum):
 
 
 class Kind(TextEnum):
-    """What an item is: a level's items, and the workspace sizes compared at
-    the layout levels; the closed set every row's ``kind`` is one of."""
+    """The built-in kinds of item: each level's items, and the workspace sizes
+    compared at the layout levels (a plug-in level's kinds are plain text)."""
 
     LAYOUT = "layout"
     WORKSPACE = "workspace"
@@ -46,29 +70,229 @@ class Kind(TextEnum):
     SPARSE_PREFILL = "sparse-prefill"
 
 
+# -- the protocol ------------------------------------------------------------------------------
+#
+# The hooks take and return the upper layers' types (a Suite, an ItemCall, a
+# CaseResult, a Port): this layer imports none of them, so they are typed Any
+# here and precisely in each level's module.
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """One kind of item a level compares.
+
+    ``plan(suite)`` gives the suite's items of this kind in their fixed order;
+    ``holds(item)`` says whether an item (a case loaded from a file, say) is one
+    (``parity diff`` asks); ``run(call)`` compares one item on both sides and
+    returns its ``CaseResult`` (:class:`harness.sides.runner.ItemCall` holds the
+    sides, the item and how to run it), marking a side that raises its error
+    and never raising for a port's fault; ``row(result)`` gives the columns a
+    row of this kind adds to the common ones; ``cost_s`` is the estimated
+    seconds of one item, for sizing ``--jobs`` work; ``inputs(item, device)``
+    materialises the tensors both sides are handed (None: host work);
+    ``release_asked(release, item, kernels, device)`` asks a served release the
+    same question, for the drift report (None: nothing to ask);
+    ``drift(drift, result, pinned, release, item)`` fills a divergent or not-run
+    item's drift row (what changed, and why); ``show(item, result, context)``
+    is the text ``parity diff`` prints for one item (None: the common
+    rendering of its divergence and tensors) and ``record(result)`` what its
+    ``--json`` record adds (None: a float level's tensors); ``noun(item)``
+    names such an item in a message ("a merge case")."""
+
+    name: str
+    plan: Callable[[Any], Iterable[Any]]
+    run: Callable[[Any], Any]
+    holds: Callable[[Any], bool]
+    cost_s: float
+    row: Callable[[Any], dict[str, Any]] = lambda result: {}
+    inputs: Callable[[Any, str], Any] | None = None
+    release_asked: Callable[[Any, Any, Any, str], Any] | None = None
+    drift: Callable[[Any, Any, Any, Any, Any], None] | None = None
+    show: Callable[[Any, Any, Any], str] | None = None
+    record: Callable[[Any], dict[str, Any]] | None = None
+    noun: Callable[[Any], str] = lambda item: "an item"
+
+
+@dataclass(frozen=True)
+class LevelSpec:
+    """A parity level: what a level module registers.
+
+    ``port_methods`` are the methods that make a port implement it (all of
+    them, callable); ``host`` says its answers are host values (layouts,
+    sizes: a run of host levels alone never loads torch) and ``floats`` that
+    they are floats, judged bit for bit and measured in ULPs; ``sparse`` puts
+    it on the sparse path (SPEC 1d). ``external`` adapts each port method to
+    the external protocol (``fn(external_port, *args)``: the request it sends
+    and how its reply is read); a built-in level's methods are
+    :class:`harness.protocol.external.ExternalPort`'s own. ``title`` is its
+    one-line description in the docs' and the CLI's tables."""
+
+    name: str
+    title: str
+    kinds: tuple[KindSpec, ...]
+    port_methods: tuple[str, ...]
+    host: bool
+    floats: bool
+    sparse: bool = False
+    external: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+
+
+# -- the registry ------------------------------------------------------------------------------
+
+# The built-in levels' modules, in suite order: loaded by name on first use.
+BUILTIN_LEVEL_MODULES = "harness.levels"
+PLUGINS_VARIABLE = "PARITY_LEVEL_PLUGINS"
+
+_levels: dict[str, LevelSpec] = {}
+_kinds: dict[str, tuple[KindSpec, LevelSpec]] = {}
+_loaded = False
+
+
+class LevelRegistryError(ValueError):
+    """A level that cannot be registered (a name taken, no kinds)."""
+
+
+def register_level(spec: LevelSpec) -> LevelSpec:
+    """Add ``spec`` after every level registered so far; registering the same
+    spec again is a no-op (a module imported twice), another with a taken name
+    an error."""
+    known = _levels.get(spec.name)
+    if known is spec:
+        return spec
+    if known is not None:
+        raise LevelRegistryError(f"level {spec.name!r} is registered already")
+    if not spec.kinds:
+        raise LevelRegistryError(f"level {spec.name!r} has no kinds of item")
+    taken = [k.name for k in spec.kinds if k.name in _kinds]
+    if taken:
+        raise LevelRegistryError(f"level {spec.name!r}: kind {taken[0]!r} belongs to another level")
+    _levels[spec.name] = spec
+    for kind in spec.kinds:
+        _kinds[kind.name] = (kind, spec)
+    return spec
+
+
+def unregister_level(name: str) -> None:
+    """Take a level out again (a test's toy level, at the test's end)."""
+    spec = _levels.pop(name, None)
+    for kind in spec.kinds if spec else ():
+        _kinds.pop(kind.name, None)
+
+
+def _load() -> None:
+    """The built-in levels, then those ``PARITY_LEVEL_PLUGINS`` names, once."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    importlib.import_module(BUILTIN_LEVEL_MODULES)
+    for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_VARIABLE, "").split(","))):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise LevelRegistryError(f"{PLUGINS_VARIABLE}: cannot import level module {module!r} ({exc})") from None
+
+
+def registered_levels() -> tuple[LevelSpec, ...]:
+    """Every level, in suite order."""
+    _load()
+    return tuple(_levels.values())
+
+
+def level_spec(name: str) -> LevelSpec:
+    """The level called ``name``; an unknown name is a :class:`KeyError` naming the known ones."""
+    _load()
+    try:
+        return _levels[name]
+    except KeyError:
+        raise KeyError(f"no level {name!r} (the levels: {', '.join(_levels)})") from None
+
+
+def kind_spec(kind: str) -> tuple[KindSpec, LevelSpec]:
+    """The kind called ``kind`` and its level; an unknown kind is the harness's
+    error (:class:`ValueError` naming the known ones), never another kind's."""
+    _load()
+    try:
+        return _kinds[kind]
+    except KeyError:
+        raise ValueError(f"no runner for item kind {kind!r} (the kinds: {', '.join(_kinds)})") from None
+
+
+def is_kind(kind: str) -> bool:
+    _load()
+    return kind in _kinds
+
+
+class Names(Sequence[str]):
+    """A view of names read from the registry on every use (so a level
+    registered after import is in it); compares equal to a tuple of the same."""
+
+    def __init__(self, names: Callable[[], Iterable[str]]) -> None:
+        self._names = names
+
+    def _now(self) -> tuple[str, ...]:
+        return tuple(self._names())
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        return self._now()[index]
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._now())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._now()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and not isinstance(other, str) and self._now() == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._now())
+
+
+def _level_names(keep: Callable[[LevelSpec], bool] = lambda spec: True) -> Names:
+    return Names(lambda: (spec.name for spec in registered_levels() if keep(spec)))
+
+
+def _kind_names(keep: Callable[[LevelSpec], bool] = lambda spec: True) -> Names:
+    return Names(lambda: (kind.name for spec in registered_levels() if keep(spec) for kind in spec.kinds))
+
+
 # Every level, in suite order.
-LEVELS: tuple[Level, ...] = tuple(Level)
-# Every kind, in suite order, and the level it is compared at.
-KINDS: tuple[Kind, ...] = tuple(Kind)
-KIND_LEVELS: dict[Kind, Level] = {
-    Kind.LAYOUT: Level.LAYOUT,
-    Kind.WORKSPACE: Level.LAYOUT,
-    Kind.MERGE: Level.MERGE,
-    Kind.PREFILL: Level.PREFILL,
-    Kind.SPARSE_LAYOUT: Level.SPARSE_LAYOUT,
-    Kind.SPARSE_WORKSPACE: Level.SPARSE_LAYOUT,
-    Kind.SPARSE_MASK: Level.SPARSE_MASK,
-    Kind.SPARSE_PREFILL: Level.SPARSE_PREFILL,
-}
+LEVELS = _level_names()
+# Every kind, in suite order.
+KINDS = _kind_names()
 # The levels whose items are host work (layouts and workspace sizes): a run of
-# these alone never loads torch (harness.engine.device.select_host). Every other
-# level, one added later included, compares tensors.
-HOST_LEVELS: tuple[Level, ...] = (Level.LAYOUT, Level.SPARSE_LAYOUT)
+# these alone never loads torch (harness.engine.device.select_host).
+HOST_LEVELS = _level_names(lambda spec: spec.host)
 # The levels whose answers are floats, judged bit for bit and measured in ULPs.
-FLOAT_LEVELS: tuple[Level, ...] = (Level.MERGE, Level.PREFILL, Level.SPARSE_PREFILL)
+FLOAT_LEVELS = _level_names(lambda spec: spec.floats)
 # The kinds of the host levels (answers are layouts and sizes) and of the others
 # (their inputs are tensors the harness materialises).
-HOST_KINDS: tuple[Kind, ...] = tuple(k for k in KINDS if KIND_LEVELS[k] in HOST_LEVELS)
-TENSOR_KINDS: tuple[Kind, ...] = tuple(k for k in KINDS if KIND_LEVELS[k] not in HOST_LEVELS)
+HOST_KINDS = _kind_names(lambda spec: spec.host)
+TENSOR_KINDS = _kind_names(lambda spec: not spec.host)
 # The kinds of the sparse path (SPEC 1d).
-SPARSE_KINDS: tuple[Kind, ...] = tuple(k for k in KINDS if k.startswith("sparse-"))
+SPARSE_KINDS = _kind_names(lambda spec: spec.sparse)
+
+
+def level_of(kind: str) -> str:
+    """The level an item of ``kind`` belongs to (a text that names no kind is
+    its own level: the callers refuse it with their own message)."""
+    return kind_spec(kind)[1].name if is_kind(kind) else kind
+
+
+def levels_table() -> list[tuple[str, str, str, str]]:
+    """(level, kinds, port methods, what it compares) for each level: the docs'
+    and ``parity levels``' table."""
+    return [
+        (spec.name, ", ".join(k.name for k in spec.kinds), ", ".join(spec.port_methods), spec.title)
+        for spec in registered_levels()
+    ]

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from harness.model.levels import kind_spec
 from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult, level_of
 from harness.sides.runner import plan_items, run_item
 
@@ -158,35 +159,13 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _ask_release(release: Port, kind: str, item: Any, kernels: SharedKernels, device: str) -> str | None:
-    """The release's error on an item the pinned oracle refused (None: it answered)."""
-    from harness.cases.sparse_inputs import materialise_topk
-    from harness.kernels import kernels_for_case, with_keyless_rows
-    from harness.kernels.numeric import materialise_merge, materialise_prefill
-    from harness.kernels.sparse_prefill import materialise_sparse_prefill
-
-    asked: dict[str, Callable[[], Any]] = {
-        "layout": lambda: release.plan_layout(item),
-        "workspace": lambda: release.workspace_size(item),
-        "merge": lambda: release.merge_states(materialise_merge(item, device)),  # type: ignore[attr-defined]
-        "prefill": lambda: release.prefill(  # type: ignore[attr-defined]
-            item,
-            materialise_prefill(item.context_lens, item.query_lens, item.block_size, item.numeric, device),
-            kernels_for_case(kernels, item),
-        ),
-        "sparse-layout": lambda: release.plan_sparse(item),  # type: ignore[attr-defined]
-        "sparse-workspace": lambda: release.sparse_workspace_size(item),  # type: ignore[attr-defined]
-        "sparse-mask": lambda: (
-            release.build_topk_mask(item, materialise_topk(item)),  # type: ignore[attr-defined]
-            release.remap_topk(item, materialise_topk(item)),  # type: ignore[attr-defined]
-        ),
-        "sparse-prefill": lambda: release.sparse_prefill(  # type: ignore[attr-defined]
-            item,
-            materialise_sparse_prefill(item, device),
-            with_keyless_rows(kernels, item.numeric.keyless_rows),
-        ),
-    }
+    """The release's error on an item the pinned oracle refused (None: it
+    answered, or its kind has nothing to ask: harness.model.levels.KindSpec.release_asked)."""
+    asked = kind_spec(kind)[0].release_asked
+    if asked is None:
+        return None
     try:
-        asked[kind]()
+        asked(release, item, kernels, device)
     except Exception as exc:
         return _one_line(exc)
     return None
@@ -252,7 +231,7 @@ def mask_drift(pinned: Port, release: Port, case: TopkMaskCase) -> tuple[list[st
     return changed, "; ".join(parts)
 
 
-def _layout_only(drift: ItemDrift, release: Port, item: Any) -> None:
+def layout_only(drift: ItemDrift, release: Port, item: Any) -> None:
     """A sparse L3 batch the pinned oracle routes to sparse MQA: compared at
     sparse-layout only when the release routes it there too."""
     try:
@@ -290,29 +269,14 @@ def item_drift(
         )
     elif result.status == PORT_ERROR:
         drift.status, drift.release_error, drift.detail = RELEASE_ERROR, result.error, result.error or ""
-    elif result.status == DIVERGENT:
-        drift.detail = result.detail().replace("port", "release")
-        if result.kind == "layout" and result.oracle_layout is not None and result.port_layout is not None:
-            drift.changed = changed_layout_fields(result.oracle_layout, result.port_layout)
-        elif result.kind == "sparse-layout" and result.oracle_sparse is not None and result.port_sparse is not None:
-            drift.changed = changed_sparse_fields(result.oracle_sparse, result.port_sparse)
-            drift.detail = sparse_detail(result.oracle_sparse, result.port_sparse, drift.changed)
-        elif result.kind in ("workspace", "sparse-workspace"):
-            drift.changed = ["workspace_size" if result.kind == "workspace" else "sparse_workspace_size"]
-        elif result.kind == "sparse-mask":
-            try:
-                changed, detail = mask_drift(pinned, release, item)
-            except Exception as exc:  # asked again: a side failing now keeps the runner's verdict
-                changed, detail = [], f"not split: {_one_line(exc)}"
-            if changed:
-                drift.changed, drift.detail = changed, detail
-            else:
-                drift.changed = ["mask"]
-                drift.detail += f" ({detail or 'asked again, the two agree'})"
-        else:
+    elif result.status in (DIVERGENT, NOT_RUN):
+        drift.detail = result.detail().replace("port", "release") if result.status == DIVERGENT else result.error or ""
+        # What changed, as the item's level reads it (harness.model.levels.KindSpec.drift).
+        fill = kind_spec(result.kind)[0].drift
+        if fill is not None:
+            fill(drift, result, pinned, release, item)
+        elif result.status == DIVERGENT:
             drift.changed = [t.name for t in result.tensors if not t.exact]
-    elif result.status == NOT_RUN and result.kind == "sparse-prefill" and "routes it mqa" in (result.error or ""):
-        _layout_only(drift, release, item)
     elif result.status != PARITY:
         drift.detail = result.error or ""
     return drift

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.cases.suites import SUITES_FILE
@@ -44,7 +44,7 @@ def night_sizes(
     suite: str,
     size: int | None,
     numeric_size: int | None,
-    levels: tuple[str, ...],
+    levels: Sequence[str],
     mutants: bool,
     explore_budget_s: float,
 ) -> dict[str, Any]:

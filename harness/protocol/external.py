@@ -13,6 +13,7 @@ harness kills the group on close and at interpreter exit.
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import select
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.model import Case, Layout, WorkspaceConfig, layout_from_json
-from harness.model.levels import LEVELS
+from harness.model.levels import LEVELS, registered_levels
 from harness.model.sparse import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase, sparse_layout_from_json
 from harness.protocol.errors import ExternalPortError
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, HarnessFault
@@ -43,8 +44,8 @@ PROTOCOL_VERSION = 1
 STDERR_TAIL = 600
 # The ops that exchange tensors through safetensors files; each is a level.
 TENSOR_OPS = ("merge", "prefill", "topk_mask", "topk_remap", "sparse_prefill")
-# The levels a port may declare in its hello (the sparse ones: SPEC 1d).
-PROTOCOL_LEVELS: tuple[str, ...] = LEVELS
+# The levels a port may declare in its hello (the sparse ones: SPEC 1d): the registry's.
+PROTOCOL_LEVELS = LEVELS
 # A reply line longer than this is a port gone wrong, not a layout.
 MAX_REPLY_BYTES = 256 << 20
 
@@ -272,6 +273,21 @@ class ExternalPort:
             # A clean error reply leaves the process usable.
             raise ExternalPortError(f"port error: {reply.get('error', 'no reason given')}", reply)
         return reply
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """One request and its reply, under the port's timeout: what a plug-in
+        level's adapter (:attr:`harness.model.levels.LevelSpec.external`) sends."""
+        return self._request(message)
+
+    def __getattr__(self, name: str) -> Any:
+        # A plug-in level's port methods, over the protocol as the level adapts them
+        # (only names this class lacks reach here).
+        if not name.startswith("_"):
+            for spec in registered_levels():
+                adapter = spec.external.get(name)
+                if adapter is not None:
+                    return functools.partial(adapter, self)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- the Port interface ----------------------------------------------------------------------
 

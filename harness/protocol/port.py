@@ -13,7 +13,7 @@ import functools
 from typing import Any, Protocol, runtime_checkable
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig
-from harness.model.levels import LEVELS
+from harness.model.levels import LEVELS, level_spec
 
 
 @runtime_checkable
@@ -32,18 +32,13 @@ class Port(Protocol):
     def workspace_size(self, config: WorkspaceConfig) -> int: ...
 
 
-# Every level a side can be compared at (SPEC section 3), in suite order.
-ALL_LEVELS: tuple[str, ...] = LEVELS
+# Every level a side can be compared at (SPEC section 3), in suite order: the registry's.
+ALL_LEVELS = LEVELS
 
-# The methods that make a port implement each level (SPEC 1d for the sparse ones).
-LEVEL_METHODS: dict[str, tuple[str, ...]] = {
-    "layout": ("plan_layout", "workspace_size"),
-    "merge": ("merge_states",),
-    "prefill": ("prefill",),
-    "sparse-layout": ("plan_sparse", "sparse_workspace_size"),
-    "sparse-mask": ("build_topk_mask", "remap_topk"),
-    "sparse-prefill": ("sparse_prefill",),
-}
+
+def level_methods(level: str) -> tuple[str, ...]:
+    """The methods that make a port implement ``level`` (its registered ``port_methods``)."""
+    return level_spec(level).port_methods
 
 
 def port_levels(port: Any) -> tuple[str, ...]:
@@ -51,18 +46,15 @@ def port_levels(port: Any) -> tuple[str, ...]:
 
     A port may declare them (``levels``, a tuple of level names: an external
     ``cmd:`` port lists them in its hello). Otherwise they follow from its
-    methods (:data:`LEVEL_METHODS`): ``layout`` always (the protocol's two
-    methods), ``merge`` with ``merge_states``, ``prefill`` with ``prefill``,
-    ``sparse-layout`` with ``plan_sparse`` and ``sparse_workspace_size``,
-    ``sparse-mask`` with ``build_topk_mask`` and ``remap_topk``, ``sparse-prefill``
-    with ``sparse_prefill``. Items at any other level are
-    ``not-run`` for it, never silently dropped.
+    methods: a level's registered ``port_methods``, all callable
+    (:func:`level_methods`; ``layout`` always, by the protocol's two methods).
+    Items at any other level are ``not-run`` for it, never silently dropped.
     """
     declared = getattr(port, "levels", None)
     if declared is not None:
         check_declared_levels(declared)
         return tuple(lv for lv in ALL_LEVELS if lv in declared)
-    return tuple(lv for lv in ALL_LEVELS if all(callable(getattr(port, method, None)) for method in LEVEL_METHODS[lv]))
+    return tuple(lv for lv in ALL_LEVELS if all(callable(getattr(port, method, None)) for method in level_methods(lv)))
 
 
 def check_declared_levels(declared: Any) -> None:

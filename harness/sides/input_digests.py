@@ -33,14 +33,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.model.levels import TENSOR_KINDS as TENSOR_KIND_LIST
+from harness.model.levels import TENSOR_KINDS as TENSOR_KINDS
+from harness.model.levels import kind_spec
 from harness.sides.items import NOT_RUN, CaseResult
 
 DIGESTS_FILE = Path(__file__).resolve().parents[2] / "cases" / "input_digests.json"
 DIGESTS_FORMAT = 1
 # The suites whose items the file holds, and the item kinds that have tensor inputs.
 DIGESTED_SUITES = ("smoke", "ci")
-TENSOR_KINDS: tuple[str, ...] = TENSOR_KIND_LIST
 
 
 class InputsDiffer(Exception):
@@ -72,23 +72,10 @@ def item_key(kind: str, item: Any) -> str:
 
 def item_inputs(kind: str, item: Any) -> Any:
     """What the harness materialises for one side of an item of a tensor level, on the host."""
-    if kind == "merge":
-        from harness.kernels.numeric import materialise_merge
-
-        return materialise_merge(item)
-    if kind == "prefill":
-        from harness.kernels.numeric import case_prefill_inputs
-
-        return case_prefill_inputs(item)
-    if kind == "sparse-mask":
-        from harness.cases.sparse_inputs import materialise_topk
-
-        return materialise_topk(item)
-    if kind == "sparse-prefill":
-        from harness.kernels.sparse_prefill import materialise_sparse_prefill
-
-        return materialise_sparse_prefill(item)
-    raise ValueError(f"{kind} items have no tensor inputs")
+    materialise = kind_spec(kind)[0].inputs
+    if materialise is None:
+        raise ValueError(f"{kind} items have no tensor inputs")
+    return materialise(item, "cpu")
 
 
 def stream_probe() -> str:

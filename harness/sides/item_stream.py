@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from harness.kernels import SharedKernels
     from harness.protocol.port import Port
     from harness.sides.dcp_ranks import RealRanks
-    from harness.sides.items import CaseResult, Kind
+    from harness.sides.items import CaseResult
     from harness.sides.pool import WorkerPool
     from harness.sides.pool_worker import WorkerSides
     from harness.sides.runner import Shard
@@ -70,7 +70,7 @@ class ItemChunk:
     against ``port_spec``; ``keep_layouts`` False sends figures for matching layouts."""
 
     port_spec: str
-    items: tuple[tuple[int, Kind, Any], ...]
+    items: tuple[tuple[int, str, Any], ...]
     keep_layouts: bool = True
 
 
@@ -129,11 +129,11 @@ def recover_chunk(chunk: ItemChunk, finished: int, exitcode: int | None) -> tupl
 
 def item_tasks(
     port_spec: str,
-    planned: Sequence[tuple[int, Kind, Any]],
+    planned: Sequence[tuple[int, str, Any]],
     keep_layouts: bool,
     jobs: int,
-    inline: Callable[[int, Kind, Any], bool] = lambda index, kind, item: False,
-    run_inline: Callable[[int, Kind, Any], CaseResult] | None = None,
+    inline: Callable[[int, str, Any], bool] = lambda index, kind, item: False,
+    run_inline: Callable[[int, str, Any], CaseResult] | None = None,
 ) -> list[Task]:
     """``planned`` items as :func:`cost_chunks` cuts them, a task each; an item
     ``inline`` says must stay in the parent is a task of its own that
@@ -152,13 +152,13 @@ def item_tasks(
     return tasks
 
 
-def _one_inline(run_inline: Callable[[int, Kind, Any], CaseResult], index: int, kind: Kind, item: Any) -> list[Any]:
+def _one_inline(run_inline: Callable[[int, str, Any], CaseResult], index: int, kind: str, item: Any) -> list[Any]:
     return [run_inline(index, kind, item)]
 
 
 def planned_items(
     suite: Suite, levels: tuple[str, ...], shard: Shard | None = None, skip: frozenset[str] = frozenset()
-) -> list[tuple[int, Kind, Any]]:
+) -> list[tuple[int, str, Any]]:
     """The items a run compares, as :func:`harness.sides.runner.run_items` walks them."""
     from harness.sides.items import item_id
     from harness.sides.runner import plan_items
@@ -228,10 +228,10 @@ def stream_items(
         kernels = kernels_for(device)
     parent_kernels = kernels
 
-    def on_real_ranks(index: int, kind: Kind, item: Any) -> bool:
+    def on_real_ranks(index: int, kind: str, item: Any) -> bool:
         return real_ranks is not None and kind == "prefill" and item.dcp_world_size > 1
 
-    def run_here(index: int, kind: Kind, item: Any) -> CaseResult:
+    def run_here(index: int, kind: str, item: Any) -> CaseResult:
         assert oracle is not None, "an item on real ranks runs in this process, with its oracle"
         result = run_item(oracle, port, kind, item, parent_kernels, device, timeout_s, real_ranks)
         result.index = index

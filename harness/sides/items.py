@@ -9,7 +9,7 @@ build on it; it imports none of them.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,11 +18,11 @@ from harness.model import Layout
 
 # The levels and kinds (their one list), under the names the runners have always used.
 from harness.model.levels import HOST_LEVELS as HOST_LEVELS
-from harness.model.levels import KIND_LEVELS as KIND_LEVELS
 from harness.model.levels import LEVELS as LEVELS
 from harness.model.levels import Kind as Kind
 from harness.model.levels import Level as Level
-from harness.model.levels import TextEnum
+from harness.model.levels import TextEnum, kind_spec
+from harness.model.levels import level_of as level_of
 from harness.protocol.port import (
     HarnessFault,
     Port,
@@ -53,7 +53,7 @@ class Status(TextEnum):
 PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR, NOT_RUN = Status
 
 
-def computes_tensors(levels: tuple[str, ...]) -> bool:
+def computes_tensors(levels: Sequence[str]) -> bool:
     """Whether any of ``levels`` compares tensors (is not one of :data:`HOST_LEVELS`)."""
     return any(level not in HOST_LEVELS for level in levels)
 
@@ -66,20 +66,14 @@ def device_kernels(kernels: SharedKernels | None, kind: str) -> SharedKernels:
     return kernels
 
 
-def level_of(kind: str) -> str:
-    """The parity level an item of ``kind`` belongs to (a text that names no
-    kind is its own level: the callers refuse it with their own message)."""
-    known = next((k for k in Kind if k == kind), None)
-    return KIND_LEVELS[known] if known is not None else kind
-
-
 @dataclass
 class CaseResult:
     """The outcome of one item: a case's layout, or a workspace configuration."""
 
     name: str
     family: str
-    kind: Kind
+    # One of the registry's kinds (harness.model.levels): a Kind, or a plug-in level's text.
+    kind: str
     status: Status
     oracle_layout: Layout | None = None
     port_layout: Layout | None = None
@@ -95,6 +89,8 @@ class CaseResult:
     # The sparse layouts of a sparse-layout item (None for every other kind).
     oracle_sparse: Any = None
     port_sparse: Any = None
+    # A plug-in level's two answers (oracle, port), for its own row (KindSpec.row).
+    answers: tuple[Any, Any] | None = None
 
     @property
     def level(self) -> str:
@@ -121,24 +117,8 @@ class CaseResult:
         out: dict[str, Any] = {"name": self.name, "family": self.family, "kind": self.kind, "status": self.status}
         if self.tensors:
             out["tensors"] = [t.to_json() for t in self.tensors]
-        if self.kind == "layout":
-            out["oracle_chunks"] = self.oracle_layout.num_chunks if self.oracle_layout else None
-            out["port_chunks"] = self.port_layout.num_chunks if self.port_layout else None
-            out["oracle_layout"] = self.oracle_layout.to_json() if self.oracle_layout else None
-            if self.status == PARITY:
-                # Identical by definition; written once to keep reports small.
-                out["port_layout"] = "same-as-oracle"
-            else:
-                out["port_layout"] = self.port_layout.to_json() if self.port_layout else None
-        elif self.kind == "sparse-layout":
-            out["oracle_sparse"] = self.oracle_sparse.to_json() if self.oracle_sparse else None
-            same = self.status == PARITY
-            out["port_sparse"] = (
-                "same-as-oracle" if same else (self.port_sparse.to_json() if self.port_sparse else None)
-            )
-        elif self.kind in ("workspace", "sparse-workspace"):
-            out["oracle_workspace"] = self.oracle_workspace
-            out["port_workspace"] = self.port_workspace
+        # The columns of its kind (harness.model.levels.KindSpec.row).
+        out.update(kind_spec(self.kind)[0].row(self))
         out["divergence"] = self.divergence.to_json() if self.divergence else None
         out["error"] = self.error
         return out
@@ -146,7 +126,7 @@ class CaseResult:
 
 def selected_levels(level: str) -> tuple[str, ...]:
     """The levels ``--level`` names: one of :data:`LEVELS`, or ``all`` of them."""
-    return LEVELS if level == "all" else (level,)
+    return tuple(LEVELS) if level == "all" else (level,)
 
 
 def item_id(kind: str, name: str) -> str:
@@ -239,7 +219,7 @@ class RunResult:
 
     suite: str
     port: str
-    levels: tuple[str, ...] = LEVELS
+    levels: tuple[str, ...] = field(default_factory=lambda: tuple(LEVELS))
     results: list[CaseResult] = field(default_factory=list)
     seconds: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict)

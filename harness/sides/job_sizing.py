@@ -2,7 +2,7 @@
 
 The figures here are estimates on the CPU; they decide how work is spread,
 never what it computes. Every figure a worker pool is sized by lives here: the
-estimated cost of an item per runner kind (:data:`ITEM_COST_S`), what a worker
+estimated cost of an item per runner kind (:func:`item_cost_s`), what a worker
 costs in memory (:data:`WORKER_MEMORY_BYTES`, measured by
 ``benchmarks/worker_memory.py``), and when a pool pays off at all
 (:data:`POOL_PAYS_OFF_S`).
@@ -27,13 +27,14 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from harness.model.levels import kind_spec
+
 # Below this much estimated single-process work, the default --jobs runs in-process:
 # starting workers (about ten seconds of imports each) would cost more than it saves.
 POOL_PAYS_OFF_S = 20.0
 # Rough single-process seconds per item on the CPU, for the default --jobs and for
 # cutting a run into chunks (ci suite, 2 cores): a chunk is about CHUNK_S of work,
 # so a worker asks for work a few times a second and no chunk holds the tail up.
-ITEM_COST_S = {"layout": 0.003, "workspace": 0.0001, "merge": 0.07, "prefill": 0.5, "sparse-prefill": 1.3}
 CHUNK_S = 0.25
 # A worker's resident memory once it has imported the pinned vLLM and opened its
 # sides and run the smoke suite (measured: 762 MiB peak, benchmarks/worker_memory.py); --jobs
@@ -50,9 +51,16 @@ def available_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def item_cost_s(kind: str) -> float:
+    """Rough single-process seconds of one item of ``kind`` on the CPU (its
+    level's registered ``cost_s``, ci suite, 2 cores): what sizes the default
+    ``--jobs`` and the chunks a run is cut into."""
+    return kind_spec(kind)[0].cost_s
+
+
 def estimated_seconds(kinds: Iterable[str]) -> float:
     """Single-process seconds for items of these runner kinds (a rough CPU figure)."""
-    return sum(ITEM_COST_S.get(kind, ITEM_COST_S["layout"]) for kind in kinds)
+    return sum(item_cost_s(kind) for kind in kinds)
 
 
 def machine_workers() -> int:
@@ -121,7 +129,7 @@ def cost_chunks(
     alone: Callable[[int, _Kind, Any], bool] = lambda index, kind, item: False,
 ) -> list[list[tuple[int, _Kind, Any]]]:
     """``planned`` items cut, in order, into chunks of about :data:`CHUNK_S` of
-    work each (by :data:`ITEM_COST_S`) and at least :data:`CHUNKS_PER_WORKER`
+    work each (by :func:`item_cost_s`) and at least :data:`CHUNKS_PER_WORKER`
     per worker of ``jobs`` (a slow port's items cost more than the estimate: a
     short run still spreads); an item ``alone`` says is a chunk of its own."""
     chunks: list[list[tuple[int, _Kind, Any]]] = []
@@ -141,7 +149,7 @@ def cost_chunks(
             chunks.append([(index, kind, item)])
             continue
         chunk.append((index, kind, item))
-        cost += ITEM_COST_S.get(kind, ITEM_COST_S["layout"])
+        cost += item_cost_s(kind)
         if cost >= CHUNK_S or len(chunk) >= most:
             flush()
     flush()

@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 
 ENVIRONMENT_VARIABLE = "PARITY_ORACLE_CACHE"
 # The kinds whose entries are JSON (every other kind's are safetensors).
-JSON_KINDS: tuple[str, ...] = HOST_KINDS
+JSON_KINDS = HOST_KINDS
 # A fingerprint's folder no run has opened for this long is deleted (prune_stale_folders).
 STALE_AFTER_S = 14 * 24 * 3600.0
 LAST_USED = ".last-used"

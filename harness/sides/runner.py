@@ -7,13 +7,13 @@ marks that case ``oracle-error`` or ``port-error`` and the run goes on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness.compare.dense import first_layout_divergence
 from harness.model import Case, Layout, MergeCase, WorkspaceConfig
-from harness.model.levels import SPARSE_KINDS as SPARSE_KIND_LIST
+from harness.model.levels import kind_spec, registered_levels
 from harness.protocol.port import (
     DEFAULT_PORT_TIMEOUT_S,
     Port,
@@ -33,7 +33,6 @@ from harness.sides.items import (
     both_sides,
     compare_sizes,
     computes_tensors,
-    device_kernels,
     harness_inputs,
     item_id,
     level_of,
@@ -211,30 +210,21 @@ class Shard:
         return f"{self.number}/{self.count}"
 
 
-def plan_items(suite: Suite, levels: tuple[str, ...]) -> list[tuple[Kind, Any]]:
-    """The suite's items at ``levels`` in their fixed order: layout cases,
-    workspace configs, merge cases, prefill cases, sparse cases, sparse
-    workspace configs, top-k mask cases, sparse L3 cases (the sparse items
-    last, so the dense items keep their indices)."""
-    items: list[tuple[Kind, Any]] = []
-    if "layout" in levels:
-        items += [(Kind.LAYOUT, case) for case in suite.cases]
-        items += [(Kind.WORKSPACE, config) for config in suite.workspace_configs]
-    if "merge" in levels:
-        items += [(Kind.MERGE, case) for case in suite.merge_cases]
-    if "prefill" in levels:
-        items += [(Kind.PREFILL, case) for case in suite.cases if case.numeric is not None]
-    if "sparse-layout" in levels:
-        items += [(Kind.SPARSE_LAYOUT, case) for case in suite.sparse_cases]
-        items += [(Kind.SPARSE_WORKSPACE, config) for config in suite.sparse_workspace_configs]
-    if "sparse-mask" in levels:
-        items += [(Kind.SPARSE_MASK, case) for case in suite.mask_cases]
-    if "sparse-prefill" in levels:
-        items += [(Kind.SPARSE_PREFILL, case) for case in suite.sparse_cases if case.numeric is not None]
-    return items
+def plan_items(suite: Suite, levels: Sequence[str]) -> list[tuple[str, Any]]:
+    """The suite's items at ``levels`` in their fixed order: each registered
+    level's kinds in registry order (harness.model.levels: layout cases,
+    workspace configs, merge cases, prefill cases, then the sparse path's, so
+    the dense items keep their indices; a plug-in level's last)."""
+    return [
+        (kind.name, item)
+        for spec in registered_levels()
+        if spec.name in levels
+        for kind in spec.kinds
+        for item in kind.plan(suite)
+    ]
 
 
-def not_run(port: Port, kind: Kind, item: Any) -> CaseResult:
+def not_run(port: Port, kind: str, item: Any) -> CaseResult:
     """The row of an item at a level ``port`` does not implement."""
     level = level_of(kind)
     family = getattr(item, "family", "workspace-size")
@@ -245,7 +235,7 @@ def not_run(port: Port, kind: Kind, item: Any) -> CaseResult:
 def run_item(
     oracle: Port,
     port: Port,
-    kind: Kind | str,
+    kind: str,
     item: Any,
     kernels: SharedKernels | None,
     device: str = "cpu",
@@ -256,14 +246,11 @@ def run_item(
     with ``kernels``, or the device's own when None. An item at a level the port
     does not implement is ``not-run``. A DCP prefill item runs on real ranks when
     ``real_ranks`` says how (only those)."""
-    try:
-        known = Kind(kind)
-    except ValueError:
-        # Never another kind's comparison: a kind without a runner is the harness's error.
-        raise ValueError(f"no runner for item kind {kind!r} (the kinds: {', '.join(ITEM_RUNNERS)})") from None
-    if level_of(known) not in port_levels(port):
-        return not_run(port, known, item)
-    return ITEM_RUNNERS[known](ItemCall(oracle, port, item, kernels, device, timeout_s, real_ranks), known)
+    spec, level = kind_spec(kind)  # an unknown kind is the harness's error, never another kind's comparison
+    if level.name not in port_levels(port):
+        return not_run(port, kind, item)
+    result: CaseResult = spec.run(ItemCall(oracle, port, item, kernels, device, timeout_s, real_ranks))
+    return result
 
 
 @dataclass(frozen=True)
@@ -279,56 +266,11 @@ class ItemCall:
     real_ranks: RealRanks | None
 
 
-# The sparse kinds' runners live in harness.sides.sparse_runner, which builds on this module.
-
-
-def _sparse_layout(call: ItemCall, kind: Kind) -> CaseResult:
-    from harness.sides.sparse_runner import compare_sparse_layout
-
-    return compare_sparse_layout(call.oracle, call.port, call.item, call.timeout_s)
-
-
-def _sparse_workspace(call: ItemCall, kind: Kind) -> CaseResult:
-    result = CaseResult(call.item.name, call.item.family, Kind.SPARSE_WORKSPACE, PARITY)
-    return compare_sizes(result, "sparse_workspace_size", call.item, call.oracle, call.port, call.timeout_s)
-
-
-def _sparse_mask(call: ItemCall, kind: Kind) -> CaseResult:
-    from harness.sides.sparse_runner import compare_sparse_mask
-
-    return compare_sparse_mask(call.oracle, call.port, call.item, call.timeout_s)
-
-
-def _sparse_prefill(call: ItemCall, kind: Kind) -> CaseResult:
-    from harness.sides.sparse_runner import compare_sparse_prefill
-
-    kernels = device_kernels(call.kernels, kind)
-    return compare_sparse_prefill(call.oracle, call.port, call.item, kernels, call.device, call.timeout_s)
-
-
-def _prefill(call: ItemCall, kind: Kind) -> CaseResult:
-    kernels = device_kernels(call.kernels, kind)
-    return compare_prefill(call.oracle, call.port, call.item, kernels, call.device, call.timeout_s, call.real_ranks)
-
-
-# Each item kind's runner (harness.sides.items.KIND_LEVELS says its level): the one list run_item dispatches on.
-ITEM_RUNNERS: dict[Kind, Callable[[ItemCall, Kind], CaseResult]] = {
-    Kind.LAYOUT: lambda call, _: compare_case(call.oracle, call.port, call.item, call.timeout_s),
-    Kind.WORKSPACE: lambda call, _: compare_workspace(call.oracle, call.port, call.item, call.timeout_s),
-    Kind.MERGE: lambda call, _: compare_merge(call.oracle, call.port, call.item, call.device, call.timeout_s),
-    Kind.PREFILL: _prefill,
-    Kind.SPARSE_LAYOUT: _sparse_layout,
-    Kind.SPARSE_WORKSPACE: _sparse_workspace,
-    Kind.SPARSE_MASK: _sparse_mask,
-    Kind.SPARSE_PREFILL: _sparse_prefill,
-}
-
-
 def run_items(
     oracle: Port,
     port: Port,
     suite: Suite,
-    levels: tuple[str, ...],
+    levels: Sequence[str],
     shard: Shard | None = None,
     kernels: SharedKernels | None = None,
     skip: frozenset[str] = frozenset(),
@@ -353,9 +295,6 @@ def run_items(
         yield result
 
 
-SPARSE_KINDS: tuple[str, ...] = SPARSE_KIND_LIST
-
-
 # Why an item has a not-run row (unfinished_items): the run stopped early, or
 # ended without ever yielding it.
 INTERRUPTED_WHY = "the run was interrupted"
@@ -364,7 +303,7 @@ LOST_WHY = "the run ended without comparing it (a harness fault)"
 
 def unfinished_items(
     suite: Suite,
-    levels: tuple[str, ...],
+    levels: Sequence[str],
     shard: Shard | None,
     finished: set[str] | frozenset[str],
     why: str = INTERRUPTED_WHY,
@@ -383,7 +322,7 @@ def unfinished_items(
     return rows
 
 
-def selected_item_ids(suite: Suite, levels: tuple[str, ...], shard: Shard | None = None) -> list[str]:
+def selected_item_ids(suite: Suite, levels: Sequence[str], shard: Shard | None = None) -> list[str]:
     """The ids of the items a run of ``suite`` at ``levels`` on ``shard`` compares, in order."""
     return [
         item_id(kind, item.name)
@@ -392,6 +331,6 @@ def selected_item_ids(suite: Suite, levels: tuple[str, ...], shard: Shard | None
     ]
 
 
-def count_items(suite: Suite, levels: tuple[str, ...], shard: Shard | None = None) -> int:
+def count_items(suite: Suite, levels: Sequence[str], shard: Shard | None = None) -> int:
     total = len(plan_items(suite, levels))
     return total if shard is None else sum(1 for i in range(total) if shard.owns(i))

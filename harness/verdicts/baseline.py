@@ -106,9 +106,9 @@ EXPECTED, NEW, STALE = "expected", "new", "stale"
 # The statuses an entry may expect; anything else an item can be is never expected.
 # An oracle error only in a baseline of a release other than the pin.
 ENTRY_STATUSES = (DIVERGENT, PORT_ERROR, ORACLE_ERROR)
-NUMERIC_LEVELS: tuple[str, ...] = FLOAT_LEVELS
+NUMERIC_LEVELS = FLOAT_LEVELS
 # The levels whose divergences name a first divergent field (a baseline entry may too).
-FIELD_LEVELS: tuple[str, ...] = HOST_LEVELS
+FIELD_LEVELS = HOST_LEVELS
 _FIELDS = {
     "port", "case", "family", "level", "status", "reason", "max_ulp", "max_mismatch_fraction", "field", "error",
     "items",
@@ -203,7 +203,7 @@ def _parse_entry(source: str, i: int, item: Any, file_port: Any, oracle: str) ->
     target = "case" if "case" in item else "family"
     _nonempty_str(source, f"{where}.{target}", item[target], "must be a non-empty string")
     level = item.get("level")
-    if level not in LEVELS:
+    if not isinstance(level, str) or level not in LEVELS:
         raise CaseError(source, f"{where}.level", f"must be one of {', '.join(LEVELS)}")
     status = item.get("status")
     if status not in ENTRY_STATUSES:

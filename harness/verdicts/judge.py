@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -120,7 +120,7 @@ def apply_baseline(
     table: pd.DataFrame,
     ports: Collection[str],
     entries: list[BaselineEntry],
-    levels: tuple[str, ...] = LEVELS,
+    levels: Sequence[str] = LEVELS,
     check_stale: bool = True,
 ) -> BaselineVerdict:
     """Judge every row with :func:`judge_item`. ``ports`` are the names of the

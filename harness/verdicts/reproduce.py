@@ -44,12 +44,12 @@ from typing import Any
 from harness.cases.fields import CaseError
 from harness.cases.files import load_case_file, load_item_file, load_run_file, load_run_files
 from harness.model import Case, MergeCase, WorkspaceConfig
-from harness.model.levels import KINDS
+from harness.model.levels import KINDS, PLUGINS_VARIABLE
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
 from oracle.pin import load_pin
 
-ITEM_KINDS: tuple[str, ...] = KINDS
+ITEM_KINDS = KINDS
 # The suite name of a run over ``--cases`` files (harness.engine.select_suite).
 CASES_SUITE = "cases"
 # The PATH a fresh shell has (what every printed line must run with).
@@ -340,7 +340,8 @@ def program_words(port_spec: str | None = None) -> list[str]:
     root: this process's interpreter by path (relative to the root when it lies
     inside it), ``-m harness``, and before them ``env`` with what the run's
     imports depended on: ``PYTHONPATH`` holding the folder a Python port spec
-    was imported from and the run's own ``PYTHONPATH``, and ``-C DIR`` when the
+    was imported from and the run's own ``PYTHONPATH``, the run's plug-in
+    levels (``PARITY_LEVEL_PLUGINS``), and ``-C DIR`` when the
     run's working directory (against which relative case files and ``cmd:``
     ports are resolved) is not the root. Never the ``parity`` console script:
     it is found only inside an activated environment."""
@@ -364,6 +365,10 @@ def program_words(port_spec: str | None = None) -> list[str]:
     search_path = [p for i, p in enumerate(search_path) if p not in search_path[:i]]
     if search_path:
         env_words.append("PYTHONPATH=" + os.pathsep.join(search_path))
+    plugins = os.environ.get(PLUGINS_VARIABLE, "")
+    if plugins:
+        # The plug-in levels the run had (harness.model.levels), so their items resolve.
+        env_words.append(f"{PLUGINS_VARIABLE}={plugins}")
     program_dir = cmd_program_dir(port_spec)
     if program_dir is not None:
         env_words.append(f"PATH={program_dir}{os.pathsep}{os.pathsep.join(FRESH_SHELL_PATH)}")

@@ -1,0 +1,107 @@
+"""L1, the layout level (SPEC section 3): each case's chunk layout, and each
+workspace configuration's size, field for field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.model import Case, WorkspaceConfig
+from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
+from harness.sides.items import DIVERGENT, PARITY, CaseResult
+from harness.sides.runner import ItemCall, compare_case, compare_workspace
+
+
+def _layout_row(result: CaseResult) -> dict[str, Any]:
+    return {
+        "oracle_chunks": result.oracle_layout.num_chunks if result.oracle_layout else None,
+        "port_chunks": result.port_layout.num_chunks if result.port_layout else None,
+        "oracle_layout": result.oracle_layout.to_json() if result.oracle_layout else None,
+        # Identical at parity by definition; written once to keep reports small.
+        "port_layout": "same-as-oracle"
+        if result.status == PARITY
+        else (result.port_layout.to_json() if result.port_layout else None),
+    }
+
+
+def workspace_row(result: CaseResult) -> dict[str, Any]:
+    """A workspace-size row's columns (the sparse path's too)."""
+    return {"oracle_workspace": result.oracle_workspace, "port_workspace": result.port_workspace}
+
+
+def _show_layout(item: Case, result: CaseResult, context: Any) -> str:
+    from reports.diff_text import format_diff
+
+    return format_diff(item, result)
+
+
+def _show_workspace(item: WorkspaceConfig, result: CaseResult, context: Any) -> str:
+    from reports.diff_text import format_workspace_diff
+
+    return format_workspace_diff(item, result)
+
+
+def _layout_record(result: CaseResult) -> dict[str, Any]:
+    from reports.diff_text import layout_record
+
+    return layout_record(result)
+
+
+def _layout_drift(drift: Any, result: CaseResult, pinned: Any, release: Any, item: Any) -> None:
+    from harness.night.drift_items import changed_layout_fields
+
+    if result.status == DIVERGENT and result.oracle_layout is not None and result.port_layout is not None:
+        drift.changed = changed_layout_fields(result.oracle_layout, result.port_layout)
+
+
+def _workspace_drift(drift: Any, result: CaseResult, pinned: Any, release: Any, item: Any) -> None:
+    if result.status == DIVERGENT:
+        drift.changed = ["workspace_size"]
+
+
+def _run_layout(call: ItemCall) -> CaseResult:
+    return compare_case(call.oracle, call.port, call.item, call.timeout_s)
+
+
+def _run_workspace(call: ItemCall) -> CaseResult:
+    return compare_workspace(call.oracle, call.port, call.item, call.timeout_s)
+
+
+LAYOUT = register_level(
+    LevelSpec(
+        name=Level.LAYOUT,
+        title="each case's chunk layout and each workspace configuration's size, field for field",
+        kinds=(
+            KindSpec(
+                name=Kind.LAYOUT,
+                plan=lambda suite: suite.cases,
+                run=_run_layout,
+                holds=lambda item: isinstance(item, Case),
+                cost_s=0.003,
+                row=_layout_row,
+                release_asked=lambda release, item, kernels, device: release.plan_layout(item),
+                drift=_layout_drift,
+                show=_show_layout,
+                record=_layout_record,
+                noun=lambda item: "a case with a numeric section" if item.numeric is not None else "a layout-only case",
+            ),
+            KindSpec(
+                name=Kind.WORKSPACE,
+                plan=lambda suite: suite.workspace_configs,
+                run=_run_workspace,
+                holds=lambda item: isinstance(item, WorkspaceConfig),
+                cost_s=0.0001,
+                row=workspace_row,
+                release_asked=lambda release, item, kernels, device: release.workspace_size(item),
+                drift=_workspace_drift,
+                show=_show_workspace,
+                record=lambda result: {
+                    "workspace_size": {"oracle": result.oracle_workspace, "port": result.port_workspace}
+                },
+                noun=lambda item: "a workspace configuration",
+            ),
+        ),
+        port_methods=("plan_layout", "workspace_size"),
+        host=True,
+        floats=False,
+    )
+)

@@ -1,0 +1,82 @@
+"""L3, the prefill level (SPEC section 3): both context loops and final
+merges on identical materialised tensors, output and LSE bit for bit; a DCP
+case on one process per rank where the run says how."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.levels.shown import ShowContext, divergent_tensors
+from harness.model import Case, Layout
+from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
+from harness.sides.items import CaseResult, device_kernels
+from harness.sides.runner import ItemCall, compare_prefill
+
+
+def _run(call: ItemCall) -> CaseResult:
+    kernels = device_kernels(call.kernels, Kind.PREFILL)
+    return compare_prefill(call.oracle, call.port, call.item, kernels, call.device, call.timeout_s, call.real_ranks)
+
+
+def _port_layout(port: Any, case: Case) -> Layout | None:
+    """The port's layout of ``case``, or None where it cannot give one."""
+    try:
+        layout: Layout = port.plan_layout(case)
+    except Exception:
+        return None
+    return layout
+
+
+def _show(item: Case, result: CaseResult, context: ShowContext) -> str:
+    from reports.diff_text import case_lines, format_rank_picture, format_tensor_verdict
+
+    # The case is printed with its layout when that is compared too.
+    lines = [] if Kind.LAYOUT in context.kinds else case_lines(item)
+    lines.append(format_tensor_verdict("L3 prefill", result))
+    if item.dcp_world_size > 1 and result.tensors:
+        # The oracle's layout: the rows each rank should contribute; the port's beside it.
+        expected = context.oracle.plan_layout(item)
+        picture = format_rank_picture(item, expected, _port_layout(context.port, item), result)
+        if picture:
+            lines.append(picture)
+    return "\n".join(lines)
+
+
+def _inputs(item: Case, device: str) -> Any:
+    from harness.kernels.numeric import case_prefill_inputs
+
+    return case_prefill_inputs(item, device)
+
+
+def _release_asked(release: Any, item: Case, kernels: Any, device: str) -> Any:
+    from harness.kernels import kernels_for_case
+    from harness.kernels.numeric import materialise_prefill
+
+    assert item.numeric is not None
+    inputs = materialise_prefill(item.context_lens, item.query_lens, item.block_size, item.numeric, device)
+    return release.prefill(item, inputs, kernels_for_case(kernels, item))
+
+
+PREFILL = register_level(
+    LevelSpec(
+        name=Level.PREFILL,
+        title="the context loop and final merge on materialised tensors (output and LSE), bit for bit",
+        kinds=(
+            KindSpec(
+                name=Kind.PREFILL,
+                plan=lambda suite: [case for case in suite.cases if case.numeric is not None],
+                run=_run,
+                holds=lambda item: isinstance(item, Case) and item.numeric is not None,
+                cost_s=0.5,
+                inputs=_inputs,
+                release_asked=_release_asked,
+                drift=divergent_tensors,
+                show=_show,
+                noun=lambda item: "a case with a numeric section",
+            ),
+        ),
+        port_methods=("prefill",),
+        host=False,
+        floats=True,
+    )
+)

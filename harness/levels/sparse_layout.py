@@ -1,0 +1,91 @@
+"""The sparse-layout level (SPEC 1d): each sparse batch's route and layout,
+and each sparse workspace configuration's size, field for field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.levels.layout import workspace_row
+from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
+from harness.model.sparse import SparseCase, SparseWorkspaceConfig
+from harness.sides.items import DIVERGENT, PARITY, CaseResult, compare_sizes
+from harness.sides.runner import ItemCall
+from harness.sides.sparse_runner import compare_sparse_layout
+
+
+def _layout_row(result: CaseResult) -> dict[str, Any]:
+    oracle, port = result.oracle_sparse, result.port_sparse
+    return {
+        "oracle_sparse": oracle.to_json() if oracle else None,
+        "port_sparse": "same-as-oracle" if result.status == PARITY else (port.to_json() if port else None),
+    }
+
+
+def _run_workspace(call: ItemCall) -> CaseResult:
+    result = CaseResult(call.item.name, call.item.family, Kind.SPARSE_WORKSPACE, PARITY)
+    return compare_sizes(result, "sparse_workspace_size", call.item, call.oracle, call.port, call.timeout_s)
+
+
+def _show(item: Any, result: CaseResult, context: Any) -> str:
+    from reports.sparse_text import format_sparse_diff
+
+    return format_sparse_diff(item, result)
+
+
+def _show_workspace(item: Any, result: CaseResult, context: Any) -> str:
+    from reports.sparse_text import format_sparse_workspace_diff
+
+    return format_sparse_workspace_diff(item, result)
+
+
+def _layout_drift(drift: Any, result: CaseResult, pinned: Any, release: Any, item: Any) -> None:
+    from harness.night.drift_items import changed_sparse_fields, sparse_detail
+
+    if result.status == DIVERGENT and result.oracle_sparse is not None and result.port_sparse is not None:
+        drift.changed = changed_sparse_fields(result.oracle_sparse, result.port_sparse)
+        drift.detail = sparse_detail(result.oracle_sparse, result.port_sparse, drift.changed)
+
+
+def _workspace_drift(drift: Any, result: CaseResult, pinned: Any, release: Any, item: Any) -> None:
+    if result.status == DIVERGENT:
+        drift.changed = ["sparse_workspace_size"]
+
+
+SPARSE_LAYOUT = register_level(
+    LevelSpec(
+        name=Level.SPARSE_LAYOUT,
+        title="each sparse batch's route and layout and each sparse workspace's size, field for field",
+        kinds=(
+            KindSpec(
+                name=Kind.SPARSE_LAYOUT,
+                plan=lambda suite: suite.sparse_cases,
+                run=lambda call: compare_sparse_layout(call.oracle, call.port, call.item, call.timeout_s),
+                holds=lambda item: isinstance(item, SparseCase),
+                cost_s=0.003,
+                row=_layout_row,
+                release_asked=lambda release, item, kernels, device: release.plan_sparse(item),
+                drift=_layout_drift,
+                show=_show,
+                record=lambda result: {},
+                noun=lambda item: "a sparse batch",
+            ),
+            KindSpec(
+                name=Kind.SPARSE_WORKSPACE,
+                plan=lambda suite: suite.sparse_workspace_configs,
+                run=_run_workspace,
+                holds=lambda item: isinstance(item, SparseWorkspaceConfig),
+                cost_s=0.003,
+                row=workspace_row,
+                release_asked=lambda release, item, kernels, device: release.sparse_workspace_size(item),
+                drift=_workspace_drift,
+                show=_show_workspace,
+                record=lambda result: {},
+                noun=lambda item: "a sparse workspace configuration",
+            ),
+        ),
+        port_methods=("plan_sparse", "sparse_workspace_size"),
+        host=True,
+        floats=False,
+        sparse=True,
+    )
+)

@@ -1,0 +1,71 @@
+"""The sparse-mask level (SPEC 1d): each top-k mask case's mask and remapped
+indices, bit for bit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
+from harness.model.sparse import TopkMaskCase
+from harness.sides.items import DIVERGENT, CaseResult
+from harness.sides.sparse_runner import compare_sparse_mask
+
+
+def _show(item: TopkMaskCase, result: CaseResult, context: Any) -> str:
+    from reports.sparse_text import format_mask_diff
+
+    return format_mask_diff(item, result)
+
+
+def _inputs(item: TopkMaskCase, device: str) -> Any:
+    from harness.cases.sparse_inputs import materialise_topk
+
+    return materialise_topk(item)
+
+
+def _release_asked(release: Any, item: TopkMaskCase, kernels: Any, device: str) -> Any:
+    return release.build_topk_mask(item, _inputs(item, device)), release.remap_topk(item, _inputs(item, device))
+
+
+def _drift(drift: Any, result: CaseResult, pinned: Any, release: Any, item: TopkMaskCase) -> None:
+    """Asked again, the mask split into the words that differ; a side failing
+    now keeps the runner's verdict."""
+    from harness.night.drift_items import mask_drift
+
+    if result.status != DIVERGENT:
+        return
+    try:
+        changed, detail = mask_drift(pinned, release, item)
+    except Exception as exc:
+        changed, detail = [], f"not split: {' '.join(f'{type(exc).__name__}: {exc}'.split())}"
+    if changed:
+        drift.changed, drift.detail = changed, detail
+    else:
+        drift.changed = ["mask"]
+        drift.detail += f" ({detail or 'asked again, the two agree'})"
+
+
+SPARSE_MASK = register_level(
+    LevelSpec(
+        name=Level.SPARSE_MASK,
+        title="each top-k case's attention mask and remapped indices, bit for bit",
+        kinds=(
+            KindSpec(
+                name=Kind.SPARSE_MASK,
+                plan=lambda suite: suite.mask_cases,
+                run=lambda call: compare_sparse_mask(call.oracle, call.port, call.item, call.timeout_s),
+                holds=lambda item: isinstance(item, TopkMaskCase),
+                cost_s=0.003,
+                inputs=_inputs,
+                release_asked=_release_asked,
+                drift=_drift,
+                show=_show,
+                noun=lambda item: "a top-k mask case",
+            ),
+        ),
+        port_methods=("build_topk_mask", "remap_topk"),
+        host=False,
+        floats=False,
+        sparse=True,
+    )
+)

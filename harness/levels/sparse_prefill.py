@@ -1,0 +1,76 @@
+"""The sparse-prefill level (SPEC 1d): both sides' masked prefill of a sparse
+batch on identical materialised tensors and top-k indices, output and LSE
+bit for bit. A batch the oracle routes to sparse MQA is compared at
+sparse-layout only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.levels.shown import divergent_tensors
+from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
+from harness.model.sparse import SparseCase
+from harness.sides.items import DIVERGENT, NOT_RUN, CaseResult, device_kernels
+from harness.sides.runner import ItemCall
+from harness.sides.sparse_runner import compare_sparse_prefill
+
+
+def _run(call: ItemCall) -> CaseResult:
+    kernels = device_kernels(call.kernels, Kind.SPARSE_PREFILL)
+    return compare_sparse_prefill(call.oracle, call.port, call.item, kernels, call.device, call.timeout_s)
+
+
+def _show(item: SparseCase, result: CaseResult, context: Any) -> str:
+    from reports.sparse_text import format_sparse_diff
+
+    return format_sparse_diff(item, result)
+
+
+def _inputs(item: SparseCase, device: str) -> Any:
+    from harness.kernels.sparse_prefill import materialise_sparse_prefill
+
+    return materialise_sparse_prefill(item, device)
+
+
+def _release_asked(release: Any, item: SparseCase, kernels: Any, device: str) -> Any:
+    from harness.kernels import with_keyless_rows
+
+    assert item.numeric is not None
+    return release.sparse_prefill(item, _inputs(item, device), with_keyless_rows(kernels, item.numeric.keyless_rows))
+
+
+def _drift(drift: Any, result: CaseResult, pinned: Any, release: Any, item: SparseCase) -> None:
+    """A batch the pinned oracle routes to sparse MQA is compared at
+    sparse-layout only when the release routes it there too."""
+    from harness.night.drift_items import layout_only
+
+    if result.status == DIVERGENT:
+        divergent_tensors(drift, result, pinned, release, item)
+    elif result.status == NOT_RUN and "routes it mqa" in (result.error or ""):
+        layout_only(drift, release, item)
+
+
+SPARSE_PREFILL = register_level(
+    LevelSpec(
+        name=Level.SPARSE_PREFILL,
+        title="the masked prefill of a sparse batch on materialised tensors (output and LSE), bit for bit",
+        kinds=(
+            KindSpec(
+                name=Kind.SPARSE_PREFILL,
+                plan=lambda suite: [case for case in suite.sparse_cases if case.numeric is not None],
+                run=_run,
+                holds=lambda item: isinstance(item, SparseCase) and item.numeric is not None,
+                cost_s=1.3,
+                inputs=_inputs,
+                release_asked=_release_asked,
+                drift=_drift,
+                show=_show,
+                noun=lambda item: "a sparse batch",
+            ),
+        ),
+        port_methods=("sparse_prefill",),
+        host=False,
+        floats=True,
+        sparse=True,
+    )
+)

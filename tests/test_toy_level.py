@@ -1,0 +1,180 @@
+"""A level is one module: tests/toy_level.py registers ``chunk-count`` with no
+harness file edited, and it runs through ``run``, ``gate``, ``diff``, a night
+and the pytest plugin, over an in-process port and over the external protocol;
+no list of level names exists outside the registry."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shlex
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.model.levels import KINDS, LEVELS, PLUGINS_VARIABLE, register_level, unregister_level
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULE = "tests.toy_level"
+PORT, BUG_PORT = f"{MODULE}:PORT", f"{MODULE}:BUG_PORT"
+BUG_PROGRAM = f"cmd:{shlex.join([sys.executable, str(ROOT / 'tests' / 'toy_level.py'), '--bug'])}"
+SMOKE = ["--suite", "smoke", "--level", "chunk-count"]
+
+
+@pytest.fixture
+def toy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The toy level registered here and named for every process the harness
+    starts; taken out again afterwards (other tests see the built-in levels)."""
+    from tests import toy_level
+
+    register_level(toy_level.TOY)
+    monkeypatch.setenv(PLUGINS_VARIABLE, MODULE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    try:
+        yield
+    finally:
+        unregister_level(toy_level.LEVEL)
+
+
+def bug_cases() -> set[str]:
+    """The smoke cases the buggy toy port answers wrongly, by the rule it breaks."""
+    from harness.cases.suites import load_suite
+
+    return {case.name for case in load_suite("smoke").cases if len(case.context_lens) >= 3}
+
+
+def divergent_ids(path: Path) -> set[str]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    assert rows and {row["kind"] for row in rows} == {"chunk-count"}
+    return {row["id"] for row in rows if row["status"] == "divergent"}
+
+
+def test_a_registered_level_is_in_every_list(toy: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert LEVELS[-1] == "chunk-count" and KINDS[-1] == "chunk-count"
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "chunk-count" in capsys.readouterr().out
+
+
+def test_the_toy_level_through_run_gate_and_diff(
+    toy: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = {f"{name}[chunk-count]" for name in bug_cases()}
+    assert main(["run", *SMOKE, "--port", PORT, "--results", str(tmp_path / "good.jsonl")]) == 0
+    assert divergent_ids(tmp_path / "good.jsonl") == set()
+    assert main(["run", *SMOKE, "--port", BUG_PORT, "--results", str(tmp_path / "bug.jsonl")]) == 1
+    assert divergent_ids(tmp_path / "bug.jsonl") == expected
+    # Over the external protocol: the same items diverge.
+    assert main(["run", *SMOKE, "--port", BUG_PROGRAM, "--results", str(tmp_path / "cmd.jsonl")]) == 1
+    assert divergent_ids(tmp_path / "cmd.jsonl") == expected
+    capsys.readouterr()
+
+    assert main(["gate", *SMOKE, "--port", PORT, "--out", str(tmp_path / "pass")]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert main(["gate", *SMOKE, "--port", BUG_PORT, "--out", str(tmp_path / "fail")]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "num_chunks" in out
+    # Its reproduce line names the plug-in, so it runs in a fresh shell.
+    line = next(text for text in out.splitlines() if "reproduce:" in text)
+    assert f"{PLUGINS_VARIABLE}={MODULE}" in line and "--level chunk-count" in line
+
+    item = f"{sorted(expected)[0]}"
+    assert main(["diff", item, "--suite", "smoke", "--port", BUG_PORT]) == 1
+    out = capsys.readouterr().out
+    assert "num_chunks" in out and "verdict: DIVERGENT (chunk-count divergent)" in out
+
+
+def test_the_toy_level_in_the_pytest_plugin(toy: None, tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--noconftest", "--parity-port", BUG_PORT,
+         "--parity-suite", "smoke", "--parity-level", "chunk-count", "--junitxml", str(junit)],
+        cwd=ROOT, capture_output=True, text=True, check=False, env=dict(os.environ),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    cases = ET.parse(junit).getroot().findall(".//testcase")
+    failed = {str(c.get("name")) for c in cases if c.find("failure") is not None}
+    assert len(cases) == 88 and all(name.endswith("[chunk-count]") for name in failed)
+    assert {name.split("[")[0].removeprefix("smoke.") for name in failed} == bug_cases()
+
+
+def test_the_toy_level_in_a_night(toy: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--level", "chunk-count", "--skip-mutants", "--explore-budget-s", "0", "--date", "2026-12-05"]
+    code = main(["nightly", "--size", "20", "--numeric-size", "8", "--ports", BUG_PORT, "--out", str(tmp_path), *argv])
+    capsys.readouterr()
+    assert code == 1
+    page = (tmp_path / "2026-12-05" / "index.html").read_text()
+    assert "chunk-count" in page and "num_chunks" in page
+
+
+# -- no list of level names outside the registry -----------------------------------------------
+
+# Vocabularies that share words with the levels' names but are not lists of
+# levels: (file, the constant or function holding it) and what it is.
+NOT_LEVEL_LISTS = {
+    # The external protocol's op names (docs/external-port-protocol.md).
+    ("harness/protocol/external.py", "TENSOR_OPS"),
+    # The oracle cache's entry kinds, one per oracle method (sparse-remap among them).
+    ("harness/sides/oracle_cache_answers.py", "KIND_FORMS"),
+    ("harness/sides/oracle_cache.py", "_storable"),
+    # The suite files' groups that --numeric-size sets.
+    ("harness/night/sizes.py", "NUMERIC_GROUPS"),
+}
+
+
+def _named_spans(tree: ast.AST) -> dict[str, tuple[int, int]]:
+    """Each function's and each assigned name's lines."""
+    spans = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            spans[node.name] = (node.lineno, node.end_lineno or node.lineno)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    spans[target.id] = (node.lineno, node.end_lineno or node.lineno)
+    return spans
+
+
+def level_lists(path: Path, root: Path = ROOT) -> list[str]:
+    """Each tuple, list, set or dict in ``path`` holding two or more of the
+    built-in levels' or kinds' names as literals, but those of
+    :data:`NOT_LEVEL_LISTS`."""
+    names = set(KINDS) | set(LEVELS)
+    where = path.relative_to(root).as_posix()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    spans = _named_spans(tree)
+    allowed = [spans[name] for file, name in NOT_LEVEL_LISTS if file == where and name in spans]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            elements = node.elts
+        elif isinstance(node, ast.Dict):
+            elements = [key for key in node.keys if key is not None]
+        else:
+            continue
+        words = {e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        if len(words & names) >= 2 and not any(first <= node.lineno <= last for first, last in allowed):
+            found.append(f"{where}:{node.lineno}: {sorted(words & names)}")
+    return found
+
+
+def test_no_list_of_levels_outside_the_registry() -> None:
+    registry = ROOT / "harness" / "model" / "levels.py"
+    found = []
+    for folder in ("harness", "oracle", "ports", "reports", "tools", "benchmarks"):
+        found += [hit for path in sorted((ROOT / folder).rglob("*.py")) if path != registry for hit in level_lists(path)]
+    assert found == []
+
+
+def test_the_grep_finds_a_list_of_levels(tmp_path: Path) -> None:
+    planted = tmp_path / "harness" / "sides" / "oracle_cache.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text('CHOICES = ("layout", "prefill")\n\n\ndef _storable():\n    return {"merge": 1, "prefill": 2}\n')
+    assert level_lists(planted, tmp_path) == ["harness/sides/oracle_cache.py:1: ['layout', 'prefill']"]
