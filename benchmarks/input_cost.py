@@ -14,18 +14,9 @@ from typing import Any
 
 import torch
 
-from harness.cases.sparse_inputs import materialise_topk
 from harness.cases.suites import load_suite
-from harness.kernels.numeric import case_prefill_inputs, materialise_merge
-from harness.kernels.sparse_prefill import materialise_sparse_prefill
+from harness.model.levels import TENSOR_KINDS, kind_spec, level_of
 from harness.sides.runner import plan_items
-
-BUILDERS: dict[str, Callable[[Any], Any]] = {
-    "merge": materialise_merge,
-    "prefill": case_prefill_inputs,
-    "sparse-mask": materialise_topk,
-    "sparse-prefill": materialise_sparse_prefill,
-}
 
 
 def values_in(value: Any) -> int:
@@ -44,8 +35,15 @@ def main() -> None:
     print("| level | items | values (M) | seconds | M values/s |")
     print("|---|---|---|---|---|")
     total_values, total_seconds = 0, 0.0
-    for kind, build in BUILDERS.items():
-        items = [item for item_kind, item in plan_items(suite, (kind,)) if item_kind == kind]
+    # Every kind whose items have tensor inputs, built as its level builds them (KindSpec.inputs).
+    for kind in TENSOR_KINDS:
+        materialise = kind_spec(kind)[0].inputs
+        assert materialise is not None
+
+        def build(item: Any, materialise: Callable[[Any, str], Any] = materialise) -> Any:
+            return materialise(item, "cpu")
+
+        items = [item for item_kind, item in plan_items(suite, (level_of(kind),)) if item_kind == kind]
         values = sum(values_in(build(item)) for item in items)
         best = float("inf")
         for _ in range(3):

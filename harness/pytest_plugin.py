@@ -313,7 +313,7 @@ class _SessionChecks:
         if beyond or replanned:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         from harness.protocol.port import l3_compares
 
         kinds = {kind for _, kind, _ in self.plan.items}
@@ -397,7 +397,7 @@ class ParityItem(pytest.Item):
         )
         result.index = self.index
         self.user_properties.append(("status", result.status.value))  # plain text: xdist sends only builtins
-        if result.port_layout is not None and result.kind in ("layout", "prefill"):
+        if result.port_layout is not None:
             # The session checks an external port's prefill layout against its L1 answer.
             self.user_properties.append(("port_layout", f"{result.kind}:{result.name}:{result.port_layout.digest()}"))
         if result.ok:

@@ -12,18 +12,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.model.levels import LEVELS, level_spec
 from harness.night.drift import DRIFT_REPORTS, latest_drift_report
 
 __all__ = ["DRIFT_REPORTS", "latest_drift_report"]
 
-LEVEL_NAMES = {
-    "layout": "L1 layout (+ workspace size)",
-    "merge": "L2 merge",
-    "prefill": "L3 prefill",
-    "sparse-layout": "sparse-layout (+ sparse workspace size)",
-    "sparse-mask": "sparse-mask (top-k masks and remaps)",
-    "sparse-prefill": "sparse-prefill",
-}
+
+def level_heading(level: str) -> str:
+    """A level's name in the report's tables (its registered heading)."""
+    return (level_spec(level).heading or level) if level in LEVELS else level
+
+
 STATUS_COLUMNS = (
     "parity",
     "both-refuse",
@@ -78,7 +77,7 @@ def level_table(levels: dict[str, Any]) -> list[str]:
     for level, drift in levels.items():
         counts = " | ".join(str(drift["counts"].get(s, 0)) for s in STATUS_COLUMNS)
         lines.append(
-            f"| {LEVEL_NAMES.get(level, level)} | {drift['items']} | {counts} | {drift['seconds']} | "
+            f"| {level_heading(level)} | {drift['items']} | {counts} | {drift['seconds']} | "
             f"{drift['verdict'].upper() if drift['verdict'] == 'parity' else drift['verdict']} |"
         )
     return lines
@@ -195,7 +194,7 @@ def release_markdown(release: dict[str, Any]) -> list[str]:
     if parity.get("sparse_note"):
         lines += [parity["sparse_note"], ""]
     for level, drift in parity["levels"].items():
-        lines += level_lines(LEVEL_NAMES.get(level, level), drift)
+        lines += level_lines(level_heading(level), drift)
     lines += [
         "",
         f"### Source drift of {sum(counts.values())} fingerprinted symbols: "
@@ -223,7 +222,7 @@ def render_markdown(record: dict[str, Any]) -> str:
         f"- Pinned oracle: {pin['release']} (upstream {pin['upstream_commit']}, {pin['upstream_pr']}), installed "
         f"vllm {pin['vllm_version']} ({pin['vllm_commit']}), torch {pin['torch_version']}.",
         f"- Compared: {', '.join(r['release'] for r in record['releases'])}; suite {record['suite']}, levels "
-        f"{', '.join(LEVEL_NAMES.get(level, level) for level in record['levels'])}.",
+        f"{', '.join(level_heading(level) for level in record['levels'])}.",
         f"- Reproduce: `{record.get('command', 'parity drift')}`.",
         "",
     ]
@@ -252,8 +251,7 @@ def upstream_since_pin(record: dict[str, Any]) -> list[str]:
             if d["fields_added"] or d["parameters_added"]
         ]
         levels = "; ".join(
-            f"{LEVEL_NAMES.get(level, level)} {drift['verdict']}"
-            for level, drift in release["parity"]["levels"].items()
+            f"{level_heading(level)} {drift['verdict']}" for level, drift in release["parity"]["levels"].items()
         )
         lines.append(
             f"- {release['release']}: {counts['changed']} of {sum(counts.values())} symbols changed, "

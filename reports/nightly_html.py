@@ -48,7 +48,7 @@ td.reproduce { font-family: monospace; font-size: 0.85em; user-select: all; word
 
 
 # The CSS class of a verdict cell; the classes' colours are the page's legend.
-VERDICT_CLASS = {PASS: "pass", EXPECTED_ONLY: "expected", FAIL: "fail", INCOMPLETE: "incomplete"}
+VERDICT_CLASS: dict[str, str] = {PASS: "pass", EXPECTED_ONLY: "expected", FAIL: "fail", INCOMPLETE: "incomplete"}
 # The CSS class of a kill-matrix cell (reports/nightly_tables.py's ``kill_cell``).
 KILL_CLASS = {
     "killed": "pass",

@@ -24,7 +24,13 @@ from harness.verdicts.reproduce import printed_id, reproduce_command
 from reports.nightly_plots import chunk_ratios, layout_items, unplannable_counts
 
 # A verdict (harness.night.data.Tally.verdict) as the tables show it.
-VERDICT_TEXT = {PASS: "PASS", EXPECTED_ONLY: "EXPECTED", FAIL: "FAIL", INCOMPLETE: "INCOMPLETE", NO_ITEMS: "-"}
+VERDICT_TEXT: dict[str, str] = {
+    PASS: "PASS",
+    EXPECTED_ONLY: "EXPECTED",
+    FAIL: "FAIL",
+    INCOMPLETE: "INCOMPLETE",
+    NO_ITEMS: "-",
+}
 
 
 def _verdict_row(label: dict[str, Any], counts: Tally) -> dict[str, Any]:

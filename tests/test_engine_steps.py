@@ -142,3 +142,84 @@ def test_the_closed_sets_show_as_their_text(capsys: pytest.CaptureFixture[str]) 
         main(["run", "--suite", "smoke", "--level", "bogus"])
     assert exited.value.code == 2
     assert "(choose from 'layout', 'merge', 'prefill', 'sparse-layout'" in capsys.readouterr().err
+
+
+class ClosingPool:
+    """A worker pool that records when it is closed (every item runs in it, so
+    this process opens no oracle: its provenance is the workers')."""
+
+    def __init__(self, provenance: dict[str, Any]) -> None:
+        self.provenance = provenance
+
+    def oracle_provenance(self) -> dict[str, Any]:
+        return self.provenance
+
+    def close(self) -> None:
+        CLOSED.append("closing-pool")
+
+
+@pytest.mark.parametrize("failing", ["drift_banner", "run_prepared"])
+def test_a_failure_with_a_pool_closes_the_pool_and_the_port(failing: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.oracle_cache_fakes import pinned_provenance
+
+    pool = ClosingPool(pinned_provenance())
+    monkeypatch.setattr(execution, "start_pool", lambda *args: pool)
+    monkeypatch.setattr(execution, failing, refuse)
+    with pytest.raises(RuntimeError, match="a step failed"):
+        execution.execute(RunRequest(port=REQUEST.port, suite="smoke", level="layout", jobs=2))
+    # The pool is on the stack that always unwinds; the port on the one that unwinds on failure.
+    assert sorted(CLOSED) == ["closing-pool", "closing-port"]
+
+
+def test_ctrl_c_in_a_step_closes_the_oracle_and_the_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupt(*args: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(execution, "tabulate", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        execution.execute(REQUEST)
+    assert CLOSED == ["closing-oracle", "closing-port"]
+
+
+class InterruptedPort(ClosingPort):
+    """Ctrl-C arrives while its tenth layout is planned."""
+
+    name = "interrupted-port"
+    calls = 0
+
+    def plan_layout(self, case: Case) -> Layout:
+        InterruptedPort.calls += 1
+        if InterruptedPort.calls == 10:
+            raise KeyboardInterrupt
+        return super().plan_layout(case)
+
+
+INTERRUPTED = InterruptedPort()
+
+
+def test_ctrl_c_while_items_run_keeps_what_finished_and_hands_the_sides_on(tmp_path: Any) -> None:
+    from harness.verdicts.results_file import read_rows
+
+    InterruptedPort.calls = 0
+    results = tmp_path / "r.jsonl"
+    request = RunRequest(port="tests.test_engine_steps:INTERRUPTED", suite="smoke", level="layout", jobs=1,
+                         results=str(results))  # fmt: skip
+    done = execution.execute(request)
+    assert done.interrupted and CLOSED == []
+    statuses = list(done.table["status"])
+    assert statuses[:9] == ["parity"] * 9 and set(statuses[9:]) == {"not-run"}
+    assert len(read_rows(results)[1]) == 9
+    done.close()
+    assert CLOSED == ["interrupted-port", "closing-oracle"]
+
+
+def test_a_failure_after_the_dcp_ranks_start_ends_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.sides import dcp_ranks
+
+    monkeypatch.setattr(execution, "real_ranks_of", lambda request: object())
+    monkeypatch.setattr(dcp_ranks, "prestart", lambda *args: None)
+    monkeypatch.setattr(dcp_ranks, "close_pools", lambda: CLOSED.append("closing-rank-pools"))
+    monkeypatch.setattr(execution, "tabulate", refuse)
+    with pytest.raises(RuntimeError, match="a step failed"):
+        execution.execute(REQUEST)
+    assert CLOSED == ["closing-oracle", "closing-rank-pools", "closing-port"]

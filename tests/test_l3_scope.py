@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from harness.cli import main
-from harness.protocol.external import ExternalPort
-from harness.protocol.port import WHOLE_LOOP_COMPARED
+from harness.model.levels import level_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE_FILE = "cases/smoke/numeric-single-chunk.json"
@@ -44,16 +43,16 @@ def test_an_external_port_that_plans_again_for_its_prefill_is_a_port_error(
 def test_each_kind_of_port_says_what_its_l3_compared(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["run", "--cases", CASE_FILE, "--port", fake("none")]) == 0
     external = capsys.readouterr().out
-    assert f"prefill compared {ExternalPort.l3_compares['prefill']}" in external
+    assert f"prefill compared {level_spec('prefill').compares_over_protocol}" in external
     assert main(["run", "--cases", CASE_FILE, "--port", "per_request", "--json", str(tmp_path / "r.json")]) == 0
     in_process = capsys.readouterr().out
-    assert f"prefill compared {WHOLE_LOOP_COMPARED['prefill']}" in in_process
+    assert f"prefill compared {level_spec('prefill').compares}" in in_process
     compared = json.loads((tmp_path / "r.json").read_text())["summary"]["l3_compares"]
-    assert compared == {"prefill": WHOLE_LOOP_COMPARED["prefill"]}
+    assert compared == {"prefill": level_spec("prefill").compares}
     gate_out = tmp_path / "gate"
     assert main(["gate", "--cases", CASE_FILE, "--port", fake("none"), "--out", str(gate_out)]) == 0
-    assert f"prefill compared {ExternalPort.l3_compares['prefill']}." in (gate_out / "summary.md").read_text()
-    assert ExternalPort.l3_compares["prefill"] in (gate_out / "junit.xml").read_text()
+    assert f"prefill compared {level_spec('prefill').compares_over_protocol}." in (gate_out / "summary.md").read_text()
+    assert str(level_spec("prefill").compares_over_protocol) in (gate_out / "junit.xml").read_text()
 
 
 def test_sharded_gates_merged_still_catch_a_prefill_on_another_layout(
@@ -86,7 +85,7 @@ def test_the_nightly_page_says_what_l3_compared(capsys: pytest.CaptureFixture[st
     main(["nightly", "--ports", fake("none"), *small, "--out", str(tmp_path), "--date", "2026-12-02"])
     capsys.readouterr()
     night = tmp_path / "2026-12-02"
-    assert f"prefill compared {ExternalPort.l3_compares['prefill']}" in (night / "report.md").read_text()
+    assert f"prefill compared {level_spec('prefill').compares_over_protocol}" in (night / "report.md").read_text()
     assert "prefill compared the port&#x27;s layout and its fold and merge only" in (night / "index.html").read_text()
 
 
@@ -96,9 +95,9 @@ def test_an_external_port_s_sparse_l3_says_it_compared_the_fold_only(
     argv = ["run", "--suite", "smoke", "--level", "sparse-prefill", "--port", f"cmd:{cpp_port}"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert f"sparse-prefill compared {ExternalPort.l3_compares['sparse-prefill']}" in out
+    assert f"sparse-prefill compared {level_spec('sparse-prefill').compares_over_protocol}" in out
     assert main(["run", "--suite", "smoke", "--level", "sparse-prefill", "--port", "per_request"]) == 0
-    assert f"sparse-prefill compared {WHOLE_LOOP_COMPARED['sparse-prefill']}" in capsys.readouterr().out
+    assert f"sparse-prefill compared {level_spec('sparse-prefill').compares}" in capsys.readouterr().out
 
 
 def test_the_layout_digest_tells_apart_every_field_and_boundary() -> None:

@@ -62,9 +62,7 @@ def test_a_registered_level_is_in_every_list(toy: None, capsys: pytest.CaptureFi
     assert "chunk-count" in capsys.readouterr().out
 
 
-def test_the_toy_level_through_run_gate_and_diff(
-    toy: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_toy_level_through_run_gate_and_diff(toy: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     expected = {f"{name}[chunk-count]" for name in bug_cases()}
     assert main(["run", *SMOKE, "--port", PORT, "--results", str(tmp_path / "good.jsonl")]) == 0
     assert divergent_ids(tmp_path / "good.jsonl") == set()
@@ -169,7 +167,9 @@ def test_no_list_of_levels_outside_the_registry() -> None:
     registry = ROOT / "harness" / "model" / "levels.py"
     found = []
     for folder in ("harness", "oracle", "ports", "reports", "tools", "benchmarks"):
-        found += [hit for path in sorted((ROOT / folder).rglob("*.py")) if path != registry for hit in level_lists(path)]
+        found += [
+            hit for path in sorted((ROOT / folder).rglob("*.py")) if path != registry for hit in level_lists(path)
+        ]
     assert found == []
 
 

@@ -51,7 +51,9 @@ def _differences(before: Any, after: Any, where: str) -> list[str]:
                 found += _differences(before[key], after[key], f"{where}.{key}")
         return found
     if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
-        return [d for i, (a, b) in enumerate(zip(before, after, strict=True)) for d in _differences(a, b, f"{where}[{i}]")]
+        return [
+            d for i, (a, b) in enumerate(zip(before, after, strict=True)) for d in _differences(a, b, f"{where}[{i}]")
+        ]
     return [] if before == after and type(before) is type(after) else [f"{where}: {before!r:.80} -> {after!r:.80}"]
 
 

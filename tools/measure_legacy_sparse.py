@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.model.levels import registered_levels
 from harness.verdicts.baseline import measure_entries
 
 BASELINE = Path(__file__).resolve().parent.parent / "cases" / "baselines" / "equal_share-vs-0.27.1.json"
-SPARSE_LEVELS = ("sparse-layout", "sparse-mask", "sparse-prefill")
+SPARSE_LEVELS = tuple(spec.name for spec in registered_levels() if spec.sparse)
 
 # Why 0.27.1 refuses, by a text its refusal class holds.
 WHY = {

@@ -24,10 +24,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.model.levels import FLOAT_LEVELS
+
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT_DIGESTS_FILE = ROOT / "cases" / "output_digests.json"
 SUITE = "smoke"
-LEVELS = ("merge", "prefill", "sparse-prefill")
+LEVELS = FLOAT_LEVELS
 FORMAT = 1
 
 

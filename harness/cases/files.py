@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,7 @@ from harness.model import (
     WorkspaceConfig,
     alignment_unit,
 )
+from harness.model.levels import Kind
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 
 _REQUIRED = ("name", "context_lens", "query_lens", "block_size", "workspace_size")
@@ -151,7 +152,7 @@ def load_case_file(path: Path) -> list[Case]:
     source = str(path)
     data = read_json(path, source)
     kind = item_kind(data, source)
-    if kind != "layout":
+    if kind != Kind.LAYOUT:
         raise CaseError(source, None, f"is {ITEM_KINDS[kind]}, not a case file ({reader_of(kind, source)})")
     return _cases_of(data, source)
 
@@ -163,7 +164,7 @@ def _cases_of(data: Any, source: str) -> list[Case]:
             raise CaseError(source, "cases", "must be a list of case objects")
         for i, item in enumerate(items):
             kind = item_kind(item, f"{source}#cases[{i}]")
-            if kind != "layout":
+            if kind != Kind.LAYOUT:
                 raise CaseError(
                     f"{source}#cases[{i}]",
                     None,
@@ -272,24 +273,48 @@ def merge_case_from_json(data: dict[str, Any], source: str) -> MergeCase:
 
 # -- what an input file holds ---------------------------------------------------------------
 
+
+@dataclass(frozen=True)
+class ItemFile:
+    """One kind of item an input file can hold: its item kind, in words, the
+    value of its file's ``"kind"`` field (None: told by its fields,
+    :func:`item_kind`), how the one item of such a file is read (None: a case
+    file, read by :func:`_cases_of`), and the :class:`RunFiles` group a
+    ``parity run --cases`` puts it in (None: only ``parity diff`` reads it)."""
+
+    kind: Kind
+    words: str
+    field_value: str | None
+    read: Callable[[dict[str, Any], str], Any] | None
+    run_group: str | None
+
+
+# Every kind of item file, declared once: the tables below are read from it.
+ITEM_FILES = (
+    ItemFile(Kind.LAYOUT, "a case file", None, None, "cases"),
+    ItemFile(
+        Kind.WORKSPACE, "a workspace configuration (kind workspace)", "workspace", workspace_config_from_json, None
+    ),
+    ItemFile(Kind.SPARSE_LAYOUT, "a sparse batch (kind sparse)", "sparse", sparse_case_from_json, "sparse_cases"),
+    ItemFile(
+        Kind.SPARSE_WORKSPACE,
+        "a sparse workspace configuration (kind sparse-workspace)",
+        "sparse-workspace",
+        sparse_workspace_config_from_json,
+        "sparse_workspace_configs",
+    ),
+    ItemFile(
+        Kind.SPARSE_MASK, "a top-k mask case (kind topk-mask)", "topk-mask", topk_mask_case_from_json, "mask_cases"
+    ),
+    ItemFile(Kind.MERGE, "a merge case", None, merge_case_from_json, None),
+)
+_BY_KIND = {file.kind: file for file in ITEM_FILES}
 # Each item kind an input file can hold, in words.
-ITEM_KINDS = {
-    "layout": "a case file",
-    "sparse-layout": "a sparse batch (kind sparse)",
-    "sparse-workspace": "a sparse workspace configuration (kind sparse-workspace)",
-    "sparse-mask": "a top-k mask case (kind topk-mask)",
-    "merge": "a merge case",
-    "workspace": "a workspace configuration (kind workspace)",
-}
+ITEM_KINDS = {file.kind: file.words for file in ITEM_FILES}
 # The values of an item file's "kind" field and the item kind each names.
-KIND_FIELD = {
-    "workspace": "workspace",
-    "sparse": "sparse-layout",
-    "sparse-workspace": "sparse-workspace",
-    "topk-mask": "sparse-mask",
-}
+KIND_FIELD = {file.field_value: file.kind for file in ITEM_FILES if file.field_value is not None}
 # The kinds ``parity run --cases`` (and gate) reads as a suite; ``parity diff FILE`` reads every kind.
-RUN_KINDS = ("layout", "sparse-layout", "sparse-workspace", "sparse-mask")
+RUN_KINDS = tuple(file.kind for file in ITEM_FILES if file.run_group is not None)
 # Files the harness writes that hold no item, by a field only they have, and what reads each.
 _NOT_ITEMS = (
     ("entries", "a baseline", "parity gate --baseline {} reads it"),
@@ -297,7 +322,7 @@ _NOT_ITEMS = (
 )
 
 
-def item_kind(data: Any, source: str) -> str:
+def item_kind(data: Any, source: str) -> Kind:
     """The item kind (a key of :data:`ITEM_KINDS`) of an input file's JSON, by its
     ``"kind"`` or, without one, by its fields: an object with ``index_topk`` is a
     sparse item (a top-k mask case with ``seq_lens``, a sparse batch with
@@ -305,7 +330,7 @@ def item_kind(data: Any, source: str) -> str:
     ``pattern`` and ``num_tokens`` a merge case, anything else (not an object
     included) a case file, which its own checks refuse when it is none."""
     if not isinstance(data, dict):
-        return "layout"
+        return Kind.LAYOUT
     if "kind" in data:
         kind = data["kind"]
         if kind not in KIND_FIELD:
@@ -316,11 +341,11 @@ def item_kind(data: Any, source: str) -> str:
             raise CaseError(source, None, f"is {what}, not a case or item file: {reader.format(source)}")
     if "index_topk" in data:
         if "seq_lens" in data:
-            return "sparse-mask"
-        return "sparse-layout" if "context_lens" in data else "sparse-workspace"
+            return Kind.SPARSE_MASK
+        return Kind.SPARSE_LAYOUT if "context_lens" in data else Kind.SPARSE_WORKSPACE
     if "pattern" in data and "num_tokens" in data:
-        return "merge"
-    return "layout"
+        return Kind.MERGE
+    return Kind.LAYOUT
 
 
 def reader_of(kind: str, path: str) -> str:
@@ -332,15 +357,9 @@ def reader_of(kind: str, path: str) -> str:
 
 def _item_from_json(kind: str, data: dict[str, Any], source: str) -> Any:
     """The one item of a single-item file of ``kind`` (not ``layout``), checked."""
-    if kind == "workspace":
-        return workspace_config_from_json(data, source)
-    if kind == "merge":
-        return merge_case_from_json(data, source)
-    if kind == "sparse-layout":
-        return sparse_case_from_json(data, source)
-    if kind == "sparse-workspace":
-        return sparse_workspace_config_from_json(data, source)
-    return topk_mask_case_from_json(data, source)
+    read = _BY_KIND[Kind(kind)].read
+    assert read is not None, f"a {kind} file holds a list of cases, not one item"
+    return read(data, source)
 
 
 def load_item_file(path: Path) -> tuple[str, Any]:
@@ -355,10 +374,10 @@ def load_item_file(path: Path) -> tuple[str, Any]:
     if not isinstance(data, dict):
         raise CaseError(source, None, "must hold a JSON object (a case, a merge case or a workspace config)")
     kind = item_kind(data, source)
-    if kind == "layout":
+    if kind == Kind.LAYOUT:
         if "context_lens" not in data and "cases" not in data:
             raise CaseError(source, None, "is neither a case, a sparse item, a merge case nor a workspace config")
-        return "layout", _cases_of(data, source)
+        return Kind.LAYOUT, _cases_of(data, source)
     return kind, _item_from_json(kind, data, source)
 
 
@@ -384,18 +403,15 @@ def load_run_file(path: Path) -> RunFiles:
     source = str(path)
     data = read_json(path, source)
     kind = item_kind(data, source)
-    if kind == "layout":
+    if kind == Kind.LAYOUT:
         return RunFiles(cases=tuple(_cases_of(data, source)))
     if kind not in RUN_KINDS:
         raise CaseError(
             source, None, f"is {ITEM_KINDS[kind]}, which parity run --cases does not read: {reader_of(kind, source)}"
         )
-    item = _item_from_json(kind, data, source)
-    if kind == "sparse-layout":
-        return RunFiles(sparse_cases=(item,))
-    if kind == "sparse-workspace":
-        return RunFiles(sparse_workspace_configs=(item,))
-    return RunFiles(mask_cases=(item,))
+    group = _BY_KIND[Kind(kind)].run_group
+    assert group is not None
+    return RunFiles(**{group: (_item_from_json(kind, data, source),)})
 
 
 def load_run_files(paths: list[Path]) -> RunFiles:

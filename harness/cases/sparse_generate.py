@@ -36,6 +36,7 @@ from harness.model.sparse import (
     SEQ_LEN_EDGES,
     SPARSE_BACKENDS,
     TOPK_PATTERNS,
+    MaskForm,
     SparseCase,
     SparseWorkspaceConfig,
     TopkMaskCase,
@@ -221,7 +222,7 @@ def generate_sparse(seed: int, count: int, families: list[str] | None = None) ->
 
 
 def _mask_case(rng: random.Random, form: str, name: str) -> TopkMaskCase:
-    requests = 1 if form == "single" else rng.randint(2, 4)
+    requests = 1 if form == MaskForm.SINGLE else rng.randint(2, 4)
     query = [rng.choice((1, 7, 127, 128, 129, 255, 256, 257)) for _ in range(requests)]
     if rng.random() < 0.5:
         query = [min(q, 130) for q in query]  # keep most interpreted kernels small
@@ -244,7 +245,7 @@ def _mask_case(rng: random.Random, form: str, name: str) -> TopkMaskCase:
         rng.randrange(1 << 31),
         tuple(starts),
         tuple(lens),
-        tuple(keys) if form == "global" else (),
+        tuple(keys) if form == MaskForm.GLOBAL else (),
         family=f"topk-mask-{form}",
     )
 
@@ -263,7 +264,7 @@ def _mask_rows_cases(seed: int) -> list[TopkMaskCase]:
     pairs = first + [pair for pair in itertools.product(patterns, MASK_FORMS) if pair not in first]
     cases = []
     for index, (pattern, form) in enumerate(pairs):
-        requests = 1 if form == "single" else 2
+        requests = 1 if form == MaskForm.SINGLE else 2
         cases.append(
             TopkMaskCase(
                 f"{MASK_ROWS_FAMILY}-{seed % 10000:04d}-{index:04d}",
@@ -275,7 +276,7 @@ def _mask_rows_cases(seed: int) -> list[TopkMaskCase]:
                 seed + index,
                 (16, 8)[:requests],
                 (30, 32)[:requests],
-                (16, 8)[:requests] if form == "global" else (),
+                (16, 8)[:requests] if form == MaskForm.GLOBAL else (),
                 family=MASK_ROWS_FAMILY,
             )
         )
@@ -288,7 +289,7 @@ def generate_mask_cases(seed: int, count: int, families: list[str] | None = None
     if families == [MASK_ROWS_FAMILY]:
         return _mask_rows_cases(seed)[:count]
     rng = random.Random(seed)
-    forms = ("single", "batched", "global")
+    forms = MASK_FORMS
     return [_mask_case(rng, forms[i % 3], f"topk-mask-{seed % 10000:04d}-{i:04d}") for i in range(count)]
 
 

@@ -30,6 +30,7 @@ from harness.model.sparse import (
     SELECTIONS,
     SPARSE_BACKENDS,
     TOPK_PATTERNS,
+    MaskForm,
     SparseCase,
     SparseWorkspaceConfig,
     TopkMaskCase,
@@ -226,9 +227,9 @@ def topk_mask_case_from_json(data: dict[str, Any], source: str) -> TopkMaskCase:
     form = data["form"]
     if form not in MASK_FORMS:
         raise CaseError(source, "form", f"must be one of {', '.join(MASK_FORMS)}, got {json.dumps(form)}")
-    if form == "single" and len(query) != 1:
+    if form == MaskForm.SINGLE and len(query) != 1:
         raise CaseError(source, "form", f"'single' takes one request, got {len(query)}")
-    if form == "batched" and len(query) < 2:
+    if form == MaskForm.BATCHED and len(query) < 2:
         raise CaseError(source, "form", "'batched' takes two requests or more (one runs the single-request kernel)")
     tile = 128 if max(query) <= 128 else 256
     mask_words = len(query) * (-(-max(query) // tile) * tile) * (-(-max(seqs) // 32) + 1)

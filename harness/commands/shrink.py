@@ -11,6 +11,7 @@ from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY
 from harness.commands.options import port_options, positive_int
 from harness.engine import UsageError, open_oracle, select_device
 from harness.model import Case
+from harness.model.levels import SHRINKING_LEVELS, Level, kind_spec, shrinking_kind
 from harness.sides.loading import load_port
 
 
@@ -19,7 +20,9 @@ def register(sub: Any) -> None:
     port_options(p_shrink)
     p_shrink.add_argument("case", metavar="CASE", help="a case file, or a case name in a suite")
     p_shrink.add_argument("--suite", help="suite to look the case name up in (default: smoke, then ci)")
-    p_shrink.add_argument("--level", choices=("layout", "prefill"), default="layout", help="level to keep diverging")
+    p_shrink.add_argument(
+        "--level", choices=tuple(SHRINKING_LEVELS), default=Level.LAYOUT, help="level to keep diverging"
+    )
     p_shrink.add_argument("--budget", type=positive_int, default=2000, help="most evaluations (default 2000)")
     p_shrink.add_argument("--out", metavar="FILE", help="where to write the shrunk case")
     p_shrink.set_defaults(func=cmd_shrink)
@@ -36,9 +39,10 @@ def cmd_shrink(args: argparse.Namespace) -> int:
     if not isinstance(case, Case):
         raise UsageError(f"{args.case}: a {resolved.kind} item; shrink takes a layout case (merge items are minimal)")
     port = load_port(args.port)
-    level = "prefill" if args.level == "prefill" else "layout"
-    if level == "prefill" and case.numeric is None:
-        raise UsageError(f"{args.case}: --level prefill needs a case with a numeric section")
+    level = args.level
+    kind = kind_spec(shrinking_kind(level) or level)[0]
+    if not kind.holds(case):
+        raise UsageError(f"{args.case}: --level {level} needs {kind.noun(case)}")
     # Torch's threads fixed as in every comparing process (the ULP figures depend on them).
     kernels = select_device("cpu")
     oracle, _ = open_oracle(args.allow_oracle_drift, args.oracle)

@@ -220,9 +220,11 @@ def prepare(
     if not tensors:
         select_host(request.device)
     if real_ranks is not None:
-        from harness.sides.dcp_ranks import prestart
+        from harness.sides.dcp_ranks import close_pools, prestart
 
-        # The rank workers import the oracle while this process opens its own.
+        # The rank workers import the oracle while this process opens its own;
+        # a run that fails ends them (one that succeeds leaves them for the next, or the exit).
+        on_failure.callback(close_pools)
         prestart(real_ranks, request.device, largest_dcp_world(suite, levels, shard))
     oracle, provenance = _open_oracle_side(request, pool, real_ranks, on_failure)
     return Prepared(request, levels, port, suite, shard, item_ids, pool, kernels, oracle, provenance, real_ranks)

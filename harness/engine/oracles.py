@@ -10,6 +10,33 @@ from harness.engine.errors import UsageError
 from harness.protocol.port import Port
 from harness.sides.loading import close_port
 
+# One oracle symbol's check: (symbol, status, pinned fingerprint, installed one or None).
+FingerprintStatus = tuple[str, str, str, str | None]
+
+
+def _pinned_oracle(
+    pin: dict[str, Any], cache: bool, cache_dir: str | None
+) -> tuple[Port, dict[str, Any], str, str | None, list[FingerprintStatus]]:
+    """The pinned release in this process: its side, identity, installed
+    version and commit, and each symbol's fingerprint status."""
+    from harness.sides.oracle_cache_store import default_cache_directory
+    from oracle.environment import OracleUnavailable
+    from oracle.pin_record import checked_fingerprints
+
+    # With the cache, the check's record of this very installation (the
+    # bytes of vLLM's sources among its key) stands in for importing vLLM.
+    records = (Path(cache_dir) if cache_dir else default_cache_directory()) if cache else None
+    try:
+        from oracle.side import OracleSide
+
+        checked = checked_fingerprints(records)
+        statuses = [(s.symbol, s.status, s.expected, s.found) for s in checked.statuses]
+        side: Port = OracleSide()
+    except OracleUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    identity = {k: pin[k] for k in ("upstream_commit", "upstream_pr", "release")}
+    return side, identity, checked.version, checked.commit, statuses
+
 
 def open_oracle(
     allow_drift: bool, oracle: str | None = None, cache: bool = False, cache_dir: str | None = None
@@ -27,28 +54,12 @@ def open_oracle(
     when an oracle symbol's fingerprint differs from that release's pin, or the
     release has no pin, unless ``allow_drift``.
     """
-    from oracle.environment import OracleUnavailable
     from oracle.pin import load_pin
 
     pin = load_pin()
     release = None if oracle is None else release_of(oracle)
     if release is None or release == pin["release_version"]:
-        from harness.sides.oracle_cache_store import default_cache_directory
-        from oracle.pin_record import checked_fingerprints
-
-        # With the cache, the check's record of this very installation (the
-        # bytes of vLLM's sources among its key) stands in for importing vLLM.
-        records = (Path(cache_dir) if cache_dir else default_cache_directory()) if cache else None
-        try:
-            from oracle.side import OracleSide
-
-            checked = checked_fingerprints(records)
-            version, commit = checked.version, checked.commit
-            statuses = [(s.symbol, s.status, s.expected, s.found) for s in checked.statuses]
-            side: Port = OracleSide()
-        except OracleUnavailable as exc:
-            raise UsageError(str(exc)) from None
-        identity = {k: pin[k] for k in ("upstream_commit", "upstream_pr", "release")}
+        side, identity, version, commit, statuses = _pinned_oracle(pin, cache, cache_dir)
     else:
         side, identity, version, commit, statuses = _oracle_process(release)
     bad = [s for s in statuses if s[1] != "ok"]
@@ -83,7 +94,7 @@ def release_of(oracle: str) -> str:
         raise UsageError(str(exc)) from None
 
 
-def _oracle_process(release: str) -> tuple[Port, dict[str, Any], str, str | None, list[tuple[str, str, str, Any]]]:
+def _oracle_process(release: str) -> tuple[Port, dict[str, Any], str, str | None, list[FingerprintStatus]]:
     """Another release's oracle process, its identity and its pin's statuses."""
     from oracle.environment import OracleUnavailable, prepare_environment
     from oracle.process import OracleProcessError, OracleSpecError, open_oracle_process
@@ -107,6 +118,7 @@ def _oracle_process(release: str) -> tuple[Port, dict[str, Any], str, str | None
         # Its own environment's versions: not this process's.
         "oracle_environment": hello.get("environment"),
     }
+    statuses: list[FingerprintStatus]
     if pin is None:
         statuses = [(f"oracle/pins/vllm-{release}.json", "missing", "a pin", None)]
     else:

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import torch
 
 from harness.kernels.numeric import PrefillInputs, materialise_prefill
-from harness.model.sparse import ROW_SELECTIONS, SELECTIONS, SparseCase
+from harness.model.sparse import ROW_SELECTIONS, SELECTIONS, Route, SparseCase
 
 # The routes L3 compares; every other one is compared at L1 only.
-L3_ROUTES = ("dense-mha", "masked-mha")
+L3_ROUTES = (Route.DENSE_MHA, Route.MASKED_MHA)
 
 
 @dataclass(frozen=True)

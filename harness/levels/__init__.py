@@ -10,6 +10,10 @@ shared steps of :mod:`harness.sides` (both sides under one time limit, typed
 answers, bits judged), so every level's verdicts follow the same rules.
 """
 
-from harness.levels import layout, merge, prefill, sparse_layout, sparse_mask, sparse_prefill
-
-__all__ = ["layout", "merge", "prefill", "sparse_layout", "sparse_mask", "sparse_prefill"]
+# Each import registers its level; the order is the suite order.
+from harness.levels import layout as layout
+from harness.levels import merge as merge
+from harness.levels import prefill as prefill
+from harness.levels import sparse_layout as sparse_layout
+from harness.levels import sparse_mask as sparse_mask
+from harness.levels import sparse_prefill as sparse_prefill

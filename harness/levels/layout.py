@@ -3,12 +3,17 @@ workspace configuration's size, field for field."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from harness.levels.shown import ShowContext
 from harness.model import Case, WorkspaceConfig
 from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
+from harness.protocol.port import Port
 from harness.sides.items import DIVERGENT, PARITY, CaseResult
 from harness.sides.runner import ItemCall, compare_case, compare_workspace
+
+if TYPE_CHECKING:
+    from harness.night.drift_items import ItemDrift
 
 
 def _layout_row(result: CaseResult) -> dict[str, Any]:
@@ -28,13 +33,13 @@ def workspace_row(result: CaseResult) -> dict[str, Any]:
     return {"oracle_workspace": result.oracle_workspace, "port_workspace": result.port_workspace}
 
 
-def _show_layout(item: Case, result: CaseResult, context: Any) -> str:
+def _show_layout(item: Case, result: CaseResult, context: ShowContext) -> str:
     from reports.diff_text import format_diff
 
     return format_diff(item, result)
 
 
-def _show_workspace(item: WorkspaceConfig, result: CaseResult, context: Any) -> str:
+def _show_workspace(item: WorkspaceConfig, result: CaseResult, context: ShowContext) -> str:
     from reports.diff_text import format_workspace_diff
 
     return format_workspace_diff(item, result)
@@ -46,14 +51,14 @@ def _layout_record(result: CaseResult) -> dict[str, Any]:
     return layout_record(result)
 
 
-def _layout_drift(drift: Any, result: CaseResult, pinned: Any, release: Any, item: Any) -> None:
+def _layout_drift(drift: ItemDrift, result: CaseResult, pinned: Port, release: Port, item: Case) -> None:
     from harness.night.drift_items import changed_layout_fields
 
     if result.status == DIVERGENT and result.oracle_layout is not None and result.port_layout is not None:
         drift.changed = changed_layout_fields(result.oracle_layout, result.port_layout)
 
 
-def _workspace_drift(drift: Any, result: CaseResult, pinned: Any, release: Any, item: Any) -> None:
+def _workspace_drift(drift: ItemDrift, result: CaseResult, pinned: Port, release: Port, item: WorkspaceConfig) -> None:
     if result.status == DIVERGENT:
         drift.changed = ["workspace_size"]
 
@@ -82,6 +87,7 @@ LAYOUT = register_level(
                 drift=_layout_drift,
                 show=_show_layout,
                 record=_layout_record,
+                shrinks=True,
                 noun=lambda item: "a case with a numeric section" if item.numeric is not None else "a layout-only case",
             ),
             KindSpec(
@@ -103,5 +109,6 @@ LAYOUT = register_level(
         port_methods=("plan_layout", "workspace_size"),
         host=True,
         floats=False,
+        heading="L1 layout (+ workspace size)",
     )
 )

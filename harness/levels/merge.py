@@ -3,28 +3,32 @@ states, on identical materialised partials, bit for bit."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.levels.shown import divergent_tensors
+from harness.levels.shown import ShowContext, divergent_tensors
 from harness.model import MergeCase
 from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
 from harness.sides.items import CaseResult
 from harness.sides.runner import compare_merge
 
+if TYPE_CHECKING:
+    from harness.kernels import SharedKernels
+    from harness.kernels.numeric import MergeInputs
 
-def _show(item: MergeCase, result: CaseResult, context: Any) -> str:
+
+def _show(item: MergeCase, result: CaseResult, context: ShowContext) -> str:
     from reports.diff_text import format_tensor_verdict, merge_case_lines
 
     return "\n".join([*merge_case_lines(item), format_tensor_verdict("L2 merge", result)])
 
 
-def _inputs(item: MergeCase, device: str) -> Any:
+def _inputs(item: MergeCase, device: str) -> MergeInputs:
     from harness.kernels.numeric import materialise_merge
 
     return materialise_merge(item, device)
 
 
-def _release_asked(release: Any, item: MergeCase, kernels: Any, device: str) -> Any:
+def _release_asked(release: Any, item: MergeCase, kernels: SharedKernels, device: str) -> object:
     return release.merge_states(_inputs(item, device))
 
 
@@ -49,5 +53,6 @@ MERGE = register_level(
         port_methods=("merge_states",),
         host=False,
         floats=True,
+        heading="L2 merge",
     )
 )

@@ -4,13 +4,17 @@ case on one process per rank where the run says how."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.levels.shown import ShowContext, divergent_tensors
 from harness.model import Case, Layout
 from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
 from harness.sides.items import CaseResult, device_kernels
 from harness.sides.runner import ItemCall, compare_prefill
+
+if TYPE_CHECKING:
+    from harness.kernels import SharedKernels
+    from harness.kernels.numeric import PrefillInputs
 
 
 def _run(call: ItemCall) -> CaseResult:
@@ -42,13 +46,13 @@ def _show(item: Case, result: CaseResult, context: ShowContext) -> str:
     return "\n".join(lines)
 
 
-def _inputs(item: Case, device: str) -> Any:
+def _inputs(item: Case, device: str) -> PrefillInputs:
     from harness.kernels.numeric import case_prefill_inputs
 
     return case_prefill_inputs(item, device)
 
 
-def _release_asked(release: Any, item: Case, kernels: Any, device: str) -> Any:
+def _release_asked(release: Any, item: Case, kernels: SharedKernels, device: str) -> object:
     from harness.kernels import kernels_for_case
     from harness.kernels.numeric import materialise_prefill
 
@@ -73,10 +77,20 @@ PREFILL = register_level(
                 drift=divergent_tensors,
                 show=_show,
                 noun=lambda item: "a case with a numeric section",
+                caused_by=Kind.LAYOUT,
+                shrinks=True,
             ),
         ),
         port_methods=("prefill",),
         host=False,
         floats=True,
+        heading="L3 prefill",
+        compares=(
+            "the port's whole context loop: its layout, gather and attention on the shared kernels, fold and merge"
+        ),
+        compares_over_protocol=(
+            "the port's layout and its fold and merge only: each chunk's gather and attention were the harness's, "
+            "on the port's layout (a cmd: port is sent the partials)"
+        ),
     )
 )

@@ -4,9 +4,13 @@ defaults a level's hooks fall back on."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
+from harness.protocol.port import Port
 from harness.sides.items import DIVERGENT, CaseResult
+
+if TYPE_CHECKING:
+    from harness.night.drift_items import ItemDrift
 
 
 @dataclass(frozen=True)
@@ -14,8 +18,8 @@ class ShowContext:
     """What one ``parity diff`` shows beside an item's result: both sides (a
     level may ask them again for a picture) and every kind it compares."""
 
-    oracle: Any
-    port: Any
+    oracle: Port
+    port: Port
     kinds: tuple[str, ...]
 
 
@@ -24,7 +28,7 @@ def tensors_changed(result: CaseResult) -> list[str]:
     return [t.name for t in result.tensors if not t.exact]
 
 
-def divergent_tensors(drift: Any, result: CaseResult, pinned: Any, release: Any, item: Any) -> None:
+def divergent_tensors(drift: ItemDrift, result: CaseResult, pinned: Port, release: Port, item: object) -> None:
     """A float level's drift row: the divergent tensors are what changed."""
     if result.status == DIVERGENT:
         drift.changed = tensors_changed(result)

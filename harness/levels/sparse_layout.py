@@ -3,14 +3,19 @@ and each sparse workspace configuration's size, field for field."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.levels.layout import workspace_row
+from harness.levels.shown import ShowContext
 from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig
+from harness.protocol.port import Port
 from harness.sides.items import DIVERGENT, PARITY, CaseResult, compare_sizes
 from harness.sides.runner import ItemCall
 from harness.sides.sparse_runner import compare_sparse_layout
+
+if TYPE_CHECKING:
+    from harness.night.drift_items import ItemDrift
 
 
 def _layout_row(result: CaseResult) -> dict[str, Any]:
@@ -26,19 +31,19 @@ def _run_workspace(call: ItemCall) -> CaseResult:
     return compare_sizes(result, "sparse_workspace_size", call.item, call.oracle, call.port, call.timeout_s)
 
 
-def _show(item: Any, result: CaseResult, context: Any) -> str:
+def _show(item: SparseCase, result: CaseResult, context: ShowContext) -> str:
     from reports.sparse_text import format_sparse_diff
 
     return format_sparse_diff(item, result)
 
 
-def _show_workspace(item: Any, result: CaseResult, context: Any) -> str:
+def _show_workspace(item: SparseWorkspaceConfig, result: CaseResult, context: ShowContext) -> str:
     from reports.sparse_text import format_sparse_workspace_diff
 
     return format_sparse_workspace_diff(item, result)
 
 
-def _layout_drift(drift: Any, result: CaseResult, pinned: Any, release: Any, item: Any) -> None:
+def _layout_drift(drift: ItemDrift, result: CaseResult, pinned: Port, release: Port, item: SparseCase) -> None:
     from harness.night.drift_items import changed_sparse_fields, sparse_detail
 
     if result.status == DIVERGENT and result.oracle_sparse is not None and result.port_sparse is not None:
@@ -46,7 +51,9 @@ def _layout_drift(drift: Any, result: CaseResult, pinned: Any, release: Any, ite
         drift.detail = sparse_detail(result.oracle_sparse, result.port_sparse, drift.changed)
 
 
-def _workspace_drift(drift: Any, result: CaseResult, pinned: Any, release: Any, item: Any) -> None:
+def _workspace_drift(
+    drift: ItemDrift, result: CaseResult, pinned: Port, release: Port, item: SparseWorkspaceConfig
+) -> None:
     if result.status == DIVERGENT:
         drift.changed = ["sparse_workspace_size"]
 
@@ -87,5 +94,7 @@ SPARSE_LAYOUT = register_level(
         host=True,
         floats=False,
         sparse=True,
+        heading="sparse-layout (+ sparse workspace size)",
+        transcribed=True,
     )
 )

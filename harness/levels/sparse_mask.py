@@ -3,31 +3,39 @@ indices, bit for bit."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from harness.levels.shown import ShowContext
 from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
 from harness.model.sparse import TopkMaskCase
+from harness.protocol.port import Port
 from harness.sides.items import DIVERGENT, CaseResult
 from harness.sides.sparse_runner import compare_sparse_mask
 
+if TYPE_CHECKING:
+    import torch
 
-def _show(item: TopkMaskCase, result: CaseResult, context: Any) -> str:
+    from harness.kernels import SharedKernels
+    from harness.night.drift_items import ItemDrift
+
+
+def _show(item: TopkMaskCase, result: CaseResult, context: ShowContext) -> str:
     from reports.sparse_text import format_mask_diff
 
     return format_mask_diff(item, result)
 
 
-def _inputs(item: TopkMaskCase, device: str) -> Any:
+def _inputs(item: TopkMaskCase, device: str) -> list[torch.Tensor]:
     from harness.cases.sparse_inputs import materialise_topk
 
     return materialise_topk(item)
 
 
-def _release_asked(release: Any, item: TopkMaskCase, kernels: Any, device: str) -> Any:
+def _release_asked(release: Any, item: TopkMaskCase, kernels: SharedKernels, device: str) -> object:
     return release.build_topk_mask(item, _inputs(item, device)), release.remap_topk(item, _inputs(item, device))
 
 
-def _drift(drift: Any, result: CaseResult, pinned: Any, release: Any, item: TopkMaskCase) -> None:
+def _drift(drift: ItemDrift, result: CaseResult, pinned: Port, release: Port, item: TopkMaskCase) -> None:
     """Asked again, the mask split into the words that differ; a side failing
     now keeps the runner's verdict."""
     from harness.night.drift_items import mask_drift
@@ -67,5 +75,6 @@ SPARSE_MASK = register_level(
         host=False,
         floats=False,
         sparse=True,
+        heading="sparse-mask (top-k masks and remaps)",
     )
 )

@@ -5,14 +5,20 @@ sparse-layout only."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.levels.shown import divergent_tensors
+from harness.levels.shown import ShowContext, divergent_tensors
 from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
 from harness.model.sparse import SparseCase
+from harness.protocol.port import Port
 from harness.sides.items import DIVERGENT, NOT_RUN, CaseResult, device_kernels
 from harness.sides.runner import ItemCall
 from harness.sides.sparse_runner import compare_sparse_prefill
+
+if TYPE_CHECKING:
+    from harness.kernels import SharedKernels
+    from harness.kernels.sparse_prefill import SparsePrefillInputs
+    from harness.night.drift_items import ItemDrift
 
 
 def _run(call: ItemCall) -> CaseResult:
@@ -20,26 +26,26 @@ def _run(call: ItemCall) -> CaseResult:
     return compare_sparse_prefill(call.oracle, call.port, call.item, kernels, call.device, call.timeout_s)
 
 
-def _show(item: SparseCase, result: CaseResult, context: Any) -> str:
+def _show(item: SparseCase, result: CaseResult, context: ShowContext) -> str:
     from reports.sparse_text import format_sparse_diff
 
     return format_sparse_diff(item, result)
 
 
-def _inputs(item: SparseCase, device: str) -> Any:
+def _inputs(item: SparseCase, device: str) -> SparsePrefillInputs:
     from harness.kernels.sparse_prefill import materialise_sparse_prefill
 
     return materialise_sparse_prefill(item, device)
 
 
-def _release_asked(release: Any, item: SparseCase, kernels: Any, device: str) -> Any:
+def _release_asked(release: Any, item: SparseCase, kernels: SharedKernels, device: str) -> object:
     from harness.kernels import with_keyless_rows
 
     assert item.numeric is not None
     return release.sparse_prefill(item, _inputs(item, device), with_keyless_rows(kernels, item.numeric.keyless_rows))
 
 
-def _drift(drift: Any, result: CaseResult, pinned: Any, release: Any, item: SparseCase) -> None:
+def _drift(drift: ItemDrift, result: CaseResult, pinned: Port, release: Port, item: SparseCase) -> None:
     """A batch the pinned oracle routes to sparse MQA is compared at
     sparse-layout only when the release routes it there too."""
     from harness.night.drift_items import layout_only
@@ -66,11 +72,22 @@ SPARSE_PREFILL = register_level(
                 drift=_drift,
                 show=_show,
                 noun=lambda item: "a sparse batch",
+                caused_by=Kind.SPARSE_LAYOUT,
             ),
         ),
         port_methods=("sparse_prefill",),
         host=False,
         floats=True,
         sparse=True,
+        heading="sparse-prefill",
+        compares=(
+            "the port's whole sparse loop: its route, layout and selections, attention on the shared masked kernel, "
+            "fold and merge"
+        ),
+        compares_over_protocol=(
+            "the port's route, layout and selections and its fold only: each attention ran on the harness's "
+            "shared masked kernel, on the port's plan (a cmd: port is sent the partials)"
+        ),
+        transcribed=True,
     )
 )

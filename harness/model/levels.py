@@ -97,7 +97,11 @@ class KindSpec:
     is the text ``parity diff`` prints for one item (None: the common
     rendering of its divergence and tensors) and ``record(result)`` what its
     ``--json`` record adds (None: a float level's tensors); ``noun(item)``
-    names such an item in a message ("a merge case")."""
+    names such an item in a message ("a merge case"); ``caused_by`` is the
+    kind of the same case whose divergence is the likely cause of this one's
+    (a prefill's layout: it runs over the port's chunks), named first in the
+    summary; ``shrinks`` says ``parity shrink`` and the kill matrix can shrink
+    a divergent item of it to a smaller case."""
 
     name: str
     plan: Callable[[Any], Iterable[Any]]
@@ -111,6 +115,8 @@ class KindSpec:
     show: Callable[[Any, Any, Any], str] | None = None
     record: Callable[[Any], dict[str, Any]] | None = None
     noun: Callable[[Any], str] = lambda item: "an item"
+    caused_by: str | None = None
+    shrinks: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,13 @@ class LevelSpec:
     the external protocol (``fn(external_port, *args)``: the request it sends
     and how its reply is read); a built-in level's methods are
     :class:`harness.protocol.external.ExternalPort`'s own. ``title`` is its
-    one-line description in the docs' and the CLI's tables."""
+    one-line description in the docs' and the CLI's tables, ``heading`` its
+    name in reports' tables. ``compares`` says what its items compare of a port
+    that runs in the harness's process and ``compares_over_protocol`` of an
+    external one (None: the same; the L3 levels differ: a ``cmd:`` port is
+    sent the partials). ``transcribed`` says its oracle answers stand on the
+    pin's transcription of upstream code (:data:`oracle.pin.TRANSCRIBED`), so
+    the drift report names that code beside the level."""
 
     name: str
     title: str
@@ -135,6 +147,10 @@ class LevelSpec:
     floats: bool
     sparse: bool = False
     external: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    heading: str = ""
+    compares: str | None = None
+    compares_over_protocol: str | None = None
+    transcribed: bool = False
 
 
 # -- the registry ------------------------------------------------------------------------------
@@ -287,6 +303,15 @@ def level_of(kind: str) -> str:
     """The level an item of ``kind`` belongs to (a text that names no kind is
     its own level: the callers refuse it with their own message)."""
     return kind_spec(kind)[1].name if is_kind(kind) else kind
+
+
+def shrinking_kind(level: str) -> str | None:
+    """The kind of ``level`` whose divergent items shrink to smaller cases
+    (:attr:`KindSpec.shrinks`), or None."""
+    return next((kind.name for kind in level_spec(level).kinds if kind.shrinks), None)
+
+
+SHRINKING_LEVELS = _level_names(lambda spec: any(kind.shrinks for kind in spec.kinds))
 
 
 def levels_table() -> list[tuple[str, str, str, str]]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.model import Case, Layout, NumericSpec
+from harness.model.levels import TextEnum
 
 # The sparse backends' names as their ``get_name()`` returns them in vllm 0.28.0;
 # ``_use_masked_mha`` has thresholds for the first two only.
@@ -93,12 +94,27 @@ def mask_words(batch: int, max_query_len: int, max_key_len: int, key_starts_word
 # (no masked kernel: forward_mha asserts; a batch with context under DCP:
 # _compute_context_mha raises), and a masked run whose masks do not fit the mask
 # workspace (0.28.0's _run_masked_mha raises; 0.27.1's view of it fails).
-ROUTES = ("dense-mha", "masked-mha", "mqa", "masked-mha-unavailable", "masked-mha-overflow")
+class Route(TextEnum):
+    DENSE_MHA = "dense-mha"
+    MASKED_MHA = "masked-mha"
+    MQA = "mqa"
+    MASKED_MHA_UNAVAILABLE = "masked-mha-unavailable"
+    MASKED_MHA_OVERFLOW = "masked-mha-overflow"
+
+
+ROUTES: tuple[Route, ...] = tuple(Route)
+
 
 # The forms a top-k mask is built in: one request (its own kernel), several
 # requests (the batched kernel), or the global mask over whole sequences with
 # its reserved key-starts word.
-MASK_FORMS = ("single", "batched", "global")
+class MaskForm(TextEnum):
+    SINGLE = "single"
+    BATCHED = "batched"
+    GLOBAL = "global"
+
+
+MASK_FORMS: tuple[MaskForm, ...] = tuple(MaskForm)
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,35 @@ from typing import Any
 
 import pandas as pd
 
+from harness.model.levels import TextEnum
 from harness.night.baselines import PortBaseline
 from harness.night.sizes import reduced_reasons
 from harness.search.coverage_verdicts import JudgedCoverage
 from harness.sides.items import NOT_RUN, PARITY
 from harness.verdicts.baseline import EXPECTED, NEW
 
-# A port's verdict against its baseline (:attr:`Tally.verdict`).
-PASS, EXPECTED_ONLY, FAIL, INCOMPLETE, NO_ITEMS = "pass", "expected", "fail", "incomplete", "-"
+
+class PortVerdict(TextEnum):
+    """A port's verdict against its baseline (:attr:`Tally.verdict`)."""
+
+    PASS = "pass"
+    EXPECTED_ONLY = "expected"
+    FAIL = "fail"
+    INCOMPLETE = "incomplete"
+    NO_ITEMS = "-"
+
+
+PASS, EXPECTED_ONLY, FAIL, INCOMPLETE, NO_ITEMS = PortVerdict
+
+
+class NightVerdict(TextEnum):
+    """The whole night's verdict over its gated ports (:func:`night_verdict`)."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+    INCOMPLETE = "INCOMPLETE"
+
+
 # The exit codes every command uses (harness/commands/common.py).
 EXIT_PASS, EXIT_DIVERGENT, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -156,21 +177,21 @@ def judges_explore(port: PortNight) -> bool:
     return port.baseline is None
 
 
-def night_verdict(night: Night, gated_ports: Collection[str] | None = None) -> str:
+def night_verdict(night: Night, gated_ports: Collection[str] | None = None) -> NightVerdict:
     """``PASS``, ``FAIL`` or ``INCOMPLETE`` over ``gated_ports`` (default: every
     port of the night), each against its baseline: FAIL when one has a new
     divergence or its search found one; INCOMPLETE when the night did not finish,
     a port left items unrun, a search asked for is missing, or no port was judged."""
     if not night.complete:
-        return "INCOMPLETE"
+        return NightVerdict.INCOMPLETE
     ports = [p for p in night.ports if gated_ports is None or p.port in gated_ports]
     verdicts = [p.verdict for p in ports]
     searches = [explore_verdict(night, p.port) for p in ports if judges_explore(p)]
     if FAIL in verdicts or "found" in searches:
-        return "FAIL"
+        return NightVerdict.FAIL
     if not ports or INCOMPLETE in verdicts or NO_ITEMS in verdicts or "incomplete" in searches:
-        return "INCOMPLETE"
-    return "PASS"
+        return NightVerdict.INCOMPLETE
+    return NightVerdict.PASS
 
 
 def night_exit_code(night: Night, gated_ports: Collection[str] | None = None) -> int:
@@ -179,4 +200,4 @@ def night_exit_code(night: Night, gated_ports: Collection[str] | None = None) ->
     as its baseline expects and its search (if asked for) came back clean; 1 otherwise."""
     if not night.complete:
         return EXIT_INTERRUPTED
-    return EXIT_PASS if night_verdict(night, gated_ports) == "PASS" else EXIT_DIVERGENT
+    return EXIT_PASS if night_verdict(night, gated_ports) is NightVerdict.PASS else EXIT_DIVERGENT

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases.json_input import read_json
+from harness.model.levels import registered_levels
 from harness.night.drift_items import (
     AGREEING,
     BOTH_REFUSE,
@@ -375,7 +376,8 @@ def transcribed_levels() -> dict[str, tuple[str, ...]]:
     from oracle.pin import TRANSCRIBED
     from oracle.release_pin import LATER_TRANSCRIBED
 
-    return {symbol: ("sparse-layout", "sparse-prefill") for symbol in (*TRANSCRIBED, *LATER_TRANSCRIBED)}
+    levels = tuple(spec.name for spec in registered_levels() if spec.transcribed)
+    return {symbol: levels for symbol in (*TRANSCRIBED, *LATER_TRANSCRIBED)}
 
 
 def level_symbol_drift(

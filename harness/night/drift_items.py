@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harness.model.levels import kind_spec
+from harness.model.sparse import MaskForm, Route
 from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult, level_of
 from harness.sides.runner import plan_items, run_item
 
@@ -211,11 +212,11 @@ def mask_drift(pinned: Port, release: Port, case: TopkMaskCase) -> tuple[list[st
     parts = []
     if tuple(mask_a.shape) != tuple(mask_b.shape):
         changed.append("mask_shape")
-        bits, counted = _mask_bits(mask_a, mask_b, case.form == "global")
+        bits, counted = _mask_bits(mask_a, mask_b, case.form == MaskForm.GLOBAL)
         changed += bits
         parts.append(f"mask shape {tuple(mask_a.shape)} -> {tuple(mask_b.shape)}: {counted}")
     else:
-        mask = first_mask_divergence(mask_a, mask_b, topk, case.form == "global")
+        mask = first_mask_divergence(mask_a, mask_b, topk, case.form == MaskForm.GLOBAL)
         if mask is not None:
             changed.append("mask")
             count = f"{int((mask_a != mask_b).sum())}/{mask_a.numel()} int32 words differ"
@@ -240,8 +241,8 @@ def layout_only(drift: ItemDrift, release: Port, item: Any) -> None:
         drift.status, drift.release_error = RELEASE_ERROR, _one_line(exc)
         drift.detail = drift.release_error
         return
-    drift.routes = ("mqa", route)
-    if route == "mqa":
+    drift.routes = (Route.MQA, route)
+    if route == Route.MQA:
         drift.status, drift.detail = LAYOUT_ONLY, "both route it mqa: compared at sparse-layout only"
     else:
         drift.status, drift.changed = DIVERGENT, ["route"]

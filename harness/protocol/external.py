@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from harness.model import Case, Layout, WorkspaceConfig, layout_from_json
 from harness.model.levels import LEVELS, registered_levels
@@ -90,17 +90,9 @@ class ExternalPort:
 
     # Each request carries its own timeout (it kills the process on expiry).
     enforces_timeout = True
-    # Its prefill ops are sent each attention's partials: L3 compares its plan, fold and merge only.
-    l3_compares: ClassVar[dict[str, str]] = {
-        "prefill": (
-            "the port's layout and its fold and merge only: each chunk's gather and attention were the harness's, "
-            "on the port's layout (a cmd: port is sent the partials)"
-        ),
-        "sparse-prefill": (
-            "the port's route, layout and selections and its fold only: each attention ran on the harness's "
-            "shared masked kernel, on the port's plan (a cmd: port is sent the partials)"
-        ),
-    }
+    # Its L3 ops are sent each attention's partials: what they compare is
+    # harness.model.levels.LevelSpec.compares_over_protocol (harness.protocol.port.l3_compares).
+    over_protocol = True
 
     def __init__(
         self, command: str, timeout_s: float = DEFAULT_PORT_TIMEOUT_S, startup_timeout_s: float = 30.0

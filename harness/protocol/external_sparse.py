@@ -27,7 +27,7 @@ import torch
 from harness.kernels.context_chunks import check_runnable, device_chunks, masked_chunk_partial, planned_chunk_partials
 from harness.kernels.masked_attention import PackedMask, RangeIndices, Selection
 from harness.kernels.numeric import new_token_kv, new_token_partial
-from harness.model.sparse import SparseLayout, TopkMaskCase
+from harness.model.sparse import MaskForm, Route, SparseLayout, TopkMaskCase
 from harness.protocol.errors import ExternalPortError
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def _selection(
         query_lens=query_lens,
         seq_lens=seq_lens,
         index_topk=case.index_topk,
-        form="global" if global_mask else ("single" if len(topk) == 1 else "batched"),
+        form=MaskForm.GLOBAL if global_mask else (MaskForm.SINGLE if len(topk) == 1 else MaskForm.BATCHED),
         pattern="uniform",
         seed=0,
         range_starts=starts,
@@ -99,7 +99,7 @@ def sparse_prefill_over_protocol(
 ) -> dict[str, torch.Tensor]:
 
     plan = port.plan_sparse(case)
-    if plan.route not in ("dense-mha", "masked-mha"):
+    if plan.route not in (Route.DENSE_MHA, Route.MASKED_MHA):
         raise ExternalPortError(f"port routes {case.name} {plan.route}, which has no prefill here")
     dense, layout = inputs.prefill, plan.layout
     planned = case.planned_case(plan.workspace_size)
@@ -109,7 +109,7 @@ def sparse_prefill_over_protocol(
         raise ExternalPortError(f"port's layout cannot be run: {exc}") from None
     selections: dict[str, torch.Tensor] = {}
     try:
-        if plan.route == "dense-mha":
+        if plan.route == Route.DENSE_MHA:
             partials = planned_chunk_partials(layout, planned, dense, kernels)
             suffix_output, suffix_lse = new_token_partial(dense, kernels)
         else:

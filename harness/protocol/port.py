@@ -13,7 +13,7 @@ import functools
 from typing import Any, Protocol, runtime_checkable
 
 from harness.model import Case, Chunk, Layout, WorkspaceConfig
-from harness.model.levels import LEVELS, level_spec
+from harness.model.levels import LEVELS, level_spec, registered_levels
 
 
 @runtime_checkable
@@ -184,21 +184,19 @@ def check_tensor(value: Any, where: str, device: Any = None) -> Any:
 # Seconds one port call may take unless the caller says otherwise (the CLI's --timeout).
 DEFAULT_PORT_TIMEOUT_S = 300.0
 
-# What the L3 levels (prefill, sparse-prefill) compare of a port that runs in this
-# process, and the attribute through which a port says otherwise (an external port:
-# harness/protocol/external.py).
-WHOLE_LOOP_COMPARED = {
-    "prefill": "the port's whole context loop: its layout, gather and attention on the shared kernels, fold and merge",
-    "sparse-prefill": (
-        "the port's whole sparse loop: its route, layout and selections, attention on the shared masked kernel, "
-        "fold and merge"
-    ),
-}
-
 
 def l3_compares(port: object) -> dict[str, str]:
-    """What the L3 items of ``port`` compare, per level, as the outputs say it."""
-    return {**WHOLE_LOOP_COMPARED, **dict(getattr(port, "l3_compares", {}))}
+    """What the items of ``port`` compare at each level that says
+    (:attr:`harness.model.levels.LevelSpec.compares`: the L3 levels), as the
+    outputs say it; a port run over the external protocol (``over_protocol``
+    true: harness/protocol/external.py) is sent the partials and compares less."""
+    external = getattr(port, "over_protocol", False) is True
+    compares = {}
+    for spec in registered_levels():
+        what = (spec.compares_over_protocol or spec.compares) if external else spec.compares
+        if what is not None:
+            compares[spec.name] = what
+    return compares
 
 
 class HarnessFault(Exception):

@@ -37,6 +37,7 @@ from harness.model.sparse import (
     MASKED_MHA_THRESHOLDS,
     PINNED_MASK_WORKSPACE_WORDS,
     SEQ_LEN_EDGES,
+    Route,
     SparseCase,
     SparseLayout,
     SparseWorkspaceConfig,
@@ -411,15 +412,15 @@ def observe_case(item: str, case: SparseCase, plan: SparseLayout) -> Iterator[tu
         "use_masked_mha": plan.use_masked_mha,
         "force_mqa": case.force_mqa,
     }
-    yield USE_MHA, Observation(item, dense_or_masked, plan.route != "mqa")
+    yield USE_MHA, Observation(item, dense_or_masked, plan.route != Route.MQA)
     # Every route reports its mask shapes: the global mask's fit and form are decided on each.
     has_context = any(case.context_lens)
     yield from _observe_mask_form(item, case, plan, words, has_context)
-    if plan.route == "mqa":
+    if plan.route == Route.MQA:
         return
     forced = {"force_dense": case.force_dense_mha, "within_topk": within, "force_masked": case.force_masked_mha}
-    yield DENSE_ROUTE, Observation(item, forced, plan.route == "dense-mha", topk_gap)
-    if plan.route == "dense-mha":
+    yield DENSE_ROUTE, Observation(item, forced, plan.route == Route.DENSE_MHA, topk_gap)
+    if plan.route == Route.DENSE_MHA:
         return
     runnable = {
         "masked_kernel": case.masked_kernel,
@@ -429,9 +430,9 @@ def observe_case(item: str, case: SparseCase, plan: SparseLayout) -> Iterator[tu
     }
     yield (
         RUNNABLE,
-        Observation(item, runnable, plan.route != "masked-mha-unavailable", {"dcp": case.dcp_world_size - 2}),
+        Observation(item, runnable, plan.route != Route.MASKED_MHA_UNAVAILABLE, {"dcp": case.dcp_world_size - 2}),
     )
-    if plan.route == "masked-mha-unavailable":
+    if plan.route == Route.MASKED_MHA_UNAVAILABLE:
         return
     yield from _observe_overflow(item, case, plan, words, has_context)
 
@@ -497,4 +498,4 @@ def _observe_overflow(
     for position, sizes in needed.items():
         values[position] = any(n > words for n in sizes)
         distances[position] = max(sizes) - words - 1 if sizes else None
-    yield OVERFLOW, Observation(item, values, plan.route == "masked-mha-overflow", distances)
+    yield OVERFLOW, Observation(item, values, plan.route == Route.MASKED_MHA_OVERFLOW, distances)

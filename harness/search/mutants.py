@@ -37,12 +37,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.cases.suites import Suite
+from harness.model.levels import kind_spec
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port
 from harness.sides.items import DIVERGENT, NOT_RUN, PARITY, PORT_ERROR, CaseResult
 from harness.sides.runner import plan_items, run_item
 from harness.sides.time_limits import is_timeout
 
 if TYPE_CHECKING:
+    from harness.kernels import SharedKernels
+    from harness.model import Case
     from harness.sides.pool import WorkerPool
     from harness.sides.pool_worker import WorkerSides
 
@@ -126,7 +129,7 @@ def first_kill(
     oracle: Port,
     mutant: Port,
     items: LevelItems,
-    kernels: Any,
+    kernels: SharedKernels | None,
     device: str = "cpu",
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> Outcome:
@@ -160,12 +163,19 @@ class ShrinkKills:
 
 
 def shrink_kill(
-    oracle: Port, mutant: Port, level: str, kill: Kill, result: CaseResult, case: Any, how: ShrinkKills, kernels: Any
+    oracle: Port,
+    mutant: Port,
+    level: str,
+    kill: Kill,
+    result: CaseResult,
+    case: Case | None,
+    how: ShrinkKills,
+    kernels: SharedKernels | None,
 ) -> None:
     """Shrink a layout or prefill kill of a case (not of a workspace config or a
     merge case) into ``<directory>/<mutant>-<level>.json``; ``kill.shrunk`` says
     what came of it."""
-    if case is None or level not in ("layout", "prefill") or result.kind == "workspace":
+    if case is None or not kind_spec(result.kind)[0].shrinks:
         return
     kill.shrunk = how.shrink(oracle, mutant, case, how.directory / f"{mutant.name}-{level}.json", level, kernels)
 
@@ -193,9 +203,9 @@ def search_kill(sides: WorkerSides, search: KillSearch) -> Iterator[Outcome]:
     yield kill, result, timed_out
 
 
-def _case_of(items: LevelItems, result: CaseResult) -> Any:
+def _case_of(items: LevelItems, result: CaseResult) -> Case | None:
     """The case a killing layout or prefill item compared (None for other kinds)."""
-    if result.kind not in ("layout", "prefill"):
+    if not kind_spec(result.kind)[0].shrinks:
         return None
     return next((item for _, kind, item in items if kind == result.kind and item.name == result.name), None)
 
@@ -248,7 +258,7 @@ def reach_items(
     sites: frozenset[str],
     items: LevelItems,
     oracle: Port,
-    kernels: Any,
+    kernels: SharedKernels | None,
     device: str = "cpu",
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> Iterator[Reach]:
@@ -287,7 +297,7 @@ def reach_pass(
     probe: ProbeFactory,
     sites: frozenset[str],
     items: LevelItems,
-    kernels: Any,
+    kernels: SharedKernels | None,
     pool: WorkerPool | None,
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> list[Reach]:
@@ -322,7 +332,7 @@ def kill_matrix(
     mutants: list[Any],
     suite: Suite,
     levels: tuple[str, ...],
-    kernels: Any,
+    kernels: SharedKernels | None,
     on_kill: Callable[[Any, str, Kill, CaseResult], None] | None = None,
     *,
     shrink: ShrinkKills | None = None,

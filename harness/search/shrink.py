@@ -22,9 +22,10 @@ from typing import Any
 from harness.cases.fields import CaseError
 from harness.cases.files import case_from_json
 from harness.model import Case
+from harness.model.levels import SHRINKING_LEVELS, shrinking_kind
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port
 from harness.sides.items import PARITY, CaseResult
-from harness.sides.runner import compare_case, compare_prefill
+from harness.sides.runner import run_item
 
 
 def signature(result: CaseResult) -> tuple[str, str]:
@@ -162,9 +163,10 @@ def checker(
     def limit() -> float:
         return timeout_s() if callable(timeout_s) else timeout_s
 
-    if level == "prefill":
-        return lambda c: compare_prefill(oracle, port, c, kernels, timeout_s=limit())
-    return lambda c: compare_case(oracle, port, c, limit())
+    kind = shrinking_kind(level)
+    if kind is None:
+        raise ValueError(f"level {level} has no items that shrink (levels that do: {', '.join(SHRINKING_LEVELS)})")
+    return lambda c: run_item(oracle, port, kind, c, kernels, timeout_s=limit())
 
 
 def describe_case(case: Case) -> str:

@@ -25,7 +25,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from harness.model.sparse import MASKED_MHA_THRESHOLDS, PINNED_MASK_WORKSPACE_WORDS, SEQ_LEN_EDGES
+from harness.model.sparse import (
+    MASK_FORMS,
+    MASKED_MHA_THRESHOLDS,
+    PINNED_MASK_WORKSPACE_WORDS,
+    ROUTES,
+    SEQ_LEN_EDGES,
+    Route,
+)
 from harness.search.coverage_feature import Feature, FeatureTally
 
 if TYPE_CHECKING:
@@ -34,7 +41,7 @@ if TYPE_CHECKING:
 
 BUCKETS = ("2048", "4096", "8192", "16384", "32768", "beyond")
 EDGE_LABELS = tuple(f"{edge}{d}" for edge in BUCKETS[:-1] for d in ("-1", "", "+1"))
-ROUTE_LABELS = ("dense-mha", "masked-mha", "mqa", "masked-mha-unavailable", "masked-mha-overflow")
+ROUTE_LABELS: tuple[str, ...] = ROUTES
 FIT_LABELS = ("fits", "misses", "fits-exactly", "misses-by-one")
 TERMS = ("8*max_model_len", "4*max_num_seqs*block_size", "65536", "max_num_seqs*index_topk", "block_size floor")
 MINIMUMS = MASKED_MHA_THRESHOLDS
@@ -71,7 +78,7 @@ def sparse_features(make: Any) -> tuple[Feature, ...]:
             "sparse.forced", "set", "forcing flags and a missing kernel", labels=("dense", "masked", "mqa", "no-kernel")
         ),
         make("mask.cases", "count", "top-k mask cases measured"),
-        make("mask.forms", "set", "mask forms", labels=("single", "batched", "global")),
+        make("mask.forms", "set", "mask forms", labels=MASK_FORMS),
         make("mask.tile_queries", "set", "mask cases' longest queries at the tile switch", element="int"),
         make("mask.key_word_edges", "set", "key lengths vs a 32-key word", labels=("below", "at", "above")),
         make("mask.range_end_indices", "count", "indices on the row right after their remap range"),
@@ -159,11 +166,11 @@ def _measure_batch(tally: FeatureTally, case: Any, layout: Any) -> None:
         tally.add("sparse.tile_queries", max_query)
     # A flag counts where it decided the oracle's route, not where it is merely set.
     within = max_seq <= case.index_topk
-    if case.force_dense_mha and layout.route == "dense-mha" and not within:
+    if case.force_dense_mha and layout.route == Route.DENSE_MHA and not within:
         tally.add("sparse.forced", "dense")
     if case.force_masked_mha and layout.route.startswith("masked") and within:
         tally.add("sparse.forced", "masked")
-    if case.force_mqa and layout.route == "mqa" and (within or layout.use_masked_mha):
+    if case.force_mqa and layout.route == Route.MQA and (within or layout.use_masked_mha):
         tally.add("sparse.forced", "mqa")
     if not case.masked_kernel and layout.masked_threshold:
         tally.add("sparse.forced", "no-kernel")
@@ -219,7 +226,7 @@ def _measure_l3(tally: FeatureTally, case: Any, layout: Any) -> None:
     tally.add("sparse_l3.keyless_rows", case.numeric.keyless_rows)
     tally.add("sparse_l3.selections", case.selection)
     _row_fills(tally, "sparse_l3.row_fill", case_topk(case), case.index_topk)
-    if layout.route != "masked-mha":
+    if layout.route != Route.MASKED_MHA:
         return
     if not (case.force_dense_mha or case.force_masked_mha or case.force_mqa):
         tally.count("sparse_l3.threshold_masked")

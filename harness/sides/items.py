@@ -34,6 +34,7 @@ from harness.sides.time_limits import limit_for, time_limit
 if TYPE_CHECKING:
     from harness.compare.bits import TensorComparison
     from harness.kernels import SharedKernels
+    from harness.model.sparse import SparseLayout
 
 
 class Status(TextEnum):
@@ -87,8 +88,8 @@ class CaseResult:
     index: int = -1
 
     # The sparse layouts of a sparse-layout item (None for every other kind).
-    oracle_sparse: Any = None
-    port_sparse: Any = None
+    oracle_sparse: SparseLayout | None = None
+    port_sparse: SparseLayout | None = None
     # A plug-in level's two answers (oracle, port), for its own row (KindSpec.row).
     answers: tuple[Any, Any] | None = None
 

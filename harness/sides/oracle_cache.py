@@ -524,7 +524,7 @@ def _environment_of(tensor: Any, what: str) -> dict[str, Any]:
     return numeric_environment(tensor.device)
 
 
-def _l3_material(case: Any, inputs: Any, kernels: SharedKernels, queries: Any) -> Any:
+def _l3_material(case: Case | SparseCase, inputs: object, kernels: SharedKernels, queries: torch.Tensor) -> object:
     """An L3 question's key material (dense or sparse): the whole case, every
     input tensor, the shared kernels, and the environment of the device the
     queries are on."""

@@ -43,6 +43,8 @@ from harness.sides.items import (
 )
 
 if TYPE_CHECKING:
+    import torch
+
     from harness.cases.suites import Suite
     from harness.kernels import SharedKernels
     from harness.sides.dcp_ranks import RealRanks
@@ -163,14 +165,15 @@ def compare_prefill(
     if oracle_inputs is None or port_inputs is None or other_inputs(result, case, oracle_inputs):
         return result
 
-    def port_prefill() -> Any:
+    def port_prefill() -> dict[str, torch.Tensor]:
         out = port.prefill(case, port_inputs, kernels)  # type: ignore[attr-defined]
         if not isinstance(out, dict):
             raise TypeError(f"prefill returned {type(out).__name__}, not a dict of tensors")
         return out
 
-    def oracle_prefill() -> Any:
-        return oracle.prefill(case, oracle_inputs, kernels)  # type: ignore[attr-defined]
+    def oracle_prefill() -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = oracle.prefill(case, oracle_inputs, kernels)  # type: ignore[attr-defined]
+        return out
 
     answers = both_sides(result, oracle_prefill, port_prefill, port, timeout_s)
     if answers is None:

@@ -18,7 +18,7 @@ from harness.compare.sparse import (
     first_remap_divergence,
     first_sparse_divergence,
 )
-from harness.model.sparse import SparseCase, TopkMaskCase
+from harness.model.sparse import MaskForm, Route, SparseCase, TopkMaskCase
 from harness.protocol.port import Port, PortValueError, check_tensor
 from harness.sides.input_digests import other_inputs
 from harness.sides.items import (
@@ -87,7 +87,7 @@ def compare_sparse_mask(oracle: Port, port: Port, case: TopkMaskCase, timeout_s:
     topk = materialise_topk(case)
     try:
         result.divergence = first_mask_divergence(
-            oracle_mask, port_mask, topk, case.form == "global"
+            oracle_mask, port_mask, topk, case.form == MaskForm.GLOBAL
         ) or first_remap_divergence(oracle_remap, port_remap, topk, case.range_starts)
     except PortValueError as exc:  # the port's tensors have the wrong dtype
         result.status, result.error = PORT_ERROR, one_line(exc)
@@ -119,7 +119,7 @@ def compare_sparse_prefill(
         reraise_interrupt(exc)
         result.status, result.error = ORACLE_ERROR, one_line(exc)
         return result
-    if route == "mqa":
+    if route == Route.MQA:
         result.status = NOT_RUN
         result.error = f"the oracle routes it mqa: compared at sparse-layout only (L3 covers {', '.join(L3_ROUTES)})"
         return result

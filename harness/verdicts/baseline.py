@@ -96,13 +96,23 @@ import pandas as pd
 from harness.cases.fields import CaseError
 from harness.cases.json_input import read_json
 from harness.compare.ulp_text import ulp_text
-from harness.model.levels import FLOAT_LEVELS, HOST_LEVELS
+from harness.model.levels import FLOAT_LEVELS, HOST_LEVELS, TextEnum
 from harness.sides.items import DIVERGENT, LEVELS, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, level_of
 
 if TYPE_CHECKING:
     from harness.cases.suites import Suite
 
-EXPECTED, NEW, STALE = "expected", "new", "stale"
+
+class Label(TextEnum):
+    """What the baseline makes of a failing item (expected, new) or of an entry
+    no item matched (stale)."""
+
+    EXPECTED = "expected"
+    NEW = "new"
+    STALE = "stale"
+
+
+EXPECTED, NEW, STALE = Label
 # The statuses an entry may expect; anything else an item can be is never expected.
 # An oracle error only in a baseline of a release other than the pin.
 ENTRY_STATUSES = (DIVERGENT, PORT_ERROR, ORACLE_ERROR)

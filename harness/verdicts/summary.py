@@ -16,11 +16,21 @@ import pandas as pd
 
 from harness.compare.ulp_text import sorted_histogram
 from harness.model import Layout
-from harness.model.levels import FLOAT_LEVELS
+from harness.model.levels import FLOAT_LEVELS, KINDS, TextEnum, kind_spec
 from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult
 
 STATUSES = (PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR, NOT_RUN)
-PASS, FAIL, INCOMPLETE = "pass", "fail", "incomplete"
+
+
+class Verdict(TextEnum):
+    """A run's verdict (:func:`verdict_of`)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    INCOMPLETE = "incomplete"
+
+
+PASS, FAIL, INCOMPLETE = Verdict
 COLUMNS = (
     "index",
     "id",
@@ -84,22 +94,20 @@ def result_row(r: CaseResult) -> dict[str, Any]:
     }
 
 
-# The layout kind whose divergence is the likely cause of a tensor item's divergence.
-_LAYOUT_OF = {"prefill": "layout", "sparse-prefill": "sparse-layout"}
-
-
 def layout_causes(table: pd.DataFrame) -> dict[str, str]:
     """For each failing L3 item whose case's layout diverges too (same name, its
     layout kind divergent), by item id: the note said before its own detail. The
     L3 loop runs over the port's layout, so its tensors differ because its
     chunks do: the layout is the cause to fix first."""
+    # Each kind whose divergence has a likely cause, and the kind of that cause (KindSpec.caused_by).
+    cause_of = {k: c for k in KINDS if (c := kind_spec(k)[0].caused_by) is not None}
     divergent_layouts = set(
-        table.loc[(table["status"] == DIVERGENT) & table["kind"].isin(set(_LAYOUT_OF.values())), "id"]
+        table.loc[(table["status"] == DIVERGENT) & table["kind"].isin(set(cause_of.values())), "id"]
     )
     causes = {}
-    failing = table[table["kind"].isin(set(_LAYOUT_OF)) & (table["status"] != PARITY)]
+    failing = table[table["kind"].isin(set(cause_of)) & (table["status"] != PARITY)]
     for row in failing.itertuples(index=False):
-        layout_id = f"{row.name}[{_LAYOUT_OF[row.kind]}]"
+        layout_id = f"{row.name}[{cause_of[row.kind]}]"
         if layout_id in divergent_layouts:
             causes[row.id] = f"its layout diverges too ({layout_id}): the likely cause, fix it first"
     return causes
