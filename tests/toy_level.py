@@ -21,6 +21,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+if __name__ == "__main__":
+    # Run as a program: the one copy of this module is the package's (a plug-in
+    # module named in PARITY_PLUGINS is imported as tests.toy_level too).
+    from tests.toy_level import main
+
+    sys.exit(main(sys.argv[1:]))
+
 from harness.cases.files import case_from_json
 from harness.model import Case, WorkspaceConfig
 from harness.model.levels import KindSpec, LevelSpec, register_level
@@ -125,5 +132,6 @@ def serve(port: ToyPort) -> None:
         print(json.dumps(reply), flush=True)
 
 
-if __name__ == "__main__":
-    serve(BUG_PORT if "--bug" in sys.argv[1:] else PORT)
+def main(argv: list[str]) -> int:
+    serve(BUG_PORT if "--bug" in argv else PORT)
+    return 0

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES, PRESETS, NumericSpec
+from harness.model.case_fields import Declared, declared_fields
 
 LIMITS = {
     "requests": 1 << 17,
@@ -85,3 +86,88 @@ def numeric_from_json(data: Any, source: str) -> NumericSpec:
             source, "numeric.keyless_rows", f"must be one of {', '.join(KEYLESS_ROWS)}, got {json.dumps(keyless_rows)}"
         )
     return NumericSpec(**dims, dtype=dtype, seed=seed, keyless_rows=keyless_rows)
+
+
+# -- fields read as their declaration says (harness.model.case_fields) ------------------------------
+
+
+def _bound(declared: Declared) -> int:
+    found = declared.rule.maximum if declared.rule.maximum is not None else LIMITS.get(declared.rule.limit or "")
+    return found if found is not None else 1 << 62
+
+
+def field_value(declared: Declared, value: Any, source: str) -> Any:
+    """One field's value read by its rule: the value, typed, or a
+    :class:`CaseError` naming the field and why."""
+    name, how = declared.name, declared.rule
+    if value is None and how.optional:
+        return None
+    if how.kind == "name":
+        if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+            raise CaseError(source, name, "must be a non-empty string without spaces")
+        return value
+    if how.kind == "text":
+        if not isinstance(value, str) or not value:
+            raise CaseError(source, name, "must be a non-empty string")
+        return value
+    if how.kind == "int":
+        return int_field(source, name, value, how.minimum, _bound(declared))
+    if how.kind == "ints":
+        return int_tuple_field(source, name, value, how.minimum, _bound(declared))
+    if how.kind == "bool":
+        if not isinstance(value, bool):
+            raise CaseError(source, name, f"must be true or false, got {json.dumps(value)}")
+        return value
+    if how.kind == "choice":
+        if value not in how.choices:
+            raise CaseError(source, name, f"must be one of {', '.join(how.choices)}, got {json.dumps(value)}")
+        return value
+    return numeric_from_json(value, source)
+
+
+def fields_from_json(
+    case_type: type, data: Any, source: str, what: str, accepted: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
+    """The declared fields of ``case_type`` read from ``data`` (a JSON object),
+    each by its rule: (its own fields' values, the extras set). A missing
+    required field, an unknown one (beyond ``accepted``, which are read
+    elsewhere or not at all) or a bad value is a :class:`CaseError` naming the
+    file and the field; ``what`` names the object in those errors."""
+    if not isinstance(data, dict):
+        raise CaseError(source, None, f"{what} must be a JSON object, got {type(data).__name__}")
+    declared = declared_fields(case_type)
+    for d in declared:
+        if d.required and d.name not in data:
+            raise CaseError(source, d.name, "is missing")
+    unknown = sorted(set(data) - {d.name for d in declared} - set(accepted))
+    if unknown:
+        raise CaseError(source, unknown[0], f"is not {what} field")
+    own: dict[str, Any] = {}
+    extras: list[tuple[str, Any]] = []
+    for d in declared:
+        if d.name in data:
+            value = field_value(d, data[d.name], source)
+            if d.extra:
+                extras.append((d.name, value))
+            else:
+                own[d.name] = value
+    return own, tuple(extras)
+
+
+def field_table(case_type: type) -> list[str]:
+    """The docs' table of ``case_type``'s fields, from their declaration."""
+    rows = ["| field | holds | default | what |", "|---|---|---|---|"]
+    for d in declared_fields(case_type):
+        how = d.rule
+        holds = {
+            "name": "string, no spaces",
+            "text": "string",
+            "int": f"integer, {how.minimum} to {_bound(d)}",
+            "ints": f"integers, {how.minimum} to {_bound(d)}, one per request",
+            "bool": "true or false",
+            "choice": " or ".join(how.choices),
+            "numeric": "numeric section",
+        }[how.kind]
+        default = "(required)" if d.required else f"`{json.dumps(d.default)}`"
+        rows.append(f"| `{d.name}` | {holds} | {default} | {how.doc} |")
+    return rows

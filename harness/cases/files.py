@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.cases.fields import LIMITS, CaseError, int_field, int_tuple_field, numeric_from_json
+from harness.cases.fields import LIMITS, CaseError, fields_from_json
 from harness.cases.json_input import read_json
 from harness.cases.sparse_inputs import (
     sparse_case_from_json,
@@ -67,82 +67,39 @@ from harness.model import (
     Case,
     MergeCase,
     WorkspaceConfig,
-    alignment_unit,
 )
 from harness.model.levels import Kind
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 
-_REQUIRED = ("name", "context_lens", "query_lens", "block_size", "workspace_size")
-_OPTIONAL = (
-    "family",
-    "dcp_world_size",
-    "cp_kv_cache_interleave_size",
-    "align_to_block",
-    "description",
-    "numeric",
-)
+# Read beside a case's declared fields (harness.model.Case): a note for people, kept nowhere.
+_CASE_NOTES = ("description",)
 
 
 def case_from_json(data: Any, source: str) -> Case:
-    """Validate one case object; ``source`` names where it came from in errors."""
-    if not isinstance(data, dict):
-        raise CaseError(source, None, f"a case must be a JSON object, got {type(data).__name__}")
-    for key in _REQUIRED:
-        if key not in data:
-            raise CaseError(source, key, "is missing")
-    unknown = sorted(set(data) - set(_REQUIRED) - set(_OPTIONAL))
-    if unknown:
-        raise CaseError(source, unknown[0], "is not a case field")
-    name = data["name"]
-    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
-        raise CaseError(source, "name", "must be a non-empty string without spaces")
-    family = data.get("family", "hand-picked")
-    if not isinstance(family, str) or not family:
-        raise CaseError(source, "family", "must be a non-empty string")
-    context_lens = int_tuple_field(source, "context_lens", data["context_lens"], 0, LIMITS["context_len"])
-    query_lens = int_tuple_field(source, "query_lens", data["query_lens"], 1, LIMITS["query_len"])
+    """Validate one case object, each field by its declaration
+    (:class:`harness.model.Case`), then what the fields must hold together;
+    ``source`` names where it came from in errors."""
+    values, extras = fields_from_json(Case, data, source, "a case", accepted=_CASE_NOTES)
+    context_lens, query_lens = values["context_lens"], values["query_lens"]
     if len(context_lens) != len(query_lens):
         raise CaseError(source, "query_lens", f"has {len(query_lens)} entries but context_lens has {len(context_lens)}")
     if sum(context_lens) > LIMITS["total_context"]:
         raise CaseError(
             source, "context_lens", f"total context {sum(context_lens)} exceeds {LIMITS['total_context']} rows"
         )
-    block_size = int_field(source, "block_size", data["block_size"], 1, LIMITS["block_size"])
-    workspace_size = int_field(source, "workspace_size", data["workspace_size"], 1, LIMITS["workspace_size"])
-    world = int_field(source, "dcp_world_size", data.get("dcp_world_size", 1), 1, LIMITS["dcp_world_size"])
-    interleave = int_field(
-        source,
-        "cp_kv_cache_interleave_size",
-        data.get("cp_kv_cache_interleave_size", 1),
-        1,
-        LIMITS["cp_kv_cache_interleave_size"],
-    )
-    align = data.get("align_to_block", True)
-    if not isinstance(align, bool):
-        raise CaseError(source, "align_to_block", f"must be true or false, got {json.dumps(align)}")
-    unit = alignment_unit(block_size, world, interleave, align)
-    if workspace_size < unit:
-        raise CaseError(source, "workspace_size", f"{workspace_size} rows is below one alignment unit ({unit} rows)")
-    description = data.get("description", "")
-    if not isinstance(description, str):
+    case = Case(**values, extras=extras)
+    if case.workspace_size < case.alignment:
+        raise CaseError(
+            source, "workspace_size", f"{case.workspace_size} rows is below one alignment unit ({case.alignment} rows)"
+        )
+    if not isinstance(data.get("description", ""), str):
         raise CaseError(source, "description", "must be a string")
-    numeric = numeric_from_json(data["numeric"], source) if "numeric" in data else None
+    numeric = case.numeric
     if numeric is not None:
         elements = sum(query_lens) * numeric.num_heads * max(numeric.qk_head_dim, numeric.kv_lora_rank)
         if elements + sum(context_lens) * numeric.latent_dim > LIMITS["numeric_elements"]:
             raise CaseError(source, "numeric", "tensors too large (refused before allocating)")
-    return Case(
-        name=name,
-        family=family,
-        context_lens=context_lens,
-        query_lens=query_lens,
-        block_size=block_size,
-        workspace_size=workspace_size,
-        dcp_world_size=world,
-        cp_kv_cache_interleave_size=interleave,
-        align_to_block=align,
-        numeric=numeric,
-    )
+    return case
 
 
 def load_case_file(path: Path) -> list[Case]:

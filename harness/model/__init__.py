@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from harness.model.case_fields import extra_default, fields_to_json, rule
+
 
 def alignment_unit(block_size: int, dcp_world_size: int, interleave: int, align_to_block: bool = True) -> int:
     """The chunk split alignment of SPEC section 1b.
@@ -39,17 +41,33 @@ class Case:
     ``workspace_size`` is at least one :func:`alignment_unit`.
     """
 
-    name: str
-    context_lens: tuple[int, ...]
-    query_lens: tuple[int, ...]
-    block_size: int
-    workspace_size: int
-    dcp_world_size: int = 1
-    cp_kv_cache_interleave_size: int = 1
-    align_to_block: bool = True
-    family: str = "hand-picked"
+    name: str = rule("name", "the case's name: its item ids are NAME[KIND]", first=True)
+    context_lens: tuple[int, ...] = rule(
+        "ints", "context tokens per request", minimum=0, limit="context_len", floor=lambda case: 0
+    )
+    query_lens: tuple[int, ...] = rule(
+        "ints", "new tokens per request (a prefill schedules at least one)", minimum=1, limit="query_len",
+        floor=lambda case: 1,
+    )  # fmt: skip
+    block_size: int = rule("int", "KV cache block size", minimum=1, limit="block_size")
+    workspace_size: int = rule(
+        "int", "workspace rows (at least one alignment unit)", minimum=1, limit="workspace_size",
+        floor=lambda case: case.alignment,
+    )  # fmt: skip
+    dcp_world_size: int = rule("int", "decode context parallel ranks", 1, minimum=1, limit="dcp_world_size")
+    cp_kv_cache_interleave_size: int = rule(
+        "int", "tokens per rank in turn under DCP", 1, minimum=1, limit="cp_kv_cache_interleave_size"
+    )
+    align_to_block: bool = rule("bool", "split chunks on block boundaries", True)
+    family: str = rule("text", "the family it was generated in (reports group by it)", "hand-picked", first=True)
     # Dimensions and seed for the numeric levels (L3); None: layout only.
-    numeric: NumericSpec | None = None
+    numeric: NumericSpec | None = rule("numeric", "makes it an L3 case too (below)", None)
+    # Fields declared from outside the harness (harness.model.case_fields.register_field), as (name, value).
+    extras: tuple[tuple[str, Any], ...] = ()
+
+    def extra(self, name: str) -> Any:
+        """A registered extra field's value (its default when the case does not set it)."""
+        return dict(self.extras).get(name, extra_default(Case, name))
 
     @property
     def num_requests(self) -> int:
@@ -75,18 +93,7 @@ class Case:
         return self.workspace_size // self.dcp_world_size
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "family": self.family,
-            "context_lens": list(self.context_lens),
-            "query_lens": list(self.query_lens),
-            "block_size": self.block_size,
-            "workspace_size": self.workspace_size,
-            "dcp_world_size": self.dcp_world_size,
-            "cp_kv_cache_interleave_size": self.cp_kv_cache_interleave_size,
-            "align_to_block": self.align_to_block,
-            **({"numeric": self.numeric.to_json()} if self.numeric else {}),
-        }
+        return fields_to_json(self)
 
 
 @dataclass(frozen=True)

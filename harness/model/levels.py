@@ -14,8 +14,9 @@ The built-in levels live in :mod:`harness.levels` and are loaded on the first
 question asked of the registry, by module name (as pytest loads its default
 plugins), so this module, the lowest layer, imports none of them. A level
 from elsewhere (a test's, a team's) is registered by importing its module,
-or by naming the module in ``PARITY_LEVEL_PLUGINS`` (comma-separated module
-paths, as ``PYTEST_PLUGINS``): every process the harness starts (``--jobs``
+or by naming the module in ``PARITY_PLUGINS`` (comma-separated module
+paths, as ``PYTEST_PLUGINS``; a plug-in module may declare case fields too:
+:mod:`harness.model.case_fields`): every process the harness starts (``--jobs``
 workers, DCP ranks, a reproduce line in a fresh shell) loads those too.
 
 Invariants: levels are in registration order, which is suite order (the order
@@ -157,7 +158,7 @@ class LevelSpec:
 
 # The built-in levels' modules, in suite order: loaded by name on first use.
 BUILTIN_LEVEL_MODULES = "harness.levels"
-PLUGINS_VARIABLE = "PARITY_LEVEL_PLUGINS"
+PLUGINS_VARIABLE = "PARITY_PLUGINS"
 
 _levels: dict[str, LevelSpec] = {}
 _kinds: dict[str, tuple[KindSpec, LevelSpec]] = {}
@@ -195,8 +196,8 @@ def unregister_level(name: str) -> None:
         _kinds.pop(kind.name, None)
 
 
-def _load() -> None:
-    """The built-in levels, then those ``PARITY_LEVEL_PLUGINS`` names, once."""
+def load_plugins() -> None:
+    """The built-in levels, then the plug-in modules ``PARITY_PLUGINS`` names, once."""
     global _loaded
     if _loaded:
         return
@@ -206,18 +207,18 @@ def _load() -> None:
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            raise LevelRegistryError(f"{PLUGINS_VARIABLE}: cannot import level module {module!r} ({exc})") from None
+            raise LevelRegistryError(f"{PLUGINS_VARIABLE}: cannot import plug-in module {module!r} ({exc})") from None
 
 
 def registered_levels() -> tuple[LevelSpec, ...]:
     """Every level, in suite order."""
-    _load()
+    load_plugins()
     return tuple(_levels.values())
 
 
 def level_spec(name: str) -> LevelSpec:
     """The level called ``name``; an unknown name is a :class:`KeyError` naming the known ones."""
-    _load()
+    load_plugins()
     try:
         return _levels[name]
     except KeyError:
@@ -227,7 +228,7 @@ def level_spec(name: str) -> LevelSpec:
 def kind_spec(kind: str) -> tuple[KindSpec, LevelSpec]:
     """The kind called ``kind`` and its level; an unknown kind is the harness's
     error (:class:`ValueError` naming the known ones), never another kind's."""
-    _load()
+    load_plugins()
     try:
         return _kinds[kind]
     except KeyError:
@@ -235,7 +236,7 @@ def kind_spec(kind: str) -> tuple[KindSpec, LevelSpec]:
 
 
 def is_kind(kind: str) -> bool:
-    _load()
+    load_plugins()
     return kind in _kinds
 
 

@@ -60,6 +60,7 @@ from harness.model import (
     WorkspaceConfig,
     alignment_unit,
 )
+from harness.model.case_fields import Declared, declared_fields
 
 if TYPE_CHECKING:
     from hypothesis.strategies import DrawFn, SearchStrategy
@@ -278,7 +279,33 @@ def draw_runs(draw: DrawFn, geometry: Geometry) -> list[tuple[int, int, int]]:
     return runs
 
 
-def _case_from(geometry: Geometry, runs: Iterable[tuple[int, int, int]], family: str, numeric: Any = None) -> Case:
+def declared_strategy(declared: Declared) -> SearchStrategy[Any]:
+    """A field with no designed strategy drawn from its declaration
+    (harness.model.case_fields): an integer anywhere in its bounds, small ones often,
+    a flag either way, any of its choices."""
+    how = declared.rule
+    if how.kind == "int":
+        top = how.maximum if how.maximum is not None else LIMITS.get(how.limit or "", 1 << 20)
+        return st.one_of(st.integers(how.minimum, min(top, how.minimum + 8)), st.integers(how.minimum, top))
+    if how.kind == "bool":
+        return st.booleans()
+    if how.kind == "choice":
+        return st.sampled_from(how.choices)
+    raise ValueError(f"no strategy for a {how.kind} field ({declared.name}): give it one")
+
+
+def draw_extras(draw: DrawFn) -> tuple[tuple[str, Any], ...]:
+    """Every extra field registered on Case, drawn from its declaration."""
+    return tuple((d.name, draw(declared_strategy(d))) for d in declared_fields(Case) if d.extra)
+
+
+def _case_from(
+    geometry: Geometry,
+    runs: Iterable[tuple[int, int, int]],
+    family: str,
+    numeric: Any = None,
+    extras: tuple[tuple[str, Any], ...] = (),
+) -> Case:
     contexts: list[int] = []
     queries: list[int] = []
     for count, context, query in runs:
@@ -295,6 +322,7 @@ def _case_from(geometry: Geometry, runs: Iterable[tuple[int, int, int]], family:
         cp_kv_cache_interleave_size=geometry.interleave,
         align_to_block=geometry.align_to_block,
         numeric=numeric,
+        extras=extras,
     )
     # The strategies keep to the validity rules; this is their proof on every example
     # (a CaseError here is a harness fault: the run ends as an error, never a find).
@@ -304,7 +332,7 @@ def _case_from(geometry: Geometry, runs: Iterable[tuple[int, int, int]], family:
 @st.composite
 def layout_cases(draw: DrawFn) -> Case:
     geometry = draw_geometry(draw)
-    return _case_from(geometry, draw_runs(draw, geometry), "explore-layout")
+    return _case_from(geometry, draw_runs(draw, geometry), "explore-layout", extras=draw_extras(draw))
 
 
 # Engine settings: realistic ones, and values whose products with the heuristic's
@@ -361,7 +389,7 @@ def prefill_cases(draw: DrawFn) -> Case:
     runs = draw(st.lists(st.tuples(st.just(1), contexts, st.integers(1, 8)), min_size=1, max_size=5))
     if sum(c for _, c, _ in runs) > PREFILL_CONTEXT_ROWS:
         reject()
-    return _case_from(geometry, runs, "explore-prefill", numeric)
+    return _case_from(geometry, runs, "explore-prefill", numeric, draw_extras(draw))
 
 
 # MergeCase fields and how to draw each; a field added to MergeCase without an

@@ -22,6 +22,7 @@ from typing import Any
 from harness.cases.fields import CaseError
 from harness.cases.files import case_from_json
 from harness.model import Case
+from harness.model.case_fields import Declared, declared_fields
 from harness.model.levels import SHRINKING_LEVELS, shrinking_kind
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port
 from harness.sides.items import PARITY, CaseResult
@@ -62,20 +63,33 @@ def _valid(case: Case) -> Case | None:
         return None
 
 
+def _per_request(case: Case) -> list[str]:
+    """The declared fields that hold a value per request (harness.model.case_fields)."""
+    return [d.name for d in declared_fields(Case) if d.rule.kind == "ints" and not d.extra]
+
+
 def _without(case: Case, start: int, stop: int) -> Case:
-    return dataclasses.replace(
-        case,
-        context_lens=case.context_lens[:start] + case.context_lens[stop:],
-        query_lens=case.query_lens[:start] + case.query_lens[stop:],
-    )
+    """``case`` without requests ``start:stop``: every per-request field cut alike."""
+    cut: dict[str, Any] = {
+        name: getattr(case, name)[:start] + getattr(case, name)[stop:] for name in _per_request(case)
+    }
+    return dataclasses.replace(case, **cut)
 
 
 def _with(case: Case, field: str, index: int, value: int) -> Case:
     values = list(getattr(case, field))
     values[index] = value
-    if field == "context_lens":
-        return dataclasses.replace(case, context_lens=tuple(values))
-    return dataclasses.replace(case, query_lens=tuple(values))
+    changed: dict[str, Any] = {field: tuple(values)}
+    return dataclasses.replace(case, **changed)
+
+
+def _set(case: Case, declared: Declared, value: Any) -> Case:
+    if declared.extra:
+        extras = dict(case.extras)
+        extras[declared.name] = value
+        return dataclasses.replace(case, extras=tuple(extras.items()))
+    changed: dict[str, Any] = {declared.name: value}
+    return dataclasses.replace(case, **changed)
 
 
 def smaller_values(value: int, floor: int) -> list[int]:
@@ -90,7 +104,15 @@ def smaller_values(value: int, floor: int) -> list[int]:
     return sorted({v for v in out if floor <= v < value}, key=lambda v: (v != floor, v))
 
 
+def _floor(declared: Declared, case: Case) -> int:
+    assert declared.rule.floor is not None
+    return declared.rule.floor(case)
+
+
 def candidates(case: Case) -> Iterator[Case]:
+    """Smaller cases, in the order tried: whole runs of requests removed (halves
+    first), then each declared field that shrinks (its rule's ``floor``)
+    stepped down, single values before per-request ones, in declaration order."""
     n = case.num_requests
     size = n // 2
     while size >= 1:
@@ -98,14 +120,17 @@ def candidates(case: Case) -> Iterator[Case]:
             if n - (min(n, start + size) - start) >= 1:
                 yield _without(case, start, min(n, start + size))
         size //= 2
-    for smaller in smaller_values(case.workspace_size, case.alignment):
-        yield dataclasses.replace(case, workspace_size=smaller)
-    for i, c in enumerate(case.context_lens):
-        for smaller in smaller_values(c, 0):
-            yield _with(case, "context_lens", i, smaller)
-    for i, q in enumerate(case.query_lens):
-        for smaller in smaller_values(q, 1):
-            yield _with(case, "query_lens", i, smaller)
+    shrinking = [d for d in declared_fields(Case) if d.rule.floor is not None]
+    for d in shrinking:
+        if d.rule.kind == "int":
+            value = case.extra(d.name) if d.extra else getattr(case, d.name)
+            for smaller in smaller_values(value, _floor(d, case)):
+                yield _set(case, d, smaller)
+    for d in shrinking:
+        if d.rule.kind == "ints" and not d.extra:
+            for i, value in enumerate(getattr(case, d.name)):
+                for smaller in smaller_values(value, _floor(d, case)):
+                    yield _with(case, d.name, i, smaller)
 
 
 def shrink(

@@ -341,7 +341,7 @@ def program_words(port_spec: str | None = None) -> list[str]:
     inside it), ``-m harness``, and before them ``env`` with what the run's
     imports depended on: ``PYTHONPATH`` holding the folder a Python port spec
     was imported from and the run's own ``PYTHONPATH``, the run's plug-in
-    levels (``PARITY_LEVEL_PLUGINS``), and ``-C DIR`` when the
+    levels and case fields (``PARITY_PLUGINS``), and ``-C DIR`` when the
     run's working directory (against which relative case files and ``cmd:``
     ports are resolved) is not the root. Never the ``parity`` console script:
     it is found only inside an activated environment."""

@@ -1,0 +1,138 @@
+"""Case fields declared once: each field of a case type carries its rule in
+its dataclass field's metadata (:func:`rule`), and everything that reads or
+writes a field follows from it: reading a file with a one-line error naming the
+field (:func:`harness.cases.fields.fields_from_json`), ``to_json``
+(:func:`fields_to_json`), the shrink moves (:mod:`harness.search.shrink`), the
+hypothesis strategies for fields without a designed one
+(:mod:`harness.search.explore_strategies`) and the docs' field tables
+(:func:`harness.cases.fields.field_table`).
+
+A field from outside the harness (a team's, a test's) is declared the same way
+and registered on a case type with :func:`register_field`: it travels in the
+case's ``extras`` (name, value pairs; a port reads it with ``case.extra(name)``),
+is read, written, shrunk, drawn and tabled as a declared field is, and an
+unknown one is still refused.
+
+Invariants: a rule's ``minimum`` is the smallest value the field may hold and
+``limit`` names the :data:`harness.cases.fields.LIMITS` entry that bounds it
+(or ``maximum`` gives the bound); ``to_json`` writes a field whose value is its
+default only when ``always`` (so a file from before the field existed keeps
+its bytes); ``first`` fields lead the JSON object (the name, the family).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# What a field holds: a name (no spaces), a text, an integer, an integer per
+# request, a boolean, one of ``choices``, or a numeric section.
+FIELD_KINDS = ("name", "text", "int", "ints", "bool", "choice", "numeric")
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """How one case field is read, written, shrunk, drawn and documented.
+
+    ``kind`` is one of :data:`FIELD_KINDS`; ``optional`` lets it hold None
+    (JSON null); ``floor(case)`` is the smallest value shrinking tries (None:
+    it never shrinks the field; per element for an ``ints`` field); ``doc`` is
+    its line in the docs' table."""
+
+    kind: str
+    doc: str
+    minimum: int = 0
+    limit: str | None = None
+    maximum: int | None = None
+    choices: tuple[str, ...] = ()
+    optional: bool = False
+    always: bool = True
+    first: bool = False
+    floor: Callable[[Any], int] | None = None
+
+
+def rule(kind: str, doc: str, default: Any = dataclasses.MISSING, **how: Any) -> Any:
+    """A dataclass field declared with its :class:`FieldRule`."""
+    if kind not in FIELD_KINDS:
+        raise ValueError(f"field kind {kind!r} is not one of {', '.join(FIELD_KINDS)}")
+    metadata = {"rule": FieldRule(kind, doc, **how)}
+    if default is dataclasses.MISSING:
+        return field(metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One declared field of a case type: its name, rule and default
+    (:data:`dataclasses.MISSING`: required), and whether it is an extra."""
+
+    name: str
+    rule: FieldRule
+    default: Any
+    extra: bool = False
+
+    @property
+    def required(self) -> bool:
+        return self.default is dataclasses.MISSING
+
+
+_extras: dict[type, dict[str, Declared]] = {}
+
+
+def register_field(case_type: type, name: str, field_rule: FieldRule, default: Any) -> Declared:
+    """Declare a field of ``case_type`` from outside the harness: it has a
+    default (a file without it stays valid) and a name no field has."""
+    if name in declared_names(case_type):
+        raise ValueError(f"{case_type.__name__} already has a field {name!r}")
+    declared = Declared(name, field_rule, default, extra=True)
+    _extras.setdefault(case_type, {})[name] = declared
+    return declared
+
+
+def unregister_field(case_type: type, name: str) -> None:
+    _extras.get(case_type, {}).pop(name, None)
+
+
+def declared_fields(case_type: type) -> tuple[Declared, ...]:
+    """Every declared field of ``case_type``: its own in declaration order,
+    then the registered extras (the plug-in modules loaded first:
+    :func:`harness.model.levels.load_plugins`)."""
+    from harness.model.levels import load_plugins
+
+    load_plugins()
+    own = tuple(
+        Declared(f.name, f.metadata["rule"], f.default) for f in dataclasses.fields(case_type) if "rule" in f.metadata
+    )
+    return own + tuple(_extras.get(case_type, {}).values())
+
+
+def declared_names(case_type: type) -> tuple[str, ...]:
+    return tuple(d.name for d in declared_fields(case_type))
+
+
+def extra_default(case_type: type, name: str) -> Any:
+    """The default of a registered extra field (KeyError: no such field)."""
+    from harness.model.levels import load_plugins
+
+    load_plugins()
+    return _extras[case_type][name].default
+
+
+def fields_to_json(case: Any) -> dict[str, Any]:
+    """``case`` as its declaration writes it: ``first`` fields, then the rest
+    in order, a default left out unless ``always``; a numeric section by its own
+    ``to_json``; extras after the fields, each only when set."""
+    declared = declared_fields(type(case))
+    out: dict[str, Any] = {}
+    for d in sorted(declared, key=lambda d: not d.rule.first):
+        value = case.extra(d.name) if d.extra else getattr(case, d.name)
+        if (d.extra or not d.rule.always) and value == d.default:
+            continue
+        if d.rule.kind == "numeric":
+            if value is not None:
+                out[d.name] = value.to_json()
+        else:
+            out[d.name] = list(value) if d.rule.kind == "ints" else value
+    return out
