@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 if __name__ == "__main__":
     # Run as a program: the one copy of this module is the package's (a plug-in
     # module named in PARITY_PLUGINS is imported as tests.toy_level too).
-    from tests.toy_level import main
+    from tests.toy_level import main as run_program
 
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_program(sys.argv[1:]))
 
 from harness.cases.files import case_from_json
 from harness.model import Case, WorkspaceConfig

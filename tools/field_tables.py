@@ -16,10 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.cases.fields import field_table  # noqa: E402
-from harness.model import Case  # noqa: E402
+from harness.model import Case, MergeCase, WorkspaceConfig  # noqa: E402
 
 # Each tabled case type, and the page its table is in.
-TABLES = {"Case": (Case, ROOT / "docs" / "cases.md")}
+TABLES = {
+    "Case": (Case, ROOT / "docs" / "cases.md"),
+    "MergeCase": (MergeCase, ROOT / "docs" / "cases.md"),
+    "WorkspaceConfig": (WorkspaceConfig, ROOT / "docs" / "cases.md"),
+}
 
 
 def rewritten(text: str, name: str, rows: list[str]) -> str:

@@ -154,6 +154,13 @@ def fields_from_json(
     return own, tuple(extras)
 
 
+def _int_range(declared: Declared) -> str:
+    how = declared.rule
+    if how.maximum is None and how.limit is None:
+        return "integer" if how.minimum < -(1 << 62) else f"integer >= {how.minimum}"
+    return f"integer, {how.minimum} to {_bound(declared)}"
+
+
 def field_table(case_type: type) -> list[str]:
     """The docs' table of ``case_type``'s fields, from their declaration."""
     rows = ["| field | holds | default | what |", "|---|---|---|---|"]
@@ -162,12 +169,12 @@ def field_table(case_type: type) -> list[str]:
         holds = {
             "name": "string, no spaces",
             "text": "string",
-            "int": f"integer, {how.minimum} to {_bound(d)}",
-            "ints": f"integers, {how.minimum} to {_bound(d)}, one per request",
+            "int": _int_range(d),
+            "ints": f"{_int_range(d).replace('integer', 'integers')}, one per request",
             "bool": "true or false",
-            "choice": " or ".join(how.choices),
+            "choice": "one of " + ", ".join(f"`{c}`" for c in how.choices),
             "numeric": "numeric section",
-        }[how.kind]
+        }[how.kind] + (" or null" if how.optional else "")
         default = "(required)" if d.required else f"`{json.dumps(d.default)}`"
         rows.append(f"| `{d.name}` | {holds} | {default} | {how.doc} |")
     return rows

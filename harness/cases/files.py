@@ -60,10 +60,6 @@ from harness.cases.sparse_inputs import (
     topk_mask_case_from_json,
 )
 from harness.model import (
-    MERGE_LSE_VIEWS,
-    MERGE_PATTERNS,
-    MERGE_VALUE_VIEWS,
-    NUMERIC_DTYPES,
     Case,
     MergeCase,
     WorkspaceConfig,
@@ -167,64 +163,16 @@ def write_case_file(case: Case, path: Path, description: str = "") -> None:
 
 # -- item files: a case, a merge case or a workspace configuration ------------------------
 
-# The values each string field of a merge case may take.
-MERGE_CHOICES: dict[str, tuple[str, ...]] = {
-    "dtype": NUMERIC_DTYPES,
-    "pattern": MERGE_PATTERNS,
-    "lse_view": MERGE_LSE_VIEWS,
-    "value_view": MERGE_VALUE_VIEWS,
-}
-
-
-def _typed(data: dict[str, Any], name: str, kind: type, source: str) -> Any:
-    value = data[name]
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise CaseError(source, name, f"must be an integer, got {json.dumps(value)}")
-    if kind is str and not isinstance(value, str):
-        raise CaseError(source, name, f"must be a string, got {json.dumps(value)}")
-    return value
-
 
 def workspace_config_from_json(data: dict[str, Any], source: str) -> WorkspaceConfig:
-    names = [f.name for f in dataclasses.fields(WorkspaceConfig)]
-    unknown = sorted(set(data) - {*names, "kind", "name", "description"})
-    if unknown:
-        raise CaseError(source, unknown[0], "is not a workspace-config field")
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(WorkspaceConfig):
-        if f.name in data:
-            values[f.name] = _typed(data, f.name, int, source)
-            if values[f.name] < 1:
-                raise CaseError(source, f.name, f"must be >= 1, got {values[f.name]}")
-        elif f.default is dataclasses.MISSING:
-            raise CaseError(source, f.name, "is missing")
+    """A workspace configuration, each field by its declaration (:class:`WorkspaceConfig`)."""
+    values, _ = fields_from_json(WorkspaceConfig, data, source, "a workspace-config", ("kind", "name", "description"))
     return WorkspaceConfig(**values)
 
 
 def merge_case_from_json(data: dict[str, Any], source: str) -> MergeCase:
-    """A merge case as :meth:`MergeCase.to_json` writes it, checked by type."""
-    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(MergeCase)} - {"description"})
-    if unknown:
-        raise CaseError(source, unknown[0], "is not a merge-case field")
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(MergeCase):
-        if f.name not in data:
-            if f.default is dataclasses.MISSING:
-                raise CaseError(source, f.name, "is missing")
-            continue
-        value = data[f.name]
-        default = f.default if f.default is not dataclasses.MISSING else None
-        if isinstance(default, str) or f.name in ("name", "dtype", "pattern"):
-            value = _typed(data, f.name, str, source)
-        elif value is not None or default is not None:
-            value = _typed(data, f.name, int, source)
-        values[f.name] = value
-    for name, choices in MERGE_CHOICES.items():
-        if name in values and values[name] not in choices:
-            raise CaseError(source, name, f"must be one of {', '.join(choices)}, got {json.dumps(values[name])}")
-    for name in ("num_tokens", "num_heads", "head_size"):
-        if not 1 <= values[name] <= 4096:
-            raise CaseError(source, name, f"must be in 1..4096, got {values[name]}")
+    """A merge case as :meth:`MergeCase.to_json` writes it, each field by its declaration."""
+    values, _ = fields_from_json(MergeCase, data, source, "a merge-case", ("description",))
     return MergeCase(**values)
 
 

@@ -100,11 +100,11 @@ class Case:
 class WorkspaceConfig:
     """The engine settings that decide the dense MLA chunked-prefill workspace size."""
 
-    max_model_len: int
-    max_num_seqs: int
-    block_size: int
-    dcp_world_size: int = 1
-    cp_kv_cache_interleave_size: int = 1
+    max_model_len: int = rule("int", "the longest sequence the engine admits", minimum=1)
+    max_num_seqs: int = rule("int", "the most sequences one step schedules", minimum=1)
+    block_size: int = rule("int", "KV cache block size", minimum=1)
+    dcp_world_size: int = rule("int", "decode context parallel ranks", 1, minimum=1)
+    cp_kv_cache_interleave_size: int = rule("int", "tokens per rank in turn under DCP", 1, minimum=1)
 
     @property
     def name(self) -> str:
@@ -492,34 +492,23 @@ class MergeCase:
     (:data:`MERGE_VALUE_VIEWS`) say how the inputs are laid out in memory; they
     change no value the merge reads."""
 
-    name: str
-    num_tokens: int
-    num_heads: int
-    head_size: int
-    dtype: str
-    pattern: str
-    seed: int
-    prefill_tokens_with_context: int | None = None
-    family: str = "merge"
-    lse_view: str = MERGE_LSE_VIEWS[0]
-    value_view: str = MERGE_VALUE_VIEWS[0]
+    name: str = rule("name", "the case's name", first=True)
+    num_tokens: int = rule("int", "tokens (rows of each partial)", minimum=1, maximum=4096)
+    num_heads: int = rule("int", "attention heads", minimum=1, maximum=4096)
+    head_size: int = rule("int", "values per head", minimum=1, maximum=4096)
+    dtype: str = rule("choice", "the partials' dtype", choices=NUMERIC_DTYPES)
+    pattern: str = rule("choice", "how the LSEs are drawn (below)", choices=MERGE_PATTERNS)
+    seed: int = rule("int", "the draw's seed", minimum=-(1 << 63))
+    prefill_tokens_with_context: int | None = rule(
+        "int", "tokens merged with the prefix (null: every token)", None, minimum=0, maximum=1 << 31, optional=True
+    )
+    family: str = rule("text", "the family it was generated in", "merge", first=True)
+    # Written only when not the default, so cases from before the views
+    # existed keep byte-identical JSON (and results files).
+    lse_view: str = rule("choice", "the LSEs' memory layout", MERGE_LSE_VIEWS[0], choices=MERGE_LSE_VIEWS, always=False)
+    value_view: str = rule(
+        "choice", "the values' memory layout", MERGE_VALUE_VIEWS[0], choices=MERGE_VALUE_VIEWS, always=False
+    )
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "name": self.name,
-            "family": self.family,
-            "num_tokens": self.num_tokens,
-            "num_heads": self.num_heads,
-            "head_size": self.head_size,
-            "dtype": self.dtype,
-            "pattern": self.pattern,
-            "seed": self.seed,
-            "prefill_tokens_with_context": self.prefill_tokens_with_context,
-        }
-        # Written only when not the default, so cases from before the views
-        # existed keep byte-identical JSON (and results files).
-        if self.lse_view != MERGE_LSE_VIEWS[0]:
-            out["lse_view"] = self.lse_view
-        if self.value_view != MERGE_VALUE_VIEWS[0]:
-            out["value_view"] = self.value_view
-        return out
+        return fields_to_json(self)
