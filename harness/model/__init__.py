@@ -63,7 +63,8 @@ class Case:
     # Dimensions and seed for the numeric levels (L3); None: layout only.
     numeric: NumericSpec | None = rule("numeric", "makes it an L3 case too (below)", None)
     # Fields declared from outside the harness (harness.model.case_fields.register_field), as (name, value).
-    extras: tuple[tuple[str, Any], ...] = ()
+    # Keyed only when set: a case without extras keys the oracle cache as before they existed.
+    extras: tuple[tuple[str, Any], ...] = field(default=(), metadata={"keyed_when_set": True})
 
     def extra(self, name: str) -> Any:
         """A registered extra field's value (its default when the case does not set it)."""

@@ -250,7 +250,11 @@ def canonical(value: Any) -> Any:
     if type(value) is OneProcessRanks:
         return {"type": "OneProcessRanks", "world_size": value.world_size, "rank": value.rank}
     if type(value) in _MODEL_DATACLASSES or (dataclasses.is_dataclass(value) and type(value) in _input_dataclasses()):
-        fields = {f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        fields = {
+            f.name: canonical(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (f.metadata.get("keyed_when_set") and getattr(value, f.name) == f.default)
+        }
         return {"type": type(value).__qualname__, "fields": fields}
     raise Uncacheable(f"a {type(value).__module__}.{type(value).__qualname__}")
 
