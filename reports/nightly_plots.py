@@ -19,11 +19,15 @@ import base64
 import io
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from harness.night.data import Night, PortNight
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 # The oracle's bars (it is no port): a grey no port is given.
 ORACLE_COLOUR = "#444444"
@@ -44,7 +48,7 @@ def port_colours(*groups: Iterable[str]) -> dict[str, str]:
     return {name: palette[i % len(palette)] for i, name in enumerate(names)}
 
 
-def drawn_port_colours(fig: Any) -> dict[str, list[str]]:
+def drawn_port_colours(fig: Figure) -> dict[str, list[str]]:
     """Per port, the colours its artists (gid ``port:NAME``) were drawn in."""
     from matplotlib.colors import to_hex
     from matplotlib.lines import Line2D
@@ -62,7 +66,7 @@ def drawn_port_colours(fig: Any) -> dict[str, list[str]]:
     return {port: sorted(colours) for port, colours in sorted(seen.items())}
 
 
-def png(fig: Any) -> str:
+def png(fig: Figure) -> str:
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
@@ -71,12 +75,12 @@ def png(fig: Any) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def plot_attributes(fig: Any) -> str:
+def plot_attributes(fig: Figure) -> str:
     """The ``data-port-colours`` JSON of a figure (before :func:`png` closes it)."""
     return json.dumps(drawn_port_colours(fig), sort_keys=True)
 
 
-def _figure(width: float = 7.0, height: float = 3.2, columns: int = 1, **kwargs: Any) -> tuple[Any, Any]:
+def _figure(width: float = 7.0, height: float = 3.2, columns: int = 1, **kwargs: Any) -> tuple[Figure, Any]:
     """A figure laid out by matplotlib's constrained layout, so no label is cut."""
     import matplotlib
 
@@ -90,7 +94,7 @@ def _colour(colours: Mapping[str, str], side: str) -> str:
     return ORACLE_COLOUR if side == "oracle" else colours.get(side) or port_colours([side])[side]
 
 
-def _grouped_bars(ax: Any, frame: pd.DataFrame, colours: Mapping[str, str]) -> None:
+def _grouped_bars(ax: Axes, frame: pd.DataFrame, colours: Mapping[str, str]) -> None:
     """One bar per row and column of ``frame``, each column (the oracle, a port) in its colour."""
     width = 0.8 / max(len(frame.columns), 1)
     for i, side in enumerate(frame.columns):
@@ -108,7 +112,7 @@ def _grouped_bars(ax: Any, frame: pd.DataFrame, colours: Mapping[str, str]) -> N
     ax.set_xticks(range(len(frame.index)), [str(f) for f in frame.index], rotation=35, ha="right", fontsize=8)
 
 
-def ulp_histogram_figure(port: PortNight, colours: Mapping[str, str] | None = None) -> Any | None:
+def ulp_histogram_figure(port: PortNight, colours: Mapping[str, str] | None = None) -> Figure | None:
     """Bar chart of mismatching elements by ULP bucket, per numeric level: the
     bars are the port's colour, each level hatched its own way."""
     numeric = {lv: n for lv, n in port.summary["numeric"].items() if n["histogram"]}
@@ -171,7 +175,7 @@ def unplannable_counts(night: Night) -> pd.DataFrame:
     return pd.DataFrame(columns).fillna(0).astype(int).sort_index()
 
 
-def chunk_figure(night: Night, colours: Mapping[str, str] | None = None) -> Any | None:
+def chunk_figure(night: Night, colours: Mapping[str, str] | None = None) -> Figure | None:
     """Left: chunks per case relative to the oracle (log scale: 1 is the oracle's
     count); right: the unplannable cases per family and side, so they are seen."""
     colours = colours or port_colours(p.port for p in night.ports)
@@ -200,7 +204,7 @@ def chunk_figure(night: Night, colours: Mapping[str, str] | None = None) -> Any 
     return fig
 
 
-def _date_axis(ax: Any, nights: pd.Series) -> None:
+def _date_axis(ax: Axes, nights: pd.Series) -> None:
     """The x-axis spans the nights that exist (half a day either side), each
     labelled as a date; beyond a fortnight of nights, matplotlib picks the ticks."""
     import matplotlib.dates
@@ -239,7 +243,7 @@ def parity_limits(values: pd.Series) -> tuple[float, float]:
     return max(0.0, low - margin), min(1.0, high) + margin
 
 
-def _parity_axis(ax: Any, values: pd.Series) -> str:
+def _parity_axis(ax: Axes, values: pd.Series) -> str:
     """Zoom the parity axis to ``values`` (ticks only up to 100%); its label."""
     from matplotlib.ticker import PercentFormatter
 

@@ -225,13 +225,15 @@ def test_chunk_plot_is_per_case_relative_and_counts_unplannable() -> None:
     ratios = chunk_ratios(night)
     assert ratios.loc["many-chunks", "legacy"] == pytest.approx(2.0) and ratios.loc["single", "legacy"] == 1.0
     assert "zero-context" not in ratios.index
+    from matplotlib.patches import Rectangle
+
     unplannable = unplannable_counts(night)
     assert unplannable.loc["many-chunks"].tolist() == [0, 1] and int(unplannable.to_numpy().sum()) == 1
     figure = chunk_figure(night)
     assert figure is not None
     left, right = figure.axes[:2]
     assert left.get_yscale() == "log" and right.get_title() == "unplannable batches: 1"
-    heights = sorted(round(bar.get_height(), 6) for bar in left.patches)
+    heights = sorted(round(bar.get_height(), 6) for bar in left.patches if isinstance(bar, Rectangle))
     assert heights == [1.0, 2.0]  # per case: the 60-chunk case does not dwarf the single-chunk family
     page = render_html(night, pd.DataFrame())
     chunks = parse_tables(page)["chunks"]
@@ -296,7 +298,7 @@ def test_labels_are_inside_every_figure() -> None:
     for fig in figures:
         assert fig is not None
         fig.canvas.draw()
-        renderer = fig.canvas.get_renderer()
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's canvas has it
         bounds = fig.bbox
         for ax in fig.axes:
             texts = [ax.xaxis.label, ax.yaxis.label, ax.title]
@@ -430,7 +432,8 @@ def test_every_plot_draws_a_port_in_its_one_colour() -> None:
     assert colours == {"alpha": "#1f77b4", "zeta": "#ff7f0e"}
     figures = [chunk_figure(night, colours), ulp_histogram_figure(zeta, colours)]
     figures += [fig for _, fig in history_figures(history, colours)]
-    drawn = [drawn_port_colours(fig) for fig in figures]
+    drawn = [drawn_port_colours(fig) for fig in figures if fig is not None]
+    assert len(drawn) == len(figures)
     assert drawn[0] == drawn[2] == drawn[3] == {"alpha": ["#1f77b4"], "zeta": ["#ff7f0e"]}
     assert drawn[1] == {"zeta": ["#ff7f0e"]}
     for fig in figures:

@@ -96,7 +96,7 @@ def _bound(declared: Declared) -> int:
     return found if found is not None else 1 << 62
 
 
-def field_value(declared: Declared, value: Any, source: str) -> Any:
+def field_value(declared: Declared, value: object, source: str) -> object:
     """One field's value read by its rule: the value, typed, or a
     :class:`CaseError` naming the field and why."""
     name, how = declared.name, declared.rule

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from harness.levels.shown import ShowContext, divergent_tensors
 from harness.model import Case, Layout
 from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
+from harness.protocol.port import Port
 from harness.sides.items import CaseResult, device_kernels
 from harness.sides.runner import ItemCall, compare_prefill
 
@@ -22,7 +23,7 @@ def _run(call: ItemCall) -> CaseResult:
     return compare_prefill(call.oracle, call.port, call.item, kernels, call.device, call.timeout_s, call.real_ranks)
 
 
-def _port_layout(port: Any, case: Case) -> Layout | None:
+def _port_layout(port: Port, case: Case) -> Layout | None:
     """The port's layout of ``case``, or None where it cannot give one."""
     try:
         layout: Layout = port.plan_layout(case)

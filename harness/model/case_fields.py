@@ -70,7 +70,7 @@ class Declared:
 
     name: str
     rule: FieldRule
-    default: Any
+    default: object
     extra: bool = False
 
     @property
@@ -81,7 +81,7 @@ class Declared:
 _extras: dict[type, dict[str, Declared]] = {}
 
 
-def register_field(case_type: type, name: str, field_rule: FieldRule, default: Any) -> Declared:
+def register_field(case_type: type, name: str, field_rule: FieldRule, default: object) -> Declared:
     """Declare a field of ``case_type`` from outside the harness: it has a
     default (a file without it stays valid) and a name no field has."""
     if name in declared_names(case_type):
@@ -112,7 +112,7 @@ def declared_names(case_type: type) -> tuple[str, ...]:
     return tuple(d.name for d in declared_fields(case_type))
 
 
-def extra_default(case_type: type, name: str) -> Any:
+def extra_default(case_type: type, name: str) -> object:
     """The default of a registered extra field (KeyError: no such field)."""
     from harness.model.levels import load_plugins
 
@@ -120,7 +120,7 @@ def extra_default(case_type: type, name: str) -> Any:
     return _extras[case_type][name].default
 
 
-def fields_to_json(case: Any) -> dict[str, Any]:
+def fields_to_json(case: object) -> dict[str, Any]:
     """``case`` as its declaration writes it: ``first`` fields, then the rest
     in order, a default left out unless ``always``; a numeric section by its own
     ``to_json``; extras after the fields, each only when set."""
