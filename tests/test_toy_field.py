@@ -103,14 +103,15 @@ def test_it_runs_through_run_gate_and_diff(toy: None, tmp_path: Path, capsys: py
     assert "verdict: DIVERGENT" in capsys.readouterr().out
 
 
-def test_the_committed_table_is_the_declarations() -> None:
-    spec = importlib.util.spec_from_file_location("field_tables_tool", ROOT / "tools" / "field_tables.py")
+def test_the_committed_tables_are_the_declarations() -> None:
+    """The docs' field tables and levels table, as tools/docs_tables.py writes them."""
+    spec = importlib.util.spec_from_file_location("docs_tables_tool", ROOT / "tools" / "docs_tables.py")
     assert spec is not None and spec.loader is not None
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    for name, (case_type, page) in tool.TABLES.items():
+    for page, name, rows in tool.tables():
         text = page.read_text(encoding="utf-8")
-        assert tool.rewritten(text, name, field_table(case_type)) == text, f"run python tools/field_tables.py ({page})"
+        assert tool.rewritten(text, name, rows) == text, f"run python tools/docs_tables.py ({page}, {name})"
 
 
 def test_a_field_name_is_declared_once() -> None:

@@ -79,6 +79,8 @@ class Declared:
 
 
 _extras: dict[type, dict[str, Declared]] = {}
+# The field of a case type that holds its registered extras' values, as (name, value) pairs.
+EXTRAS_FIELD = "extras"
 
 
 def register_field(case_type: type, name: str, field_rule: FieldRule, default: object) -> Declared:
@@ -125,9 +127,10 @@ def fields_to_json(case: object) -> dict[str, Any]:
     in order, a default left out unless ``always``; a numeric section by its own
     ``to_json``; extras after the fields, each only when set."""
     declared = declared_fields(type(case))
+    extras = dict(getattr(case, EXTRAS_FIELD, ()))
     out: dict[str, Any] = {}
     for d in sorted(declared, key=lambda d: not d.rule.first):
-        value = case.extra(d.name) if d.extra else getattr(case, d.name)
+        value = extras.get(d.name, d.default) if d.extra else getattr(case, d.name)
         if (d.extra or not d.rule.always) and value == d.default:
             continue
         if d.rule.kind == "numeric":
