@@ -119,11 +119,18 @@ def _main(argv: list[str] | None) -> int:
 
     from harness.cases.fields import CaseError
     from harness.engine import UsageError
+    from harness.model.levels import LevelRegistryError, load_plugins
     from harness.protocol.port import PortLoadError
 
     # Triton's interpreter evaluates -inf - -inf in numpy before the kernel selects
     # the -inf it wants; the warning is noise in every numeric run.
     warnings.filterwarnings("ignore", "invalid value encountered", RuntimeWarning)
+    try:
+        # The plug-in levels and case fields first: the options' choices name them.
+        load_plugins()
+    except LevelRegistryError as exc:
+        print(f"parity: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     args = build_parser().parse_args(argv)
     stdout = sys.stdout
     if not isinstance(stdout, _PipeSafe) and hasattr(stdout, "fileno"):
@@ -138,7 +145,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         code: int = args.func(args)
         return code
-    except (CaseError, PortLoadError, UsageError) as exc:
+    except (CaseError, PortLoadError, UsageError, LevelRegistryError) as exc:
         print(f"parity: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -299,15 +299,16 @@ class _SessionChecks:
             line = f"parity: beyond baseline: {n} items where {entry.where} counts {entry.items} ({entry.label})"
             if reporter is not None:
                 reporter.write_line(line, red=True)
-        from harness.verdicts.summary import REPLANNED
+        from harness.verdicts.summary import REPLANNED, planned_over
 
+        over = planned_over()
         replanned = [
-            name
+            (kind, name)
             for (kind, name), digest in sorted(self.layouts.items())
-            if kind == "prefill" and self.layouts.get(("layout", name), digest) != digest
+            if kind in over and self.layouts.get((over[kind], name), digest) != digest
         ]
-        for name in replanned:
-            line = f"parity: {self.plan.suite.name}/{name}[prefill]: {REPLANNED}"
+        for kind, name in replanned:
+            line = f"parity: {self.plan.suite.name}/{name}[{kind}]: {REPLANNED}"
             if reporter is not None:
                 reporter.write_line(line, red=True)
         if beyond or replanned:

@@ -178,3 +178,42 @@ def test_the_grep_finds_a_list_of_levels(tmp_path: Path) -> None:
     planted.parent.mkdir(parents=True)
     planted.write_text('CHOICES = ("layout", "prefill")\n\n\ndef _storable():\n    return {"merge": 1, "prefill": 2}\n')
     assert level_lists(planted, tmp_path) == ["harness/sides/oracle_cache.py:1: ['layout', 'prefill']"]
+
+
+def test_a_port_that_registers_a_level_as_it_loads_is_refused(
+    toy: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its level would be planned by no run and known to no worker: one line, exit 2."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "late_level.py").write_text(
+        "import dataclasses\nfrom tests import toy_level\nfrom harness.model.levels import register_level\n"
+        "register_level(dataclasses.replace(toy_level.TOY, name='late', kinds=(dataclasses.replace("
+        "toy_level.TOY.kinds[0], name='late'),)))\nPORT = toy_level.PORT\n"
+    )
+    try:
+        assert main(["run", "--suite", "smoke", "--level", "layout", "--port", "late_level:PORT"]) == 2
+        assert "registered level late as it loaded: name its module in PARITY_PLUGINS" in capsys.readouterr().err
+    finally:
+        unregister_level("late")
+        importlib.invalidate_caches()
+
+
+def test_a_level_is_registered_after_the_built_in_ones_and_checked(toy: None) -> None:
+    import dataclasses
+
+    from harness.model.levels import LevelRegistryError, LevelSpec
+    from tests import toy_level
+
+    spec = toy_level.TOY
+    assert list(LEVELS)[:6] == ["layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill"]
+    twice = dataclasses.replace(spec, name="twice", kinds=(spec.kinds[0], spec.kinds[0]))
+    for bad, why in (
+        (dataclasses.replace(spec, name="none", port_methods=()), "names no port method"),
+        (dataclasses.replace(twice, kinds=(dataclasses.replace(spec.kinds[0], name="t"),) * 2), "declared twice"),
+        (dataclasses.replace(spec, name="taken", kinds=(dataclasses.replace(spec.kinds[0], name="merge"),)), "another"),
+        (LevelSpec("empty", "nothing", (), ("m",), host=True, floats=False), "no kinds"),
+    ):
+        with pytest.raises(LevelRegistryError, match=why):
+            register_level(bad)

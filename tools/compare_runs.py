@@ -6,7 +6,7 @@ changes no behaviour must leave identical.
 Each pair is two ``parity run --json`` files or two ``--results`` files (JSON
 lines). Compared: the item ids in order, every item's status, and every field
 of every item (``--json``'s ``cases``, the results file's rows) and of the
-summary. Left out, and said so: the fields that name the harness's sources
+summary, values by type and key order too. Left out, and said so: the fields that name the harness's sources
 (its commit and source digest: a refactor changes them by definition) and the
 run's timing. Prints one line per pair and each difference; exit 1 when any.
 """
@@ -42,6 +42,9 @@ def _item_id(row: dict[str, Any]) -> str:
 def _differences(before: Any, after: Any, where: str) -> list[str]:
     if isinstance(before, dict) and isinstance(after, dict):
         found = []
+        order = [[k for k in keys if k not in SOURCE_FIELDS | TIMING_FIELDS] for keys in (before, after)]
+        if order[0] != order[1] and set(order[0]) == set(order[1]):
+            found.append(f"{where}: key order {order[0]} -> {order[1]}")
         for key in sorted(set(before) | set(after)):
             if key in SOURCE_FIELDS or key in TIMING_FIELDS:
                 continue

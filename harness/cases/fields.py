@@ -37,12 +37,12 @@ class CaseError(Exception):
         super().__init__(f"{where}: {reason}")
 
 
-def int_field(source: str, field: str, value: Any, minimum: int, maximum: int) -> int:
+def int_field(source: str, field: str, value: Any, minimum: int | None, maximum: int | None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise CaseError(source, field, f"must be an integer, got {json.dumps(value)}")
-    if value < minimum:
+    if minimum is not None and value < minimum:
         raise CaseError(source, field, f"must be >= {minimum}, got {value}")
-    if value > maximum:
+    if maximum is not None and value > maximum:
         raise CaseError(source, field, f"must be <= {maximum} (refused before allocating), got {value}")
     return value
 
@@ -91,9 +91,10 @@ def numeric_from_json(data: Any, source: str) -> NumericSpec:
 # -- fields read as their declaration says (harness.model.case_fields) ------------------------------
 
 
-def _bound(declared: Declared) -> int:
-    found = declared.rule.maximum if declared.rule.maximum is not None else LIMITS.get(declared.rule.limit or "")
-    return found if found is not None else 1 << 62
+def _bound(declared: Declared) -> int | None:
+    """The largest value a field may hold (None: no bound)."""
+    how = declared.rule
+    return how.maximum if how.maximum is not None else (LIMITS[how.limit] if how.limit else None)
 
 
 def field_value(declared: Declared, value: object, source: str) -> object:
@@ -113,7 +114,9 @@ def field_value(declared: Declared, value: object, source: str) -> object:
     if how.kind == "int":
         return int_field(source, name, value, how.minimum, _bound(declared))
     if how.kind == "ints":
-        return int_tuple_field(source, name, value, how.minimum, _bound(declared))
+        bound = _bound(declared)
+        assert bound is not None, f"a per-request field ({name}) is bounded: its tensors are allocated"
+        return int_tuple_field(source, name, value, how.minimum or 0, bound)
     if how.kind == "bool":
         if not isinstance(value, bool):
             raise CaseError(source, name, f"must be true or false, got {json.dumps(value)}")
@@ -155,10 +158,10 @@ def fields_from_json(
 
 
 def _int_range(declared: Declared) -> str:
-    how = declared.rule
-    if how.maximum is None and how.limit is None:
-        return "integer" if how.minimum < -(1 << 62) else f"integer >= {how.minimum}"
-    return f"integer, {how.minimum} to {_bound(declared)}"
+    how, bound = declared.rule, _bound(declared)
+    if how.minimum is None:
+        return "integer" if bound is None else f"integer <= {bound}"
+    return f"integer >= {how.minimum}" if bound is None else f"integer, {how.minimum} to {bound}"
 
 
 def field_table(case_type: type) -> list[str]:

@@ -201,8 +201,7 @@ def prepare(
     tensors = computes_tensors(levels)
     if tensors:
         prepare_tensor_levels()
-    port = load_port(request.port, request.timeout)
-    on_failure.callback(close_port, port)
+    port = _load_port(request, on_failure)
     suite = select_suite(request)
     shard = parse_shard(request.shard)
     item_ids = selected_item_ids(suite, levels, shard)
@@ -228,6 +227,24 @@ def prepare(
         prestart(real_ranks, request.device, largest_dcp_world(suite, levels, shard))
     oracle, provenance = _open_oracle_side(request, pool, real_ranks, on_failure)
     return Prepared(request, levels, port, suite, shard, item_ids, pool, kernels, oracle, provenance, real_ranks)
+
+
+def _load_port(request: RunRequest, on_failure: contextlib.ExitStack) -> Port:
+    """The port (closed by ``on_failure``). A port whose module registers a
+    level as it loads is refused: the run planned its levels before, and the
+    processes it starts would not have it (``PARITY_PLUGINS`` loads it everywhere)."""
+    from harness.model.levels import LEVELS, PLUGINS_VARIABLE
+
+    known = tuple(LEVELS)
+    port = load_port(request.port, request.timeout)
+    on_failure.callback(close_port, port)
+    added = [level for level in LEVELS if level not in known]
+    if added:
+        raise UsageError(
+            f"port {request.port} registered level {added[0]} as it loaded: name its module in "
+            f"{PLUGINS_VARIABLE} so every run and every process it starts has the level"
+        )
+    return port
 
 
 def _open_oracle_side(

@@ -11,6 +11,7 @@ from harness.cases.suites import Suite, load_suite
 from harness.engine.errors import UsageError
 from harness.engine.oracles import release_of
 from harness.engine.request import RunRequest
+from harness.model.levels import kind_spec
 from harness.protocol.port import Port
 from harness.sides.runner import Shard
 
@@ -38,7 +39,7 @@ def largest_dcp_world(suite: Suite, levels: tuple[str, ...], shard: Shard | None
     worlds = [
         item.dcp_world_size
         for index, (kind, item) in enumerate(plan_items(suite, levels))
-        if kind == "prefill" and (shard is None or shard.owns(index))
+        if kind_spec(kind)[0].real_ranks and (shard is None or shard.owns(index))
     ]
     largest = max(worlds, default=1)
     return largest if largest > 1 else 0

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.model import Case
+from harness.model.levels import kind_spec, shrinking_kind
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port
 from harness.sides.items import reraise_interrupt
 
@@ -58,7 +59,7 @@ def shrink_to_file(
     def limit() -> float:
         return timeout_s if deadline is None else max(1.0, min(timeout_s, deadline - time.monotonic()))
 
-    budget = 60 if level == "prefill" else 600
+    budget = kind_spec(shrinking_kind(level) or level)[0].shrink_budget
     check = checker(oracle, port, level, kernels, limit)
     if deadline is not None and getattr(port, "enforces_timeout", False):
         check = _within(limit, port, check)

@@ -51,6 +51,13 @@ def _layout_record(result: CaseResult) -> dict[str, Any]:
     return layout_record(result)
 
 
+def _without_chunks(result: CaseResult) -> CaseResult:
+    """A parity row's layouts as the figures a row reads of them (no chunks to ship)."""
+    from harness.sides.item_stream import without_chunks
+
+    return without_chunks(result)
+
+
 def _layout_drift(drift: ItemDrift, result: CaseResult, pinned: Port, release: Port, item: Case) -> None:
     from harness.night.drift_items import changed_layout_fields
 
@@ -88,6 +95,8 @@ LAYOUT = register_level(
                 show=_show_layout,
                 record=_layout_record,
                 shrinks=True,
+                count_key="layout_cases",
+                slim=_without_chunks,
                 noun=lambda item: "a case with a numeric section" if item.numeric is not None else "a layout-only case",
             ),
             KindSpec(
@@ -104,6 +113,7 @@ LAYOUT = register_level(
                     "workspace_size": {"oracle": result.oracle_workspace, "port": result.port_workspace}
                 },
                 noun=lambda item: "a workspace configuration",
+                count_key="workspace_configs",
             ),
         ),
         port_methods=("plan_layout", "workspace_size"),

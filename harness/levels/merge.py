@@ -48,6 +48,7 @@ MERGE = register_level(
                 drift=divergent_tensors,
                 show=_show,
                 noun=lambda item: "a merge case",
+                count_key="merge_cases",
             ),
         ),
         port_methods=("merge_states",),

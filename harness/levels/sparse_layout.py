@@ -75,6 +75,7 @@ SPARSE_LAYOUT = register_level(
                 show=_show,
                 record=lambda result: {},
                 noun=lambda item: "a sparse batch",
+                count_key="sparse_cases",
             ),
             KindSpec(
                 name=Kind.SPARSE_WORKSPACE,
@@ -88,6 +89,7 @@ SPARSE_LAYOUT = register_level(
                 show=_show_workspace,
                 record=lambda result: {},
                 noun=lambda item: "a sparse workspace configuration",
+                count_key="sparse_workspace_configs",
             ),
         ),
         port_methods=("plan_sparse", "sparse_workspace_size"),

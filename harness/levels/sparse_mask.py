@@ -69,6 +69,7 @@ SPARSE_MASK = register_level(
                 drift=_drift,
                 show=_show,
                 noun=lambda item: "a top-k mask case",
+                count_key="mask_cases",
             ),
         ),
         port_methods=("build_topk_mask", "remap_topk"),

@@ -73,6 +73,7 @@ SPARSE_PREFILL = register_level(
                 show=_show,
                 noun=lambda item: "a sparse batch",
                 caused_by=Kind.SPARSE_LAYOUT,
+                count_key="sparse_prefill_cases",
             ),
         ),
         port_methods=("sparse_prefill",),

@@ -499,9 +499,9 @@ class MergeCase:
     head_size: int = rule("int", "values per head", minimum=1, maximum=4096)
     dtype: str = rule("choice", "the partials' dtype", choices=NUMERIC_DTYPES)
     pattern: str = rule("choice", "how the LSEs are drawn (below)", choices=MERGE_PATTERNS)
-    seed: int = rule("int", "the draw's seed", minimum=-(1 << 63))
+    seed: int = rule("int", "the draw's seed", minimum=None)
     prefill_tokens_with_context: int | None = rule(
-        "int", "tokens merged with the prefix (null: every token)", None, minimum=0, maximum=1 << 31, optional=True
+        "int", "tokens merged with the prefix (null: every token)", None, minimum=None, optional=True
     )
     family: str = rule("text", "the family it was generated in", "merge", first=True)
     # Written only when not the default, so cases from before the views

@@ -43,7 +43,7 @@ class FieldRule:
 
     kind: str
     doc: str
-    minimum: int = 0
+    minimum: int | None = 0
     limit: str | None = None
     maximum: int | None = None
     choices: tuple[str, ...] = ()

@@ -101,8 +101,14 @@ class KindSpec:
     names such an item in a message ("a merge case"); ``caused_by`` is the
     kind of the same case whose divergence is the likely cause of this one's
     (a prefill's layout: it runs over the port's chunks), named first in the
-    summary; ``shrinks`` says ``parity shrink`` and the kill matrix can shrink
-    a divergent item of it to a smaller case."""
+    summary (and whose layout the port must have run it on, where it says);
+    ``shrinks`` says ``parity shrink`` and the kill matrix can shrink a
+    divergent item of it to a smaller case, in at most ``shrink_budget``
+    evaluations when a gate shrinks it; ``real_ranks`` that its DCP items run
+    on one process per rank when the run asks; ``count_key`` names its count
+    in the summary's JSON (default ``<kind>_items``); ``slim(result)`` is the
+    result a worker sends when no report writes the answers in full (None:
+    as it is)."""
 
     name: str
     plan: Callable[[Any], Iterable[Any]]
@@ -118,6 +124,10 @@ class KindSpec:
     noun: Callable[[Any], str] = lambda item: "an item"
     caused_by: str | None = None
     shrinks: bool = False
+    shrink_budget: int = 600
+    real_ranks: bool = False
+    count_key: str = ""
+    slim: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -170,9 +180,13 @@ class LevelRegistryError(ValueError):
 
 
 def register_level(spec: LevelSpec) -> LevelSpec:
-    """Add ``spec`` after every level registered so far; registering the same
-    spec again is a no-op (a module imported twice), another with a taken name
-    an error."""
+    """Add ``spec`` after every level registered so far (the built-in ones
+    first, whichever module registers first: their items keep their indices);
+    registering the same spec again is a no-op (a module imported twice),
+    another with a taken name an error. A level needs kinds with names of
+    their own and at least one port method (a level no method enables would
+    count every port as implementing it)."""
+    load_plugins()
     known = _levels.get(spec.name)
     if known is spec:
         return spec
@@ -180,7 +194,13 @@ def register_level(spec: LevelSpec) -> LevelSpec:
         raise LevelRegistryError(f"level {spec.name!r} is registered already")
     if not spec.kinds:
         raise LevelRegistryError(f"level {spec.name!r} has no kinds of item")
-    taken = [k.name for k in spec.kinds if k.name in _kinds]
+    if not spec.port_methods:
+        raise LevelRegistryError(f"level {spec.name!r} names no port method (every port would implement it)")
+    names = [k.name for k in spec.kinds]
+    repeated = [name for i, name in enumerate(names) if name in names[:i]]
+    if repeated:
+        raise LevelRegistryError(f"level {spec.name!r}: kind {repeated[0]!r} is declared twice")
+    taken = [name for name in names if name in _kinds]
     if taken:
         raise LevelRegistryError(f"level {spec.name!r}: kind {taken[0]!r} belongs to another level")
     _levels[spec.name] = spec
@@ -197,17 +217,26 @@ def unregister_level(name: str) -> None:
 
 
 def load_plugins() -> None:
-    """The built-in levels, then the plug-in modules ``PARITY_PLUGINS`` names, once."""
+    """The built-in levels, then the plug-in modules ``PARITY_PLUGINS`` names,
+    once. A module that cannot be imported is an error here and on every later
+    question (never a registry quietly missing a level)."""
     global _loaded
     if _loaded:
         return
+    # Set first: the modules imported here register, and registering asks for this.
     _loaded = True
-    importlib.import_module(BUILTIN_LEVEL_MODULES)
-    for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_VARIABLE, "").split(","))):
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise LevelRegistryError(f"{PLUGINS_VARIABLE}: cannot import plug-in module {module!r} ({exc})") from None
+    try:
+        importlib.import_module(BUILTIN_LEVEL_MODULES)
+        for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_VARIABLE, "").split(","))):
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise LevelRegistryError(
+                    f"{PLUGINS_VARIABLE}: cannot import plug-in module {module!r} ({exc})"
+                ) from None
+    except BaseException:
+        _loaded = False
+        raise
 
 
 def registered_levels() -> tuple[LevelSpec, ...]:

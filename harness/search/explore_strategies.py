@@ -285,8 +285,9 @@ def declared_strategy(declared: Declared) -> SearchStrategy[Any]:
     a flag either way, any of its choices."""
     how = declared.rule
     if how.kind == "int":
+        low = how.minimum if how.minimum is not None else -(1 << 20)
         top = how.maximum if how.maximum is not None else LIMITS.get(how.limit or "", 1 << 20)
-        return st.one_of(st.integers(how.minimum, min(top, how.minimum + 8)), st.integers(how.minimum, top))
+        return st.one_of(st.integers(low, min(top, low + 8)), st.integers(low, top))
     if how.kind == "bool":
         return st.booleans()
     if how.kind == "choice":

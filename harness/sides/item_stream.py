@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harness.model.levels import kind_spec
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
 from harness.sides.job_sizing import cost_chunks
 from harness.sides.pool import Task
@@ -82,16 +83,18 @@ def run_chunk(sides: WorkerSides, chunk: ItemChunk) -> Iterator[CaseResult]:
     for index, kind, item in chunk.items:
         result = run_item(sides.oracle, port, kind, item, sides.kernels, sides.device, sides.timeout_s)
         result.index = index
-        yield result if chunk.keep_layouts else _without_chunks(result)
+        slim = kind_spec(kind)[0].slim
+        yield result if chunk.keep_layouts or slim is None else slim(result)
 
 
-def _without_chunks(result: CaseResult) -> CaseResult:
+def without_chunks(result: CaseResult) -> CaseResult:
+    """A parity row's layouts as the figures its row reads of them."""
     from typing import cast
 
     from harness.model import Layout
     from harness.sides.items import PARITY
 
-    if result.kind != "layout" or result.status != PARITY:
+    if result.status != PARITY:
         return result
     for name in ("oracle_layout", "port_layout"):
         layout: Layout | None = getattr(result, name)
@@ -118,7 +121,6 @@ def recover_chunk(chunk: ItemChunk, finished: int, exitcode: int | None) -> tupl
         getattr(item, "family", "workspace-size"),
         kind,
         NOT_RUN,
-        row_budget=getattr(item, "row_budget", 0) if kind == "layout" else 0,
         error=f"not compared: the worker process comparing this item died (exit code {exitcode}): "
         "the port or the oracle crashed it",
     )
@@ -229,7 +231,7 @@ def stream_items(
     parent_kernels = kernels
 
     def on_real_ranks(index: int, kind: str, item: Any) -> bool:
-        return real_ranks is not None and kind == "prefill" and item.dcp_world_size > 1
+        return real_ranks is not None and kind_spec(kind)[0].real_ranks and item.dcp_world_size > 1
 
     def run_here(index: int, kind: str, item: Any) -> CaseResult:
         assert oracle is not None, "an item on real ranks runs in this process, with its oracle"

@@ -94,13 +94,19 @@ def result_row(r: CaseResult) -> dict[str, Any]:
     }
 
 
+def planned_over() -> dict[str, str]:
+    """Each kind whose items run over a layout the port planned, and that
+    layout's kind (:attr:`harness.model.levels.KindSpec.caused_by`)."""
+    return {k: c for k in KINDS if (c := kind_spec(k)[0].caused_by) is not None}
+
+
 def layout_causes(table: pd.DataFrame) -> dict[str, str]:
     """For each failing L3 item whose case's layout diverges too (same name, its
     layout kind divergent), by item id: the note said before its own detail. The
     L3 loop runs over the port's layout, so its tensors differ because its
     chunks do: the layout is the cause to fix first."""
-    # Each kind whose divergence has a likely cause, and the kind of that cause (KindSpec.caused_by).
-    cause_of = {k: c for k in KINDS if (c := kind_spec(k)[0].caused_by) is not None}
+    # Each kind whose divergence has a likely cause, and the kind of that cause.
+    cause_of = planned_over()
     divergent_layouts = set(
         table.loc[(table["status"] == DIVERGENT) & table["kind"].isin(set(cause_of.values())), "id"]
     )
@@ -113,6 +119,10 @@ def layout_causes(table: pd.DataFrame) -> dict[str, str]:
     return causes
 
 
+def _count_key(kind: str) -> str:
+    return kind_spec(kind)[0].count_key or f"{kind.replace('-', '_')}_items"
+
+
 def check_prefill_layouts(table: pd.DataFrame) -> pd.DataFrame:
     """An L3 item whose port ran its prefill request on another layout than the
     one it returned for the same case at L1 in this run is the port's error,
@@ -120,11 +130,14 @@ def check_prefill_layouts(table: pd.DataFrame) -> pd.DataFrame:
     port reported the layout it ran (an external port) and whose case's L1 item
     ran are checked; the rest are returned unchanged."""
     table = with_later_columns(table)
-    planned = table[(table["kind"] == "layout") & (table["port_layout_digest"] != "")]
-    at_l1 = dict(zip(planned["name"], planned["port_layout_digest"], strict=True))
-    prefill = (table["kind"] == "prefill") & (table["port_layout_digest"] != "")
-    prefill &= table["status"].isin((PARITY, DIVERGENT)) & table["name"].isin(at_l1)
-    differs = prefill & (table["port_layout_digest"] != table["name"].map(at_l1))
+    differs = pd.Series(False, index=table.index)
+    # Each kind run over a layout (KindSpec.caused_by) against that layout's own item.
+    for kind, cause in planned_over().items():
+        planned = table[(table["kind"] == cause) & (table["port_layout_digest"] != "")]
+        at_l1 = dict(zip(planned["name"], planned["port_layout_digest"], strict=True))
+        ran = (table["kind"] == kind) & (table["port_layout_digest"] != "")
+        ran &= table["status"].isin((PARITY, DIVERGENT)) & table["name"].isin(at_l1)
+        differs |= ran & (table["port_layout_digest"] != table["name"].map(at_l1))
     if differs.any():
         table = table.copy()
         table.loc[differs, "status"] = PORT_ERROR
@@ -256,14 +269,8 @@ def summarise_table(
         "port": port,
         "verdict": table_verdict(frame),
         "items": len(frame),
-        "layout_cases": int((frame["kind"] == "layout").sum()),
-        "workspace_configs": int((frame["kind"] == "workspace").sum()),
-        "merge_cases": int((frame["kind"] == "merge").sum()),
-        "prefill_cases": int((frame["kind"] == "prefill").sum()),
-        "sparse_cases": int((frame["kind"] == "sparse-layout").sum()),
-        "sparse_workspace_configs": int((frame["kind"] == "sparse-workspace").sum()),
-        "mask_cases": int((frame["kind"] == "sparse-mask").sum()),
-        "sparse_prefill_cases": int((frame["kind"] == "sparse-prefill").sum()),
+        # Each kind's count, under the key its level names (KindSpec.count_key).
+        **{_count_key(kind): int((frame["kind"] == kind).sum()) for kind in KINDS},
         "counts": _counts(frame),
         "levels": {lv: _counts(frame[frame["level"] == lv]) for lv in levels},
         "families": by_family,
