@@ -56,6 +56,7 @@ import platform
 import re
 import sys
 from collections.abc import Mapping
+from enum import StrEnum
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -239,6 +240,9 @@ def canonical(value: Any) -> Any:
     tell them apart; raises :class:`Uncacheable` for anything else."""
     if value is None or type(value) in (bool, str, int):
         return value
+    if isinstance(value, StrEnum):
+        # A closed set's member (a mask form, a route) is its text to the oracle.
+        return value.value
     if type(value) is float:
         return _float(value)
     if type(value) in (tuple, list):
