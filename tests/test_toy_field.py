@@ -115,8 +115,8 @@ def test_the_committed_tables_are_the_declarations() -> None:
 
 
 def test_a_field_name_is_declared_once() -> None:
-    from harness.model.case_fields import FieldRule
+    from harness.model.case_fields import FieldKind, FieldRule
 
     with pytest.raises(ValueError, match="already has a field 'block_size'"):
-        register_field(Case, "block_size", FieldRule("int", "again"), 0)
+        register_field(Case, "block_size", FieldRule(FieldKind.INT, "again"), 0)
     assert dataclasses.fields(Case)[-1].name == "extras"

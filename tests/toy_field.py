@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 
 from harness.model import Case, Layout, WorkspaceConfig
-from harness.model.case_fields import FieldRule, register_field
+from harness.model.case_fields import FieldKind, FieldRule, register_field
 from ports.per_request import PORT as PER_REQUEST
 
 NAME = "toy_priority"
-RULE = FieldRule("int", "a toy: the batch's priority", minimum=0, maximum=7, floor=lambda case: 0)
+RULE = FieldRule(FieldKind.INT, "a toy: the batch's priority", minimum=0, maximum=7, floor=lambda case: 0)
 DECLARED = register_field(Case, NAME, RULE, 0)
 
 

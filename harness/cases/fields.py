@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES, PRESETS, NumericSpec
-from harness.model.case_fields import Declared, declared_fields
+from harness.model.case_fields import Declared, FieldKind, declared_fields
 
 LIMITS = {
     "requests": 1 << 17,
@@ -103,25 +103,25 @@ def field_value(declared: Declared, value: object, source: str) -> object:
     name, how = declared.name, declared.rule
     if value is None and how.optional:
         return None
-    if how.kind == "name":
+    if how.kind is FieldKind.NAME:
         if not isinstance(value, str) or not value or any(c.isspace() for c in value):
             raise CaseError(source, name, "must be a non-empty string without spaces")
         return value
-    if how.kind == "text":
+    if how.kind is FieldKind.TEXT:
         if not isinstance(value, str) or not value:
             raise CaseError(source, name, "must be a non-empty string")
         return value
-    if how.kind == "int":
+    if how.kind is FieldKind.INT:
         return int_field(source, name, value, how.minimum, _bound(declared))
-    if how.kind == "ints":
+    if how.kind is FieldKind.INTS:
         bound = _bound(declared)
         assert bound is not None, f"a per-request field ({name}) is bounded: its tensors are allocated"
         return int_tuple_field(source, name, value, how.minimum or 0, bound)
-    if how.kind == "bool":
+    if how.kind is FieldKind.BOOL:
         if not isinstance(value, bool):
             raise CaseError(source, name, f"must be true or false, got {json.dumps(value)}")
         return value
-    if how.kind == "choice":
+    if how.kind is FieldKind.CHOICE:
         if value not in how.choices:
             raise CaseError(source, name, f"must be one of {', '.join(how.choices)}, got {json.dumps(value)}")
         return value
@@ -170,13 +170,13 @@ def field_table(case_type: type) -> list[str]:
     for d in declared_fields(case_type):
         how = d.rule
         holds = {
-            "name": "string, no spaces",
-            "text": "string",
-            "int": _int_range(d),
-            "ints": f"{_int_range(d).replace('integer', 'integers')}, one per request",
-            "bool": "true or false",
-            "choice": "one of " + ", ".join(f"`{c}`" for c in how.choices),
-            "numeric": "numeric section",
+            FieldKind.NAME: "string, no spaces",
+            FieldKind.TEXT: "string",
+            FieldKind.INT: _int_range(d),
+            FieldKind.INTS: f"{_int_range(d).replace('integer', 'integers')}, one per request",
+            FieldKind.BOOL: "true or false",
+            FieldKind.CHOICE: "one of " + ", ".join(f"`{c}`" for c in how.choices),
+            FieldKind.NUMERIC: "numeric section",
         }[how.kind] + (" or null" if how.optional else "")
         default = "(required)" if d.required else f"`{json.dumps(d.default)}`"
         rows.append(f"| `{d.name}` | {holds} | {default} | {how.doc} |")

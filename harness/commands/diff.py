@@ -39,7 +39,7 @@ from harness.engine import (
     real_ranks_of,
     select_device,
 )
-from harness.model.levels import kind_spec, registered_levels
+from harness.model.levels import kind_spec, kinds_of
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port, port_levels
 from harness.sides.items import LEVELS, CaseResult, selected_levels
 from harness.sides.loading import load_port
@@ -144,7 +144,7 @@ def item_kinds(item: Item) -> list[str]:
     """The kinds of item a thing is, in suite order (each registered kind's
     ``holds``): a case its layout and, with a numeric section, its prefill; a
     merge case its merge; a configuration its size."""
-    return [kind.name for spec in registered_levels() for kind in spec.kinds if kind.holds(item)]
+    return kinds_of(item)
 
 
 def diff_kinds(resolved: ResolvedItem, spec: str, level: str | None) -> list[str]:

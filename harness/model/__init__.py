@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from harness.model.case_fields import extra_default, fields_to_json, rule
+from harness.model.case_fields import FieldKind, extra_default, fields_to_json, rule
 
 
 def alignment_unit(block_size: int, dcp_world_size: int, interleave: int, align_to_block: bool = True) -> int:
@@ -41,27 +41,29 @@ class Case:
     ``workspace_size`` is at least one :func:`alignment_unit`.
     """
 
-    name: str = rule("name", "the case's name: its item ids are NAME[KIND]", first=True)
+    name: str = rule(FieldKind.NAME, "the case's name: its item ids are NAME[KIND]", first=True)
     context_lens: tuple[int, ...] = rule(
-        "ints", "context tokens per request", minimum=0, limit="context_len", floor=lambda case: 0
+        FieldKind.INTS, "context tokens per request", minimum=0, limit="context_len", floor=lambda case: 0
     )
     query_lens: tuple[int, ...] = rule(
-        "ints", "new tokens per request (a prefill schedules at least one)", minimum=1, limit="query_len",
+        FieldKind.INTS, "new tokens per request (a prefill schedules at least one)", minimum=1, limit="query_len",
         floor=lambda case: 1,
     )  # fmt: skip
-    block_size: int = rule("int", "KV cache block size", minimum=1, limit="block_size")
+    block_size: int = rule(FieldKind.INT, "KV cache block size", minimum=1, limit="block_size")
     workspace_size: int = rule(
-        "int", "workspace rows (at least one alignment unit)", minimum=1, limit="workspace_size",
+        FieldKind.INT, "workspace rows (at least one alignment unit)", minimum=1, limit="workspace_size",
         floor=lambda case: case.alignment,
     )  # fmt: skip
-    dcp_world_size: int = rule("int", "decode context parallel ranks", 1, minimum=1, limit="dcp_world_size")
+    dcp_world_size: int = rule(FieldKind.INT, "decode context parallel ranks", 1, minimum=1, limit="dcp_world_size")
     cp_kv_cache_interleave_size: int = rule(
-        "int", "tokens per rank in turn under DCP", 1, minimum=1, limit="cp_kv_cache_interleave_size"
+        FieldKind.INT, "tokens per rank in turn under DCP", 1, minimum=1, limit="cp_kv_cache_interleave_size"
     )
-    align_to_block: bool = rule("bool", "split chunks on block boundaries", True)
-    family: str = rule("text", "the family it was generated in (reports group by it)", "hand-picked", first=True)
+    align_to_block: bool = rule(FieldKind.BOOL, "split chunks on block boundaries", True)
+    family: str = rule(
+        FieldKind.TEXT, "the family it was generated in (reports group by it)", "hand-picked", first=True
+    )
     # Dimensions and seed for the numeric levels (L3); None: layout only.
-    numeric: NumericSpec | None = rule("numeric", "makes it an L3 case too (below)", None)
+    numeric: NumericSpec | None = rule(FieldKind.NUMERIC, "makes it an L3 case too (below)", None)
     # Fields declared from outside the harness (harness.model.case_fields.register_field), as (name, value).
     # Keyed only when set: a case without extras keys the oracle cache as before they existed.
     extras: tuple[tuple[str, Any], ...] = field(default=(), metadata={"keyed_when_set": True})
@@ -101,11 +103,11 @@ class Case:
 class WorkspaceConfig:
     """The engine settings that decide the dense MLA chunked-prefill workspace size."""
 
-    max_model_len: int = rule("int", "the longest sequence the engine admits", minimum=1)
-    max_num_seqs: int = rule("int", "the most sequences one step schedules", minimum=1)
-    block_size: int = rule("int", "KV cache block size", minimum=1)
-    dcp_world_size: int = rule("int", "decode context parallel ranks", 1, minimum=1)
-    cp_kv_cache_interleave_size: int = rule("int", "tokens per rank in turn under DCP", 1, minimum=1)
+    max_model_len: int = rule(FieldKind.INT, "the longest sequence the engine admits", minimum=1)
+    max_num_seqs: int = rule(FieldKind.INT, "the most sequences one step schedules", minimum=1)
+    block_size: int = rule(FieldKind.INT, "KV cache block size", minimum=1)
+    dcp_world_size: int = rule(FieldKind.INT, "decode context parallel ranks", 1, minimum=1)
+    cp_kv_cache_interleave_size: int = rule(FieldKind.INT, "tokens per rank in turn under DCP", 1, minimum=1)
 
     @property
     def name(self) -> str:
@@ -493,22 +495,24 @@ class MergeCase:
     (:data:`MERGE_VALUE_VIEWS`) say how the inputs are laid out in memory; they
     change no value the merge reads."""
 
-    name: str = rule("name", "the case's name", first=True)
-    num_tokens: int = rule("int", "tokens (rows of each partial)", minimum=1, maximum=4096)
-    num_heads: int = rule("int", "attention heads", minimum=1, maximum=4096)
-    head_size: int = rule("int", "values per head", minimum=1, maximum=4096)
-    dtype: str = rule("choice", "the partials' dtype", choices=NUMERIC_DTYPES)
-    pattern: str = rule("choice", "how the LSEs are drawn (below)", choices=MERGE_PATTERNS)
-    seed: int = rule("int", "the draw's seed", minimum=None)
+    name: str = rule(FieldKind.NAME, "the case's name", first=True)
+    num_tokens: int = rule(FieldKind.INT, "tokens (rows of each partial)", minimum=1, maximum=4096)
+    num_heads: int = rule(FieldKind.INT, "attention heads", minimum=1, maximum=4096)
+    head_size: int = rule(FieldKind.INT, "values per head", minimum=1, maximum=4096)
+    dtype: str = rule(FieldKind.CHOICE, "the partials' dtype", choices=NUMERIC_DTYPES)
+    pattern: str = rule(FieldKind.CHOICE, "how the LSEs are drawn (below)", choices=MERGE_PATTERNS)
+    seed: int = rule(FieldKind.INT, "the draw's seed", minimum=None)
     prefill_tokens_with_context: int | None = rule(
-        "int", "tokens merged with the prefix (null: every token)", None, minimum=None, optional=True
+        FieldKind.INT, "tokens merged with the prefix (null: every token)", None, minimum=None, optional=True
     )
-    family: str = rule("text", "the family it was generated in", "merge", first=True)
+    family: str = rule(FieldKind.TEXT, "the family it was generated in", "merge", first=True)
     # Written only when not the default, so cases from before the views
     # existed keep byte-identical JSON (and results files).
-    lse_view: str = rule("choice", "the LSEs' memory layout", MERGE_LSE_VIEWS[0], choices=MERGE_LSE_VIEWS, always=False)
+    lse_view: str = rule(
+        FieldKind.CHOICE, "the LSEs' memory layout", MERGE_LSE_VIEWS[0], choices=MERGE_LSE_VIEWS, always=False
+    )
     value_view: str = rule(
-        "choice", "the values' memory layout", MERGE_VALUE_VIEWS[0], choices=MERGE_VALUE_VIEWS, always=False
+        FieldKind.CHOICE, "the values' memory layout", MERGE_VALUE_VIEWS[0], choices=MERGE_VALUE_VIEWS, always=False
     )
 
     def to_json(self) -> dict[str, Any]:

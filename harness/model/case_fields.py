@@ -27,21 +27,32 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# What a field holds: a name (no spaces), a text, an integer, an integer per
-# request, a boolean, one of ``choices``, or a numeric section.
-FIELD_KINDS = ("name", "text", "int", "ints", "bool", "choice", "numeric")
+from harness.model.levels import TextEnum
+
+
+class FieldKind(TextEnum):
+    """What a field holds: a name (no spaces), a text, an integer, an integer
+    per request, a boolean, one of ``choices``, or a numeric section."""
+
+    NAME = "name"
+    TEXT = "text"
+    INT = "int"
+    INTS = "ints"
+    BOOL = "bool"
+    CHOICE = "choice"
+    NUMERIC = "numeric"
 
 
 @dataclass(frozen=True)
 class FieldRule:
     """How one case field is read, written, shrunk, drawn and documented.
 
-    ``kind`` is one of :data:`FIELD_KINDS`; ``optional`` lets it hold None
+    ``kind`` is a :class:`FieldKind`; ``optional`` lets it hold None
     (JSON null); ``floor(case)`` is the smallest value shrinking tries (None:
     it never shrinks the field; per element for an ``ints`` field); ``doc`` is
     its line in the docs' table."""
 
-    kind: str
+    kind: FieldKind
     doc: str
     minimum: int | None = 0
     limit: str | None = None
@@ -53,10 +64,8 @@ class FieldRule:
     floor: Callable[[Any], int] | None = None
 
 
-def rule(kind: str, doc: str, default: Any = dataclasses.MISSING, **how: Any) -> Any:
+def rule(kind: FieldKind, doc: str, default: Any = dataclasses.MISSING, **how: Any) -> Any:
     """A dataclass field declared with its :class:`FieldRule`."""
-    if kind not in FIELD_KINDS:
-        raise ValueError(f"field kind {kind!r} is not one of {', '.join(FIELD_KINDS)}")
     metadata = {"rule": FieldRule(kind, doc, **how)}
     if default is dataclasses.MISSING:
         return field(metadata=metadata)
@@ -133,9 +142,9 @@ def fields_to_json(case: object) -> dict[str, Any]:
         value = extras.get(d.name, d.default) if d.extra else getattr(case, d.name)
         if (d.extra or not d.rule.always) and value == d.default:
             continue
-        if d.rule.kind == "numeric":
+        if d.rule.kind is FieldKind.NUMERIC:
             if value is not None:
                 out[d.name] = value.to_json()
         else:
-            out[d.name] = list(value) if d.rule.kind == "ints" else value
+            out[d.name] = list(value) if d.rule.kind is FieldKind.INTS else value
     return out

@@ -329,6 +329,12 @@ TENSOR_KINDS = _kind_names(lambda spec: not spec.host)
 SPARSE_KINDS = _kind_names(lambda spec: spec.sparse)
 
 
+def kinds_of(item: Any) -> list[str]:
+    """The kinds an item is, in suite order (each kind's ``holds``): a case its
+    layout and, with a numeric section, its prefill; a merge case its merge."""
+    return [kind.name for spec in registered_levels() for kind in spec.kinds if kind.holds(item)]
+
+
 def level_of(kind: str) -> str:
     """The level an item of ``kind`` belongs to (a text that names no kind is
     its own level: the callers refuse it with their own message)."""

@@ -60,7 +60,7 @@ from harness.model import (
     WorkspaceConfig,
     alignment_unit,
 )
-from harness.model.case_fields import Declared, declared_fields
+from harness.model.case_fields import Declared, FieldKind, declared_fields
 
 if TYPE_CHECKING:
     from hypothesis.strategies import DrawFn, SearchStrategy
@@ -284,13 +284,13 @@ def declared_strategy(declared: Declared) -> SearchStrategy[Any]:
     (harness.model.case_fields): an integer anywhere in its bounds, small ones often,
     a flag either way, any of its choices."""
     how = declared.rule
-    if how.kind == "int":
+    if how.kind is FieldKind.INT:
         low = how.minimum if how.minimum is not None else -(1 << 20)
         top = how.maximum if how.maximum is not None else LIMITS.get(how.limit or "", 1 << 20)
         return st.one_of(st.integers(low, min(top, low + 8)), st.integers(low, top))
-    if how.kind == "bool":
+    if how.kind is FieldKind.BOOL:
         return st.booleans()
-    if how.kind == "choice":
+    if how.kind is FieldKind.CHOICE:
         return st.sampled_from(how.choices)
     raise ValueError(f"no strategy for a {how.kind} field ({declared.name}): give it one")
 

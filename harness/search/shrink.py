@@ -22,7 +22,7 @@ from typing import Any
 from harness.cases.fields import CaseError
 from harness.cases.files import case_from_json
 from harness.model import Case
-from harness.model.case_fields import Declared, declared_fields
+from harness.model.case_fields import Declared, FieldKind, declared_fields
 from harness.model.levels import SHRINKING_LEVELS, shrinking_kind
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port
 from harness.sides.items import PARITY, CaseResult
@@ -65,7 +65,7 @@ def _valid(case: Case) -> Case | None:
 
 def _per_request(case: Case) -> list[str]:
     """The declared fields that hold a value per request (harness.model.case_fields)."""
-    return [d.name for d in declared_fields(Case) if d.rule.kind == "ints" and not d.extra]
+    return [d.name for d in declared_fields(Case) if d.rule.kind is FieldKind.INTS and not d.extra]
 
 
 def _without(case: Case, start: int, stop: int) -> Case:
@@ -122,12 +122,12 @@ def candidates(case: Case) -> Iterator[Case]:
         size //= 2
     shrinking = [d for d in declared_fields(Case) if d.rule.floor is not None]
     for d in shrinking:
-        if d.rule.kind == "int":
+        if d.rule.kind is FieldKind.INT:
             value = case.extra(d.name) if d.extra else getattr(case, d.name)
             for smaller in smaller_values(value, _floor(d, case)):
                 yield _set(case, d, smaller)
     for d in shrinking:
-        if d.rule.kind == "ints" and not d.extra:
+        if d.rule.kind is FieldKind.INTS and not d.extra:
             for i, value in enumerate(getattr(case, d.name)):
                 for smaller in smaller_values(value, _floor(d, case)):
                     yield _with(case, d.name, i, smaller)

@@ -44,7 +44,7 @@ from typing import Any
 from harness.cases.fields import CaseError
 from harness.cases.files import load_case_file, load_item_file, load_run_file, load_run_files
 from harness.model import Case, MergeCase, WorkspaceConfig
-from harness.model.levels import KINDS, PLUGINS_VARIABLE
+from harness.model.levels import KINDS, PLUGINS_VARIABLE, Kind, kinds_of
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
 from oracle.pin import load_pin
@@ -171,16 +171,13 @@ def resolve_item(
         raise CaseError(spec, None, f"names size {id_size} but --size is {size}")
     suite = suite or id_suite
     size = size if size is not None else id_size
-    if wanted in (None, "sparse-workspace"):
-        sparse_config = sparse_workspace_config_named(name)
-        if sparse_config is not None:
-            return ResolvedItem("sparse-workspace", sparse_config, "its name", wanted, suite)
-    if wanted in (None, "workspace"):
-        config = workspace_config_named(name)
-        if config is not None:
-            return ResolvedItem("workspace", config, "its name", wanted, suite)
-        if wanted == "workspace":
-            raise CaseError(spec, None, "is not a workspace item name (workspace/lenL-seqsS-blkB-dcpDxI)")
+    # A configuration is named by its fields: its name is the item.
+    for config in (sparse_workspace_config_named(name), workspace_config_named(name)):
+        kinds = kinds_of(config) if config is not None else []
+        if config is not None and kinds and wanted in (None, *kinds):
+            return ResolvedItem(kinds[0], config, "its name", wanted, suite)
+    if wanted == Kind.WORKSPACE:
+        raise CaseError(spec, None, "is not a workspace item name (workspace/lenL-seqsS-blkB-dcpDxI)")
     matches: list[ResolvedItem] = []
     for where, lookup in _lookups(suite, size, case_paths):
         found = lookup(name, wanted)
@@ -293,17 +290,12 @@ def _in_suite(name: str, size: int | None) -> Lookup:
 
 def _in_cases(cases: list[Case], merge_cases: list[MergeCase], sparse: Sequence[Any] = ()) -> Lookup:
     def lookup(item_name: str, wanted: str | None) -> tuple[str, Item] | None:
-        found = next((s for s in sparse if s.name == item_name), None)
-        if found is not None:
-            if isinstance(found, TopkMaskCase):
-                return "sparse-mask", found
-            return ("sparse-prefill" if wanted == "sparse-prefill" and found.numeric else "sparse-layout"), found
-        # The kind the id asked for decides a tie; a mismatch is reported by the caller.
-        case = next((c for c in cases if c.name == item_name), None)
-        merge = next((m for m in merge_cases if m.name == item_name), None)
-        if merge is not None and (case is None or wanted == "merge"):
-            return "merge", merge
-        return ("layout", case) if case is not None else None
+        # The kind the id asked for decides a tie (a case and a merge case may
+        # share a name); else the first item of that name, as its first kind.
+        # A mismatch is reported by the caller.
+        found = [item for item in (*sparse, *cases, *merge_cases) if item.name == item_name]
+        held = [(kind, item) for item in found for kind in kinds_of(item)]
+        return next((pair for pair in held if pair[0] == wanted), held[0] if held else None)
 
     return lookup
 
