@@ -24,7 +24,7 @@ from harness.compare.bits import compare_bits
 from harness.model import Case, MergeCase, WorkspaceConfig
 from harness.protocol.port import Port
 from harness.search.explore_finds import write_find
-from harness.search.explore_strategies import PROPERTIES
+from harness.search.explore_strategies import properties
 from harness.sides.items import LEVELS, PARITY, CaseResult, Kind, Status, item_id
 from harness.sides.loading import load_port
 from harness.sides.runner import compare_case, compare_workspace, plan_items
@@ -116,7 +116,7 @@ def test_case_file_stems_and_paths() -> None:
 
 def test_find_files_of_every_kind(tmp_path: Path, per_request: Port) -> None:
     """``parity diff FILE`` reads the layout, prefill, workspace and merge finds explore writes."""
-    properties = {p.name: p for p in PROPERTIES}
+    by_name = {p.name: p for p in properties()}
     case = make_case([100, 7], block_size=16, workspace_size=64, name="x")
     numeric = next(c for c in load_suite("smoke").cases if c.numeric is not None)
     merge = load_suite("smoke").merge_cases[0]
@@ -128,9 +128,9 @@ def test_find_files_of_every_kind(tmp_path: Path, per_request: Port) -> None:
         ("merge", merge, ["merge"]),
     ):
         result = CaseResult(
-            getattr(item, "name", "w"), "f", Kind(properties[prop].kind), Status.DIVERGENT, error="planted"
+            getattr(item, "name", "w"), "f", Kind(by_name[prop].kind), Status.DIVERGENT, error="planted"
         )
-        find = write_find(item, result, properties[prop], tmp_path, "per_request", False, False, False)
+        find = write_find(item, result, by_name[prop], tmp_path, "per_request", False, False, False)
         resolved = resolve_item(find.file)
         assert diff_kinds(resolved, find.file, None) == kinds
         expected = item if isinstance(item, WorkspaceConfig) else dataclasses.replace(item, name=find.item["name"])

@@ -17,7 +17,7 @@ from harness.protocol.port import Port, port_levels
 from harness.search.explore import explore
 from harness.search.explore_finds import load_find, replay_kinds
 from harness.search.explore_results import EXIT_CLEAN, EXIT_FOUND
-from harness.sides.items import LEVELS, selected_levels
+from harness.sides.items import LEVELS, level_of, selected_levels
 from harness.sides.job_sizing import resolve_jobs
 from harness.sides.loading import load_port
 from harness.sides.pool import PoolError, WorkerPool
@@ -56,9 +56,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
     try:
         if args.replay:
             kind, item = load_find(Path(args.replay))
-            missing = [
-                k for k in replay_kinds(kind, item) if ("layout" if k == "workspace" else k) not in port_levels(port)
-            ]
+            missing = [k for k in replay_kinds(kind, item) if level_of(k) not in port_levels(port)]
             if missing:
                 raise UsageError(f"{args.replay}: port {port.name} does not implement level {missing[0]}")
             kernels = select_device(args.device)

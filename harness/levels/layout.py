@@ -16,6 +16,12 @@ if TYPE_CHECKING:
     from harness.night.drift_items import ItemDrift
 
 
+def _strategies() -> Any:
+    from harness.search import explore_strategies
+
+    return explore_strategies
+
+
 def _layout_row(result: CaseResult) -> dict[str, Any]:
     return {
         "oracle_chunks": result.oracle_layout.num_chunks if result.oracle_layout else None,
@@ -96,6 +102,9 @@ LAYOUT = register_level(
                 record=_layout_record,
                 shrinks=True,
                 count_key="layout_cases",
+                plan_figures=True,
+                strategy=lambda: _strategies().layout_cases(),
+                explore_share=3.0,
                 slim=_without_chunks,
                 noun=lambda item: "a case with a numeric section" if item.numeric is not None else "a layout-only case",
             ),
@@ -114,6 +123,7 @@ LAYOUT = register_level(
                 },
                 noun=lambda item: "a workspace configuration",
                 count_key="workspace_configs",
+                strategy=lambda: _strategies().workspace_configs(),
             ),
         ),
         port_methods=("plan_layout", "workspace_size"),

@@ -22,6 +22,12 @@ def _show(item: MergeCase, result: CaseResult, context: ShowContext) -> str:
     return "\n".join([*merge_case_lines(item), format_tensor_verdict("L2 merge", result)])
 
 
+def _strategy() -> Any:
+    from harness.search.explore_strategies import merge_cases
+
+    return merge_cases()
+
+
 def _inputs(item: MergeCase, device: str) -> MergeInputs:
     from harness.kernels.numeric import materialise_merge
 
@@ -49,6 +55,8 @@ MERGE = register_level(
                 show=_show,
                 noun=lambda item: "a merge case",
                 count_key="merge_cases",
+                strategy=_strategy,
+                explore_share=2.0,
             ),
         ),
         port_methods=("merge_states",),

@@ -47,6 +47,12 @@ def _show(item: Case, result: CaseResult, context: ShowContext) -> str:
     return "\n".join(lines)
 
 
+def _strategy() -> Any:
+    from harness.search.explore_strategies import prefill_cases
+
+    return prefill_cases()
+
+
 def _inputs(item: Case, device: str) -> PrefillInputs:
     from harness.kernels.numeric import case_prefill_inputs
 
@@ -83,6 +89,8 @@ PREFILL = register_level(
                 shrink_budget=60,
                 real_ranks=True,
                 count_key="prefill_cases",
+                strategy=_strategy,
+                explore_share=2.0,
             ),
         ),
         port_methods=("prefill",),

@@ -108,7 +108,10 @@ class KindSpec:
     on one process per rank when the run asks; ``count_key`` names its count
     in the summary's JSON (default ``<kind>_items``); ``slim(result)`` is the
     result a worker sends when no report writes the answers in full (None:
-    as it is)."""
+    as it is); ``plan_figures`` says its rows' chunk figures are the plan it
+    compared, which the summary's per-side chunk totals sum; ``strategy()``
+    is the hypothesis strategy ``parity explore`` draws its items from (None:
+    not explored), with ``explore_share`` of its level's time."""
 
     name: str
     plan: Callable[[Any], Iterable[Any]]
@@ -128,6 +131,9 @@ class KindSpec:
     real_ranks: bool = False
     count_key: str = ""
     slim: Callable[[Any], Any] | None = None
+    plan_figures: bool = False
+    strategy: Callable[[], Any] | None = None
+    explore_share: float = 1.0
 
 
 @dataclass(frozen=True)

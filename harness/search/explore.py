@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port, port_levels
 from harness.search.explore_results import ExploreResult, PropertyRun
 from harness.search.explore_search import explore_property
-from harness.search.explore_strategies import PROPERTIES, Property, merge_fields_at_default, properties_for
+from harness.search.explore_strategies import Property, merge_fields_at_default, properties, properties_for
 from harness.sides.items import selected_levels
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ class PropertySearch:
 
 
 def _property(name: str) -> Property:
-    return next(p for p in PROPERTIES if p.name == name)
+    return next(p for p in properties() if p.name == name)
 
 
 def search_property(sides: WorkerSides, search: PropertySearch) -> Iterator[PropertyRun]:

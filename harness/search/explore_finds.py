@@ -32,6 +32,7 @@ from typing import Any
 from harness.cases.fields import CaseError
 from harness.cases.files import load_item_file
 from harness.model import Case, MergeCase, WorkspaceConfig
+from harness.model.levels import kinds_of
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port
 from harness.search.explore_results import Find
 from harness.search.explore_strategies import MERGE_NAMING, Property
@@ -125,7 +126,7 @@ def write_find(
     if isinstance(item, Case):
         item = dataclasses.replace(item, name=name)
         data = item.to_json()
-        level = "prefill" if prop.name == "prefill" else "layout"
+        level = prop.level
         command = [*program_words(port_spec), "diff", str(path), "--port", port_spec, "--level", level]
     else:
         data = {**body, "name": name}
@@ -160,5 +161,6 @@ def load_find(path: Path) -> tuple[str, Any]:
 
 
 def replay_kinds(kind: str, item: Any) -> list[str]:
-    """The runner kinds a find's item is compared at: a case with a numeric section at L3 too."""
-    return [kind] + (["prefill"] if kind == "layout" and item.numeric is not None else [])
+    """The runner kinds a find's item is compared at (every kind it holds: a
+    case with a numeric section at L3 too)."""
+    return kinds_of(item)

@@ -8,7 +8,7 @@ alignment unit, DCP world sizes with the interleaves the engine accepts, alignme
 on and off, zero contexts anywhere, lengths around the integer-width boundaries,
 batches of one to thousands of requests.
 
-Properties (:data:`PROPERTIES`), one per kind of item (``--level``): ``layout``
+Properties (:func:`properties`: one per registered kind with a strategy, ``KindSpec.strategy``): ``layout``
 checks layout cases and, as a second property, workspace configurations;
 ``merge`` checks merge (L2) inputs; ``prefill`` checks small numeric (L3) cases
 without DCP. A property's name is the runner kind its items are compared at.
@@ -39,7 +39,7 @@ import dataclasses
 import functools
 import math
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +61,7 @@ from harness.model import (
     alignment_unit,
 )
 from harness.model.case_fields import Declared, FieldKind, declared_fields
+from harness.model.levels import registered_levels
 
 if TYPE_CHECKING:
     from hypothesis.strategies import DrawFn, SearchStrategy
@@ -442,13 +443,15 @@ class Property:
         return self.name
 
 
-PROPERTIES: tuple[Property, ...] = (
-    Property("layout", "layout", layout_cases, 3.0),
-    Property("workspace", "layout", workspace_configs, 1.0),
-    Property("merge", "merge", merge_cases, 2.0),
-    Property("prefill", "prefill", prefill_cases, 2.0),
-)
+def properties() -> tuple[Property, ...]:
+    """One property per registered kind with a strategy (KindSpec.strategy), in suite order."""
+    return tuple(
+        Property(kind.name, spec.name, kind.strategy, kind.explore_share)
+        for spec in registered_levels()
+        for kind in spec.kinds
+        if kind.strategy is not None
+    )
 
 
-def properties_for(levels: tuple[str, ...]) -> list[Property]:
-    return [p for p in PROPERTIES if p.level in levels]
+def properties_for(levels: Sequence[str]) -> list[Property]:
+    return [p for p in properties() if p.level in levels]

@@ -195,7 +195,8 @@ def _counts(frame: pd.DataFrame) -> dict[str, int]:
 
 
 def _side(frame: pd.DataFrame, side: str) -> dict[str, Any]:
-    planned = frame[(frame["kind"] == "layout") & (frame[f"{side}_chunks"] >= 0)]
+    planning = [kind for kind in KINDS if kind_spec(kind)[0].plan_figures]
+    planned = frame[frame["kind"].isin(planning) & (frame[f"{side}_chunks"] >= 0)]
     chunks, rows, capacity = (int(planned[c].sum()) for c in (f"{side}_chunks", f"{side}_rows", f"{side}_capacity"))
     return {
         "chunks": chunks,
