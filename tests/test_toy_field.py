@@ -120,3 +120,11 @@ def test_a_field_name_is_declared_once() -> None:
     with pytest.raises(ValueError, match="already has a field 'block_size'"):
         register_field(Case, "block_size", FieldRule(FieldKind.INT, "again"), 0)
     assert dataclasses.fields(Case)[-1].name == "extras"
+
+
+def test_a_rules_kind_is_checked_when_it_is_declared() -> None:
+    from harness.model.case_fields import FieldKind, FieldRule
+
+    assert FieldRule("int", "as text").kind is FieldKind.INT  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'integer' is not a valid FieldKind"):
+        FieldRule("integer", "misspelt")  # type: ignore[arg-type]

@@ -217,3 +217,25 @@ def test_a_level_is_registered_after_the_built_in_ones_and_checked(toy: None) ->
     ):
         with pytest.raises(LevelRegistryError, match=why):
             register_level(bad)
+
+
+def test_the_built_in_levels_come_first_whichever_module_is_imported_first() -> None:
+    """A built-in level module imported before the registry is asked, with a plug-in named:
+    the plug-in waits until every built-in level is in (their items keep their indices)."""
+    code = "import harness.levels.sparse_mask\nfrom harness.model.levels import LEVELS\nprint(','.join(LEVELS))"
+    env = {**os.environ, PLUGINS_VARIABLE: MODULE, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["layout,merge,prefill,sparse-layout,sparse-mask,sparse-prefill,chunk-count"]
+
+
+def test_a_count_key_of_the_summarys_own_is_refused(toy: None) -> None:
+    import dataclasses
+
+    from harness.model.levels import LevelRegistryError
+    from tests import toy_level
+
+    spec = toy_level.TOY
+    for key in ("verdict", "layout_cases"):
+        kind = dataclasses.replace(spec.kinds[0], name="keyed", count_key=key)
+        with pytest.raises(LevelRegistryError, match="count key"):
+            register_level(dataclasses.replace(spec, name="keyed", kinds=(kind,)))

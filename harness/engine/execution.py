@@ -230,20 +230,10 @@ def prepare(
 
 
 def _load_port(request: RunRequest, on_failure: contextlib.ExitStack) -> Port:
-    """The port (closed by ``on_failure``). A port whose module registers a
-    level as it loads is refused: the run planned its levels before, and the
-    processes it starts would not have it (``PARITY_PLUGINS`` loads it everywhere)."""
-    from harness.model.levels import LEVELS, PLUGINS_VARIABLE
-
-    known = tuple(LEVELS)
+    """The port (closed by ``on_failure``; :func:`load_port` refuses one whose
+    module registers a level as it loads)."""
     port = load_port(request.port, request.timeout)
     on_failure.callback(close_port, port)
-    added = [level for level in LEVELS if level not in known]
-    if added:
-        raise UsageError(
-            f"port {request.port} registered level {added[0]} as it loaded: name its module in "
-            f"{PLUGINS_VARIABLE} so every run and every process it starts has the level"
-        )
     return port
 
 

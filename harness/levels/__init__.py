@@ -17,3 +17,6 @@ from harness.levels import prefill as prefill
 from harness.levels import sparse_layout as sparse_layout
 from harness.levels import sparse_mask as sparse_mask
 from harness.levels import sparse_prefill as sparse_prefill
+
+# Set last: the registry loads plug-in modules only once every built-in level is in.
+LOADED = True

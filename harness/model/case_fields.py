@@ -63,6 +63,11 @@ class FieldRule:
     first: bool = False
     floor: Callable[[Any], int] | None = None
 
+    def __post_init__(self) -> None:
+        # A kind given as its text is that member; any other text is refused here,
+        # never read later as another kind's field.
+        object.__setattr__(self, "kind", FieldKind(self.kind))
+
 
 def rule(kind: FieldKind, doc: str, default: Any = dataclasses.MISSING, **how: Any) -> Any:
     """A dataclass field declared with its :class:`FieldRule`."""

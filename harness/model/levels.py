@@ -209,10 +209,27 @@ def register_level(spec: LevelSpec) -> LevelSpec:
     taken = [name for name in names if name in _kinds]
     if taken:
         raise LevelRegistryError(f"level {spec.name!r}: kind {taken[0]!r} belongs to another level")
+    keys = [count_key(k) for k in spec.kinds]
+    clash = [key for i, key in enumerate(keys) if key in keys[:i] or key in {count_key(k) for k, _ in _kinds.values()}]
+    bad = [key for key in keys if not key.endswith(COUNT_SUFFIXES)]
+    if clash or bad:
+        raise LevelRegistryError(
+            f"level {spec.name!r}: count key {(clash or bad)[0]!r} is taken or does not end in "
+            f"{' or '.join(COUNT_SUFFIXES)} (the summary's other keys are its own)"
+        )
     _levels[spec.name] = spec
     for kind in spec.kinds:
         _kinds[kind.name] = (kind, spec)
     return spec
+
+
+# A kind's count in the summary ends so (its other keys, verdict and items among them, are the summary's own).
+COUNT_SUFFIXES = ("_cases", "_configs", "_items")
+
+
+def count_key(kind: KindSpec) -> str:
+    """The key of ``kind``'s count in the summary's JSON."""
+    return kind.count_key or f"{kind.name.replace('-', '_')}_items"
 
 
 def unregister_level(name: str) -> None:
@@ -232,7 +249,12 @@ def load_plugins() -> None:
     # Set first: the modules imported here register, and registering asks for this.
     _loaded = True
     try:
-        importlib.import_module(BUILTIN_LEVEL_MODULES)
+        builtins = importlib.import_module(BUILTIN_LEVEL_MODULES)
+        if not getattr(builtins, "LOADED", False):
+            # Asked while the built-in levels are still being imported (one of their
+            # modules imported first): the plug-ins wait until every one is in.
+            _loaded = False
+            return
         for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_VARIABLE, "").split(","))):
             try:
                 importlib.import_module(module)

@@ -32,7 +32,7 @@ from typing import Any
 from harness.cases.fields import CaseError
 from harness.cases.files import load_item_file
 from harness.model import Case, MergeCase, WorkspaceConfig
-from harness.model.levels import kinds_of
+from harness.model.levels import kind_spec, kinds_of
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port
 from harness.search.explore_results import Find
 from harness.search.explore_strategies import MERGE_NAMING, Property
@@ -161,6 +161,6 @@ def load_find(path: Path) -> tuple[str, Any]:
 
 
 def replay_kinds(kind: str, item: Any) -> list[str]:
-    """The runner kinds a find's item is compared at (every kind it holds: a
-    case with a numeric section at L3 too)."""
-    return kinds_of(item)
+    """The runner kinds a find's item is compared at: its own, and every other
+    explored kind it holds (a case with a numeric section at L3 too)."""
+    return [kind] + [k for k in kinds_of(item) if k != kind and kind_spec(k)[0].strategy is not None]

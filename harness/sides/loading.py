@@ -10,6 +10,7 @@ import importlib
 import os
 import sys
 
+from harness.model.levels import LEVELS, PLUGINS_VARIABLE
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port, PortLoadError, port_levels
 from harness.sides.items import printable, reraise_interrupt
 
@@ -45,8 +46,9 @@ def load_port(spec: str, timeout_s: float = DEFAULT_PORT_TIMEOUT_S) -> Port:
             f"unknown port {spec!r}: use one of {known}, mutant:NAME, cmd:COMMAND or an import path "
             "'package.module:attr' (parity list ports)"
         )
+    levels_before = tuple(LEVELS)
     try:
-        return _load_python_port(spec, target)
+        port = _load_python_port(spec, target)
     except PortLoadError:
         raise
     except BaseException as exc:
@@ -56,6 +58,16 @@ def load_port(spec: str, timeout_s: float = DEFAULT_PORT_TIMEOUT_S) -> Port:
             raise
         text = " ".join(str(exc).split())
         raise PortLoadError(f"port {spec!r}: loading it raised {type(exc).__name__}: {text}"[:300]) from None
+    added = [level for level in LEVELS if level not in levels_before]
+    if added:
+        # Its level would be planned by no run that chose its levels first and known
+        # to no process the run starts: plug-ins load from PARITY_PLUGINS, everywhere.
+        close_port(port)
+        raise PortLoadError(
+            f"port {spec!r} registered level {added[0]} as it loaded: name its module in {PLUGINS_VARIABLE} "
+            "so every run and every process it starts has the level"
+        )
+    return port
 
 
 def _load_python_port(spec: str, target: str) -> Port:

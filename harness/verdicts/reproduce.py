@@ -172,10 +172,11 @@ def resolve_item(
     suite = suite or id_suite
     size = size if size is not None else id_size
     # A configuration is named by its fields: its name is the item.
-    for config in (sparse_workspace_config_named(name), workspace_config_named(name)):
-        kinds = kinds_of(config) if config is not None else []
-        if config is not None and kinds and wanted in (None, *kinds):
-            return ResolvedItem(kinds[0], config, "its name", wanted, suite)
+    named = ((Kind.SPARSE_WORKSPACE, sparse_workspace_config_named), (Kind.WORKSPACE, workspace_config_named))
+    for config_kind, parse in named:
+        config = parse(name) if wanted in (None, config_kind) else None
+        if config is not None:
+            return ResolvedItem(config_kind, config, "its name", wanted, suite)
     if wanted == Kind.WORKSPACE:
         raise CaseError(spec, None, "is not a workspace item name (workspace/lenL-seqsS-blkB-dcpDxI)")
     matches: list[ResolvedItem] = []

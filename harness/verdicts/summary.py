@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness.compare.ulp_text import sorted_histogram
 from harness.model import Layout
-from harness.model.levels import FLOAT_LEVELS, KINDS, TextEnum, kind_spec
+from harness.model.levels import FLOAT_LEVELS, KINDS, TextEnum, count_key, kind_spec
 from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult
 
 STATUSES = (PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR, NOT_RUN)
@@ -120,7 +120,7 @@ def layout_causes(table: pd.DataFrame) -> dict[str, str]:
 
 
 def _count_key(kind: str) -> str:
-    return kind_spec(kind)[0].count_key or f"{kind.replace('-', '_')}_items"
+    return count_key(kind_spec(kind)[0])
 
 
 def check_prefill_layouts(table: pd.DataFrame) -> pd.DataFrame:
