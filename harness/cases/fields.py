@@ -107,9 +107,15 @@ def field_value(declared: Declared, value: object, source: str) -> object:
         if not isinstance(value, str) or not value or any(c.isspace() for c in value):
             raise CaseError(source, name, "must be a non-empty string without spaces")
         return value
+    if how.kind is FieldKind.ITEM_NAME:
+        if not isinstance(value, str) or not value or any(c.isspace() or c in "[]" for c in value):
+            raise CaseError(
+                source, name, f"must be a non-empty string without spaces or brackets, got {json.dumps(value)}"
+            )
+        return value
     if how.kind is FieldKind.TEXT:
         if not isinstance(value, str) or not value:
-            raise CaseError(source, name, "must be a non-empty string")
+            raise CaseError(source, name, f"must be a non-empty string, got {json.dumps(value)}")
         return value
     if how.kind is FieldKind.INT:
         return int_field(source, name, value, how.minimum, _bound(declared))
@@ -171,6 +177,7 @@ def field_table(case_type: type) -> list[str]:
         how = d.rule
         holds = {
             FieldKind.NAME: "string, no spaces",
+            FieldKind.ITEM_NAME: "string, no spaces or brackets",
             FieldKind.TEXT: "string",
             FieldKind.INT: _int_range(d),
             FieldKind.INTS: f"{_int_range(d).replace('integer', 'integers')}, one per request",

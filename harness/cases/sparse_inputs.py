@@ -22,13 +22,11 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
-from harness.cases.fields import LIMITS, CaseError, int_field, int_tuple_field, numeric_from_json
+from harness.cases.fields import LIMITS, CaseError, fields_from_json, int_field, int_tuple_field
 from harness.model.sparse import (
     MASK_FORMS,
+    MAX_INDEX_TOPK,
     ROW_PATTERNS,
-    ROW_SELECTIONS,
-    SELECTIONS,
-    SPARSE_BACKENDS,
     TOPK_PATTERNS,
     MaskForm,
     SparseCase,
@@ -41,25 +39,10 @@ if TYPE_CHECKING:
 
     from harness.kernels.draws import Draws
 
-# index_topk beyond this is refused before anything is allocated.
-MAX_INDEX_TOPK = 1 << 16
 # A mask case's indices (rows times index_topk) and its mask's words, bounded
 # likewise: the oracle interprets one Triton program per mask row.
 MAX_TOPK_ELEMENTS = 1 << 24
 MAX_MASK_WORDS = 1 << 22
-
-
-def _bool(source: str, field: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise CaseError(source, field, f"must be true or false, got {json.dumps(value)}")
-    return value
-
-
-def _known(data: dict[str, Any], cls: type, source: str, what: str) -> None:
-    allowed = {f.name for f in dataclasses.fields(cls)} | {"kind", "description"}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise CaseError(source, unknown[0], f"is not a {what} field")
 
 
 def _missing(data: dict[str, Any], names: tuple[str, ...], source: str) -> None:
@@ -86,98 +69,36 @@ def _name(data: dict[str, Any], source: str) -> str:
 
 
 def sparse_workspace_config_from_json(data: dict[str, Any], source: str) -> SparseWorkspaceConfig:
-    allowed = {f.name for f in dataclasses.fields(SparseWorkspaceConfig)} | {"kind", "description", "name"}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise CaseError(source, unknown[0], "is not a sparse-workspace field")
-    given_name = data.get("name")
-    data = {k: v for k, v in data.items() if k not in ("kind", "description", "name")}
-    _missing(data, ("max_model_len", "max_num_seqs", "block_size", "index_topk"), source)
-    values = {
-        "max_model_len": int_field(source, "max_model_len", data["max_model_len"], 1, 1 << 40),
-        "max_num_seqs": int_field(source, "max_num_seqs", data["max_num_seqs"], 1, 1 << 30),
-        "block_size": int_field(source, "block_size", data["block_size"], 1, LIMITS["block_size"]),
-        "index_topk": int_field(source, "index_topk", data["index_topk"], 1, MAX_INDEX_TOPK),
-        "dcp_world_size": int_field(
-            source, "dcp_world_size", data.get("dcp_world_size", 1), 1, LIMITS["dcp_world_size"]
-        ),
-        "cp_kv_cache_interleave_size": int_field(
-            source,
-            "cp_kv_cache_interleave_size",
-            data.get("cp_kv_cache_interleave_size", 1),
-            1,
-            LIMITS["cp_kv_cache_interleave_size"],
-        ),
-    }
+    """A sparse workspace configuration, each field by its declaration; a
+    ``name`` given must be the one its fields make."""
+    values, _ = fields_from_json(
+        SparseWorkspaceConfig, data, source, "a sparse-workspace", accepted=("kind", "description", "name")
+    )
     config = SparseWorkspaceConfig(**values)
+    given_name = data.get("name")
     if given_name is not None and given_name != config.name:
         raise CaseError(source, "name", f"{json.dumps(given_name)} is not this configuration's name {config.name}")
     return config
 
 
 def sparse_case_from_json(data: dict[str, Any], source: str) -> SparseCase:
-    _known(data, SparseCase, source, "sparse-case")
-    _missing(data, ("name", "context_lens", "query_lens", "block_size", "max_model_len", "max_num_seqs"), source)
-    _missing(data, ("index_topk",), source)
-    config = sparse_workspace_config_from_json(
-        {k: data[k] for k in ("max_model_len", "max_num_seqs", "block_size", "index_topk") if k in data}
-        | {k: data[k] for k in ("dcp_world_size", "cp_kv_cache_interleave_size") if k in data},
-        source,
-    )
-    context = int_tuple_field(source, "context_lens", data["context_lens"], 0, LIMITS["context_len"])
-    query = int_tuple_field(source, "query_lens", data["query_lens"], 1, LIMITS["query_len"])
+    """A sparse batch, each field by its declaration (:class:`SparseCase`),
+    then what the fields must hold together."""
+    values, _ = fields_from_json(SparseCase, data, source, "a sparse-case", accepted=("kind", "description"))
+    context, query = values["context_lens"], values["query_lens"]
     if len(context) != len(query):
         raise CaseError(source, "query_lens", f"has {len(query)} entries but context_lens has {len(context)}")
     if sum(context) > LIMITS["total_context"]:
         raise CaseError(source, "context_lens", f"total context {sum(context)} exceeds {LIMITS['total_context']}")
-    backend = data.get("backend", SPARSE_BACKENDS[0])
-    if backend not in SPARSE_BACKENDS:
-        raise CaseError(source, "backend", f"must be one of {', '.join(SPARSE_BACKENDS)}, got {json.dumps(backend)}")
-    flags = {
-        name: _bool(source, name, data.get(name, default))
-        for name, default in (
-            ("align_to_block", True),
-            ("masked_kernel", True),
-            ("force_dense_mha", False),
-            ("force_masked_mha", False),
-            ("force_mqa", False),
-        )
-    }
-    family = _family(data, "sparse", source)
-    numeric = numeric_from_json(data["numeric"], source) if data.get("numeric") is not None else None
-    selection = data.get("selection", "mixed")
-    if selection not in SELECTIONS + ROW_SELECTIONS:
-        known = ", ".join(SELECTIONS + ROW_SELECTIONS)
-        raise CaseError(source, "selection", f"must be one of {known}, got {json.dumps(selection)}")
-    if numeric is not None:
-        if config.dcp_world_size > 1:
+    case = SparseCase(**values)
+    if case.numeric is not None:
+        if case.dcp_world_size > 1:
             raise CaseError(source, "numeric", "a sparse L3 case runs without DCP (dcp_world_size must be 1)")
-        if sum(query) * config.index_topk > MAX_TOPK_ELEMENTS:
+        if sum(query) * case.index_topk > MAX_TOPK_ELEMENTS:
             raise CaseError(
-                source, "index_topk", f"{sum(query)} tokens x {config.index_topk} indices exceed {MAX_TOPK_ELEMENTS}"
+                source, "index_topk", f"{sum(query)} tokens x {case.index_topk} indices exceed {MAX_TOPK_ELEMENTS}"
             )
-    return SparseCase(
-        name=_name(data, source),
-        context_lens=context,
-        query_lens=query,
-        block_size=config.block_size,
-        max_model_len=config.max_model_len,
-        max_num_seqs=config.max_num_seqs,
-        index_topk=config.index_topk,
-        dcp_world_size=config.dcp_world_size,
-        cp_kv_cache_interleave_size=config.cp_kv_cache_interleave_size,
-        backend=backend,
-        tensor_parallel_size=int_field(source, "tensor_parallel_size", data.get("tensor_parallel_size", 1), 1, 1024),
-        mask_workspace_words=(
-            None
-            if data.get("mask_workspace_words") is None
-            else int_field(source, "mask_workspace_words", data["mask_workspace_words"], 0, 1 << 34)
-        ),
-        family=family,
-        numeric=numeric,
-        selection=selection,
-        **flags,
-    )
+    return case
 
 
 def _topk_field(value: Any, case: TopkMaskCase, source: str) -> tuple[tuple[tuple[int, ...], ...], ...]:

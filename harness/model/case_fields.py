@@ -31,10 +31,12 @@ from harness.model.levels import TextEnum
 
 
 class FieldKind(TextEnum):
-    """What a field holds: a name (no spaces), a text, an integer, an integer
-    per request, a boolean, one of ``choices``, or a numeric section."""
+    """What a field holds: a name (no spaces; an item name: no brackets
+    either), a text, an integer, an integer per request, a boolean, one of
+    ``choices``, or a numeric section."""
 
     NAME = "name"
+    ITEM_NAME = "item-name"
     TEXT = "text"
     INT = "int"
     INTS = "ints"
@@ -50,7 +52,8 @@ class FieldRule:
     ``kind`` is a :class:`FieldKind`; ``optional`` lets it hold None
     (JSON null); ``floor(case)`` is the smallest value shrinking tries (None:
     it never shrinks the field; per element for an ``ints`` field); ``doc`` is
-    its line in the docs' table."""
+    its line in the docs' table; ``written_with`` names the field it is
+    written beside (only when that one is set)."""
 
     kind: FieldKind
     doc: str
@@ -62,6 +65,7 @@ class FieldRule:
     always: bool = True
     first: bool = False
     floor: Callable[[Any], int] | None = None
+    written_with: str | None = None
 
     def __post_init__(self) -> None:
         # A kind given as its text is that member; any other text is refused here,
@@ -146,6 +150,8 @@ def fields_to_json(case: object) -> dict[str, Any]:
     for d in sorted(declared, key=lambda d: not d.rule.first):
         value = extras.get(d.name, d.default) if d.extra else getattr(case, d.name)
         if (d.extra or not d.rule.always) and value == d.default:
+            continue
+        if d.rule.written_with is not None and getattr(case, d.rule.written_with) is None:
             continue
         if d.rule.kind is FieldKind.NUMERIC:
             if value is not None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.model import Case, Layout, NumericSpec
+from harness.model.case_fields import FieldKind, fields_to_json, rule
 from harness.model.levels import TextEnum
 
 # The sparse backends' names as their ``get_name()`` returns them in vllm 0.28.0;
@@ -117,16 +118,42 @@ class MaskForm(TextEnum):
 MASK_FORMS: tuple[MaskForm, ...] = tuple(MaskForm)
 
 
+# How an L3 case draws each new token's top-k indices into its request's
+# sequence (context then new tokens), never past the token itself (an indexer
+# is causal) but in "future", seeded per (seed, request, token):
+#   "uniform":  distinct positions anywhere up to the token;
+#   "boundary": clustered at block edges (where chunks and pieces split) and at
+#               the context's end;
+#   "recent":   the positions just before the token (early chunks see no key);
+#   "early":    the first positions (later chunks and the suffix see none);
+#   "sparse":   zero to two positions, the rest -1 (rows keyless everywhere);
+#   "future":   anywhere in the sequence, past the token too (the suffix's
+#               causal mask hides those);
+#   "mixed":    each token one of the above.
+SELECTIONS = ("uniform", "boundary", "recent", "early", "sparse", "future", "mixed")
+# Top-k rows at their edges, never drawn by "mixed" (the sparse-l3-rows family names them):
+#   "full":       exactly min(index_topk, token + 1) distinct positions: a full
+#                 row wherever the token sees index_topk keys or more;
+#   "single":     one position;
+#   "empty":      none (every slot -1: the token is keyless everywhere);
+#   "duplicates": a full row drawn from at most three positions, repeated.
+ROW_SELECTIONS = ("full", "single", "empty", "duplicates")
+# index_topk beyond this is refused before anything is allocated.
+MAX_INDEX_TOPK = 1 << 16
+
+
 @dataclass(frozen=True)
 class SparseWorkspaceConfig:
     """The engine settings that decide the sparse chunked-prefill workspace size."""
 
-    max_model_len: int
-    max_num_seqs: int
-    block_size: int
-    index_topk: int
-    dcp_world_size: int = 1
-    cp_kv_cache_interleave_size: int = 1
+    max_model_len: int = rule(FieldKind.INT, "the longest sequence the engine admits", minimum=1, maximum=1 << 40)
+    max_num_seqs: int = rule(FieldKind.INT, "the most sequences one step schedules", minimum=1, maximum=1 << 30)
+    block_size: int = rule(FieldKind.INT, "KV cache block size", minimum=1, limit="block_size")
+    index_topk: int = rule(FieldKind.INT, "top-k indices per token", minimum=1, maximum=MAX_INDEX_TOPK)
+    dcp_world_size: int = rule(FieldKind.INT, "decode context parallel ranks", 1, minimum=1, limit="dcp_world_size")
+    cp_kv_cache_interleave_size: int = rule(
+        FieldKind.INT, "tokens per rank in turn under DCP", 1, minimum=1, limit="cp_kv_cache_interleave_size"
+    )
 
     family = "sparse-workspace-size"
 
@@ -138,14 +165,7 @@ class SparseWorkspaceConfig:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "max_model_len": self.max_model_len,
-            "max_num_seqs": self.max_num_seqs,
-            "block_size": self.block_size,
-            "index_topk": self.index_topk,
-            "dcp_world_size": self.dcp_world_size,
-            "cp_kv_cache_interleave_size": self.cp_kv_cache_interleave_size,
-        }
+        return fields_to_json(self)
 
 
 @dataclass(frozen=True)
@@ -169,28 +189,41 @@ class SparseCase:
     ``sparse_mla_force_dense_mha`` / ``_force_masked_mha`` / ``_force_mqa``.
     """
 
-    name: str
-    context_lens: tuple[int, ...]
-    query_lens: tuple[int, ...]
-    block_size: int
-    max_model_len: int
-    max_num_seqs: int
-    index_topk: int
-    dcp_world_size: int = 1
-    cp_kv_cache_interleave_size: int = 1
-    align_to_block: bool = True
-    backend: str = SPARSE_BACKENDS[0]
-    tensor_parallel_size: int = 1
-    masked_kernel: bool = True
-    mask_workspace_words: int | None = None
-    force_dense_mha: bool = False
-    force_masked_mha: bool = False
-    force_mqa: bool = False
-    family: str = "sparse"
+    name: str = rule(FieldKind.ITEM_NAME, "the batch's name: its item ids are NAME[KIND]", first=True)
+    context_lens: tuple[int, ...] = rule(
+        FieldKind.INTS, "context tokens per request", minimum=0, limit="context_len", floor=lambda case: 0
+    )
+    query_lens: tuple[int, ...] = rule(
+        FieldKind.INTS, "new tokens per request", minimum=1, limit="query_len", floor=lambda case: 1
+    )
+    block_size: int = rule(FieldKind.INT, "KV cache block size", minimum=1, limit="block_size")
+    max_model_len: int = rule(FieldKind.INT, "the longest sequence the engine admits", minimum=1, maximum=1 << 40)
+    max_num_seqs: int = rule(FieldKind.INT, "the most sequences one step schedules", minimum=1, maximum=1 << 30)
+    index_topk: int = rule(FieldKind.INT, "top-k indices per token", minimum=1, maximum=MAX_INDEX_TOPK)
+    dcp_world_size: int = rule(FieldKind.INT, "decode context parallel ranks", 1, minimum=1, limit="dcp_world_size")
+    cp_kv_cache_interleave_size: int = rule(
+        FieldKind.INT, "tokens per rank in turn under DCP", 1, minimum=1, limit="cp_kv_cache_interleave_size"
+    )
+    align_to_block: bool = rule(FieldKind.BOOL, "split chunks on block boundaries", True)
+    backend: str = rule(FieldKind.CHOICE, "the sparse attention backend", SPARSE_BACKENDS[0], choices=SPARSE_BACKENDS)
+    tensor_parallel_size: int = rule(FieldKind.INT, "tensor parallel ranks", 1, minimum=1, maximum=1024)
+    masked_kernel: bool = rule(FieldKind.BOOL, "the masked kernel exists for this model and device", True)
+    mask_workspace_words: int | None = rule(
+        FieldKind.INT, "the mask workspace in words (null: the release's own)", None, minimum=0, maximum=1 << 34,
+        optional=True,
+    )  # fmt: skip
+    force_dense_mha: bool = rule(FieldKind.BOOL, "upstream's sparse_mla_force_dense_mha", False)
+    force_masked_mha: bool = rule(FieldKind.BOOL, "upstream's sparse_mla_force_masked_mha", False)
+    force_mqa: bool = rule(FieldKind.BOOL, "upstream's sparse_mla_force_mqa", False)
+    family: str = rule(FieldKind.TEXT, "the family it was generated in", "sparse", first=True)
     # L3 (level sparse-prefill): the tensors' dimensions and seed, and how each
     # token's top-k indices are drawn (:data:`SELECTIONS`); None: L1 only.
-    numeric: NumericSpec | None = None
-    selection: str = "mixed"
+    numeric: NumericSpec | None = rule(FieldKind.NUMERIC, "makes it a sparse L3 batch too", None, optional=True)
+    # Written only for L3 cases, so L1 cases keep their JSON.
+    selection: str = rule(
+        FieldKind.CHOICE, "how each token's top-k indices are drawn (L3)", "mixed",
+        choices=SELECTIONS + ROW_SELECTIONS, written_with="numeric",
+    )  # fmt: skip
 
     @property
     def workspace_config(self) -> SparseWorkspaceConfig:
@@ -227,28 +260,7 @@ class SparseCase:
         return max(c + q for c, q in zip(self.context_lens, self.query_lens, strict=True))
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "family": self.family,
-            "context_lens": list(self.context_lens),
-            "query_lens": list(self.query_lens),
-            "block_size": self.block_size,
-            "max_model_len": self.max_model_len,
-            "max_num_seqs": self.max_num_seqs,
-            "index_topk": self.index_topk,
-            "dcp_world_size": self.dcp_world_size,
-            "cp_kv_cache_interleave_size": self.cp_kv_cache_interleave_size,
-            "align_to_block": self.align_to_block,
-            "backend": self.backend,
-            "tensor_parallel_size": self.tensor_parallel_size,
-            "masked_kernel": self.masked_kernel,
-            "mask_workspace_words": self.mask_workspace_words,
-            "force_dense_mha": self.force_dense_mha,
-            "force_masked_mha": self.force_masked_mha,
-            "force_mqa": self.force_mqa,
-            # Written only for L3 cases, so L1 cases keep their JSON.
-            **({"numeric": self.numeric.to_json(), "selection": self.selection} if self.numeric else {}),
-        }
+        return fields_to_json(self)
 
 
 Shape = tuple[int, int, int]
@@ -340,27 +352,6 @@ TOPK_PATTERNS = ("uniform", "boundary", "duplicates", "padding", "mixed")
 #   "single": one valid index per row, the rest -1;
 #   "empty":  every slot -1.
 ROW_PATTERNS = ("full", "single", "empty")
-
-# How an L3 case draws each new token's top-k indices into its request's
-# sequence (context then new tokens), never past the token itself (an indexer
-# is causal) but in "future", seeded per (seed, request, token):
-#   "uniform":  distinct positions anywhere up to the token;
-#   "boundary": clustered at block edges (where chunks and pieces split) and at
-#               the context's end;
-#   "recent":   the positions just before the token (early chunks see no key);
-#   "early":    the first positions (later chunks and the suffix see none);
-#   "sparse":   zero to two positions, the rest -1 (rows keyless everywhere);
-#   "future":   anywhere in the sequence, past the token too (the suffix's
-#               causal mask hides those);
-#   "mixed":    each token one of the above.
-SELECTIONS = ("uniform", "boundary", "recent", "early", "sparse", "future", "mixed")
-# Top-k rows at their edges, never drawn by "mixed" (the sparse-l3-rows family names them):
-#   "full":       exactly min(index_topk, token + 1) distinct positions: a full
-#                 row wherever the token sees index_topk keys or more;
-#   "single":     one position;
-#   "empty":      none (every slot -1: the token is keyless everywhere);
-#   "duplicates": a full row drawn from at most three positions, repeated.
-ROW_SELECTIONS = ("full", "single", "empty", "duplicates")
 
 
 @dataclass(frozen=True)
