@@ -218,7 +218,7 @@ class OracleProcess(ExternalPort):
             "poison_block": inputs.poison_block,
             "keyless_rows": getattr(kernels, "keyless_rows", "neg-inf"),
             # Under DCP the cache sent is this rank's; the process rebuilds every
-            # rank's (oracle.serve.rank_caches) and checks this one against it.
+            # rank's (harness.levels.prefill.rank_caches) and checks this one against it.
             "dcp_rank": inputs.dcp.rank if inputs.dcp is not None else 0,
         }
         assert case.numeric is not None

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from harness.model.levels import kinds_where
 from harness.night.data import Night, PortNight
 
 if TYPE_CHECKING:
@@ -143,7 +144,8 @@ def ulp_histogram_figure(port: PortNight, colours: Mapping[str, str] | None = No
 
 
 def layout_items(table: pd.DataFrame) -> pd.DataFrame:
-    return table[table["kind"] == "layout"]
+    """The rows whose chunk figures are the plan they compared (the layout level's)."""
+    return table[table["kind"].isin(kinds_where(lambda kind, level: kind.plan_figures))]
 
 
 def chunk_ratios(night: Night) -> pd.DataFrame:

@@ -119,8 +119,7 @@ NOT_LEVEL_LISTS = {
     # The external protocol's op names (docs/external-port-protocol.md).
     ("harness/protocol/external.py", "TENSOR_OPS"),
     # The oracle cache's entry kinds, one per oracle method (sparse-remap among them).
-    ("harness/sides/oracle_cache_answers.py", "KIND_FORMS"),
-    ("harness/sides/oracle_cache.py", "_storable"),
+    ("harness/sides/oracle_cache_store.py", "ENTRY_FORMATS"),
     # The suite files' groups that --numeric-size sets.
     ("harness/night/sizes.py", "NUMERIC_GROUPS"),
 }
@@ -163,6 +162,97 @@ def level_lists(path: Path, root: Path = ROOT) -> list[str]:
     return found
 
 
+def _is_level_name(node: ast.expr) -> bool:
+    """A literal level or kind name, ``Level.X`` / ``Kind.X``, or a tuple of them."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value in set(KINDS) | set(LEVELS)
+    if isinstance(node, ast.Attribute):
+        return isinstance(node.value, ast.Name) and node.value.id in {"Kind", "Level"}
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_is_level_name(e) for e in node.elts)
+    return False
+
+
+# Branches on a built-in kind that are not a level's behaviour, each with its reason.
+NOT_DISPATCH = {
+    # The oracle's trace asks the pinned release its own fixed questions, tagged by
+    # the built-in kind that asks them (the sparse workspace size under sparse-layout's).
+    "oracle/trace.py",
+    # Prose on why vllm 0.27.1 differs at each built-in level, for the legacy baseline.
+    "tools/measure_baseline.py",
+}
+
+
+def kind_dispatches(path: Path, root: Path = ROOT) -> list[str]:
+    """Each comparison of a value with a level's or kind's name (``kind ==
+    "merge"``, ``Kind.LAYOUT != kind``, ``level in ("prefill", ...)``) and each
+    ``match`` on one: a branch on the level, which belongs to the level's module."""
+    where = path.relative_to(root).as_posix()
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            # ``x == "merge"`` either way round; ``x in ("merge", ...)`` (a literal
+            # looked up in a container, ``"merge" in spec``, is a key, not a branch).
+            pairs = zip([node.left, *node.comparators], node.ops, node.comparators, strict=False)
+            if any(
+                (isinstance(op, ast.Eq | ast.NotEq | ast.Is | ast.IsNot) and (_is_level_name(a) or _is_level_name(b)))
+                or (isinstance(op, ast.In | ast.NotIn) and _is_level_name(b))
+                for a, op, b in pairs
+            ):
+                found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.match_case) and _is_level_name(getattr(node.pattern, "value", ast.Constant(None))):
+            found.append(f"{where}:{node.pattern.lineno}: case {ast.unparse(node.pattern)}")
+    return found
+
+
+def test_no_dispatch_on_a_level_outside_its_module() -> None:
+    """No ``if kind == ...`` is left: whatever differs by level is the level's
+    (its module's hooks); the registry and the level modules themselves aside."""
+    found = []
+    for folder in ("harness", "oracle", "ports", "reports", "tools", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.parent.name != "levels" and path.relative_to(ROOT).as_posix() not in NOT_DISPATCH:
+                found += kind_dispatches(path)
+    assert found == []
+
+
+def test_the_grep_finds_a_dispatch_on_a_level(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "def run(kind, item):\n    if kind == 'merge':\n        return 1\n"
+        "    if Kind.PREFILL != kind:\n        return 2\n    return kind in ('sparse-mask', 'x')\n"
+    )
+    assert [hit.split(": ", 1)[0] for hit in kind_dispatches(planted, tmp_path)] == [
+        "planted.py:2",
+        "planted.py:4",
+        "planted.py:6",
+    ]
+
+
+def test_a_served_oracle_answers_the_toy_levels_op(toy: None) -> None:
+    """A release served as the oracle (``python -m oracle.serve``, here the
+    pinned one in a process of its own) answers the plug-in level's op from the
+    level's module: its hello lists it beside the built-in ones, its answer is
+    that release's, and an op no level serves is an error reply."""
+    from harness.cases.suites import load_suite
+    from harness.protocol.errors import ExternalPortError
+    from oracle.pin import load_pin
+    from oracle.process import OracleProcess
+    from oracle.side import OracleSide
+
+    served = OracleProcess(load_pin()["release_version"], Path(sys.executable))
+    try:
+        assert {"layout", "oracle_prefill", "topk_remap", "chunk_count"} <= set(served.hello["ops"])
+        cases = [c for c in load_suite("smoke").cases if c.dcp_world_size == 1][:12]
+        answers = [served.count_chunks(case) for case in cases]
+        assert answers == [OracleSide().plan_layout(case).num_chunks for case in cases]
+        assert len(set(answers)) > 1
+        with pytest.raises(ExternalPortError, match="unknown op 'chunk_total'"):
+            served.request({"op": "chunk_total"})
+    finally:
+        served.close()
+
+
 def test_no_list_of_levels_outside_the_registry() -> None:
     registry = ROOT / "harness" / "model" / "levels.py"
     found = []
@@ -174,10 +264,10 @@ def test_no_list_of_levels_outside_the_registry() -> None:
 
 
 def test_the_grep_finds_a_list_of_levels(tmp_path: Path) -> None:
-    planted = tmp_path / "harness" / "sides" / "oracle_cache.py"
+    planted = tmp_path / "harness" / "sides" / "oracle_cache_store.py"
     planted.parent.mkdir(parents=True)
-    planted.write_text('CHOICES = ("layout", "prefill")\n\n\ndef _storable():\n    return {"merge": 1, "prefill": 2}\n')
-    assert level_lists(planted, tmp_path) == ["harness/sides/oracle_cache.py:1: ['layout', 'prefill']"]
+    planted.write_text('CHOICES = ("layout", "prefill")\n\n\nENTRY_FORMATS = {"merge": 1, "prefill": 2}\n')
+    assert level_lists(planted, tmp_path) == ["harness/sides/oracle_cache_store.py:1: ['layout', 'prefill']"]
 
 
 def test_a_port_that_registers_a_level_as_it_loads_is_refused(
@@ -189,7 +279,7 @@ def test_a_port_that_registers_a_level_as_it_loads_is_refused(
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "late_level.py").write_text(
         "import dataclasses\nfrom tests import toy_level\nfrom harness.model.levels import register_level\n"
-        "register_level(dataclasses.replace(toy_level.TOY, name='late', kinds=(dataclasses.replace("
+        "register_level(dataclasses.replace(toy_level.TOY, name='late', served={}, kinds=(dataclasses.replace("
         "toy_level.TOY.kinds[0], name='late'),)))\nPORT = toy_level.PORT\n"
     )
     try:
@@ -214,6 +304,15 @@ def test_a_level_is_registered_after_the_built_in_ones_and_checked(toy: None) ->
         (dataclasses.replace(twice, kinds=(dataclasses.replace(spec.kinds[0], name="t"),) * 2), "declared twice"),
         (dataclasses.replace(spec, name="taken", kinds=(dataclasses.replace(spec.kinds[0], name="merge"),)), "another"),
         (LevelSpec("empty", "nothing", (), ("m",), host=True, floats=False), "no kinds"),
+        (
+            dataclasses.replace(
+                spec,
+                name="op",
+                kinds=(dataclasses.replace(spec.kinds[0], name="op"),),
+                served={"merge": lambda side, request: {}},
+            ),
+            "served op 'merge' is another level's",
+        ),
     ):
         with pytest.raises(LevelRegistryError, match=why):
             register_level(bad)

@@ -65,6 +65,12 @@ def _count_over_protocol(port: Any, case: Case) -> int:
     return chunks
 
 
+def _serve_count(side: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """The ``chunk_count`` op in a served side (``python -m oracle.serve``: a
+    release as the oracle answers it with its own layout)."""
+    return {"chunks": side.plan_layout(case_from_json(request["case"], "request")).num_chunks}
+
+
 TOY = register_level(
     LevelSpec(
         name=LEVEL,
@@ -84,6 +90,7 @@ TOY = register_level(
         host=True,
         floats=False,
         external={"count_chunks": _count_over_protocol},
+        served={OP: _serve_count},
     )
 )
 

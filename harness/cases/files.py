@@ -105,7 +105,7 @@ def load_case_file(path: Path) -> list[Case]:
     source = str(path)
     data = read_json(path, source)
     kind = item_kind(data, source)
-    if kind != Kind.LAYOUT:
+    if not is_case_file(kind):
         raise CaseError(source, None, f"is {ITEM_KINDS[kind]}, not a case file ({reader_of(kind, source)})")
     return _cases_of(data, source)
 
@@ -117,7 +117,7 @@ def _cases_of(data: Any, source: str) -> list[Case]:
             raise CaseError(source, "cases", "must be a list of case objects")
         for i, item in enumerate(items):
             kind = item_kind(item, f"{source}#cases[{i}]")
-            if kind != Kind.LAYOUT:
+            if not is_case_file(kind):
                 raise CaseError(
                     f"{source}#cases[{i}]",
                     None,
@@ -253,6 +253,12 @@ def item_kind(data: Any, source: str) -> Kind:
     return Kind.LAYOUT
 
 
+def is_case_file(kind: Kind) -> bool:
+    """Whether a file of item kind ``kind`` is a case file: one case or a list
+    of them (``{"cases": [...]}``, read by :func:`_cases_of`), not one item."""
+    return _BY_KIND[kind].read is None
+
+
 def reader_of(kind: str, path: str) -> str:
     """The commands that read a file of item kind ``kind``, as a user would type them."""
     if kind in RUN_KINDS:
@@ -279,7 +285,7 @@ def load_item_file(path: Path) -> tuple[str, Any]:
     if not isinstance(data, dict):
         raise CaseError(source, None, "must hold a JSON object (a case, a merge case or a workspace config)")
     kind = item_kind(data, source)
-    if kind == Kind.LAYOUT:
+    if is_case_file(kind):
         if "context_lens" not in data and "cases" not in data:
             raise CaseError(source, None, "is neither a case, a sparse item, a merge case nor a workspace config")
         return Kind.LAYOUT, _cases_of(data, source)
@@ -308,7 +314,7 @@ def load_run_file(path: Path) -> RunFiles:
     source = str(path)
     data = read_json(path, source)
     kind = item_kind(data, source)
-    if kind == Kind.LAYOUT:
+    if is_case_file(kind):
         return RunFiles(cases=tuple(_cases_of(data, source)))
     if kind not in RUN_KINDS:
         raise CaseError(

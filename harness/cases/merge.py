@@ -21,12 +21,12 @@ TOKENS_WITH_CONTEXT = ("none", "none", "all", "zero", "between", "between")
 
 
 def _tokens_with_context(rng: random.Random, num_tokens: int) -> int | None:
-    kind = rng.choice(TOKENS_WITH_CONTEXT)
-    if kind == "none":
+    share = rng.choice(TOKENS_WITH_CONTEXT)
+    if share == "none":
         return None
-    if kind == "all":
+    if share == "all":
         return num_tokens
-    if kind == "zero" or num_tokens == 1:
+    if share == "zero" or num_tokens == 1:
         return 0
     return rng.randint(1, num_tokens - 1)
 

@@ -114,11 +114,11 @@ class Suite:
     mcdc: bool = False
 
 
-def workspace_grid(kind: str) -> tuple[WorkspaceConfig, ...]:
-    """The configurations of grid ``kind`` (one of :data:`GRIDS`), in a fixed order."""
-    if kind == "wide":
+def workspace_grid(grid: str) -> tuple[WorkspaceConfig, ...]:
+    """The configurations of grid ``grid`` (one of :data:`GRIDS`), in a fixed order."""
+    if grid == "wide":
         return _wide_grid()
-    axes = _AXIS_GRIDS[kind]
+    axes = _AXIS_GRIDS[grid]
     configs = []
     for length, seqs, block, world, interleave in itertools.product(*axes.values()):
         if world == 1 and interleave != 1:

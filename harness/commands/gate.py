@@ -106,7 +106,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -> int:
-    from harness.sides.items import DIVERGENT, NOT_RUN, Kind
+    from harness.model.levels import kind_spec, kinds_where, level_of
+    from harness.sides.items import DIVERGENT, NOT_RUN
     from harness.verdicts.gate import judge
     from harness.verdicts.summary import message_groups
 
@@ -124,12 +125,14 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
     code = _finish_gate(outcome, out_dir)
     if code == EXIT_USAGE:
         return code
-    # The first new layout divergences come with a shrunk case that reproduces them.
-    cases = {c.name: c for c in suite.cases}
-    new_layout = outcome.verdict.new
-    new_layout = new_layout[(new_layout["kind"] == Kind.LAYOUT) & (new_layout["status"] == DIVERGENT)]
+    # The first new divergences of a host kind that shrinks (the layout level's: a
+    # host shrink fits the gate's time box) come with a shrunk case that reproduces them.
+    shrunk_kinds = kinds_where(lambda kind, level: kind.shrinks and level.host)
+    cases = {item.name: item for kind in shrunk_kinds for item in kind_spec(kind)[0].plan(suite)}
+    new = outcome.verdict.new
+    new = new[new["kind"].isin(shrunk_kinds) & (new["status"] == DIVERGENT)]
     # One per distinct message (the summary shows each group's first item), the first three.
-    firsts = [next(g.itertuples(index=False)) for g in message_groups(new_layout[new_layout["name"].isin(cases)])]
+    firsts = [next(g.itertuples(index=False)) for g in message_groups(new[new["name"].isin(cases)])]
     targets = firsts[:3]
     if not targets or args.shrink_time == 0:
         return code
@@ -137,7 +140,8 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
     outcome.meta["shrunk"] = shrunk
     deadline = time.monotonic() + args.shrink_time
     print(
-        f"\nshrinking {len(targets)} new layout divergence(s) of {port.name} "
+        f"\nshrinking {len(targets)} new {'/'.join(sorted({level_of(row.kind) for row in targets}))} "
+        f"divergence(s) of {port.name} "
         f"(time box {args.shrink_time:g} s, --shrink-time)",
         file=sys.stderr,
     )
@@ -146,7 +150,14 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
             progress = _shrink_progress(f"{row.name} ({number} of {len(targets)}) for {port.name}", deadline)
             case, path = cases[row.name], out_dir / "shrunk" / f"{row.name}.json"
             shrunk[row.id] = guarded_shrink(
-                done.oracle, port, case, path, deadline=deadline, progress=progress, timeout_s=args.timeout
+                done.oracle,
+                port,
+                case,
+                path,
+                level=level_of(row.kind),
+                deadline=deadline,
+                progress=progress,
+                timeout_s=args.timeout,
             )
             print(f"  shrunk {row.id}: {shrunk[row.id]}", file=sys.stderr)
     except KeyboardInterrupt:

@@ -84,6 +84,18 @@ def _run_workspace(call: ItemCall) -> CaseResult:
     return compare_workspace(call.oracle, call.port, call.item, call.timeout_s)
 
 
+def _serve_layout(side: Port, request: dict[str, Any]) -> dict[str, Any]:
+    from harness.cases.files import case_from_json
+
+    return {"layout": side.plan_layout(case_from_json(request["case"], "request")).to_json()}
+
+
+def _serve_workspace_size(side: Port, request: dict[str, Any]) -> dict[str, Any]:
+    from harness.cases.files import workspace_config_from_json
+
+    return {"workspace_size": int(side.workspace_size(workspace_config_from_json(request["config"], "request")))}
+
+
 LAYOUT = register_level(
     LevelSpec(
         name=Level.LAYOUT,
@@ -127,6 +139,7 @@ LAYOUT = register_level(
             ),
         ),
         port_methods=("plan_layout", "workspace_size"),
+        served={"layout": _serve_layout, "workspace_size": _serve_workspace_size},
         host=True,
         floats=False,
         heading="L1 layout (+ workspace size)",

@@ -3,7 +3,7 @@ states, on identical materialised partials, bit for bit."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.levels.shown import ShowContext, divergent_tensors
 from harness.model import MergeCase
@@ -12,6 +12,8 @@ from harness.sides.items import CaseResult
 from harness.sides.runner import compare_merge
 
 if TYPE_CHECKING:
+    import torch
+
     from harness.kernels import SharedKernels
     from harness.kernels.numeric import MergeInputs
 
@@ -28,6 +30,13 @@ def _strategy() -> Any:
     return merge_cases()
 
 
+def _note() -> str | None:
+    from harness.search.explore_strategies import merge_fields_at_default
+
+    at_default = merge_fields_at_default()
+    return f"merge fields left at their defaults (no strategy yet): {', '.join(at_default)}" if at_default else None
+
+
 def _inputs(item: MergeCase, device: str) -> MergeInputs:
     from harness.kernels.numeric import materialise_merge
 
@@ -36,6 +45,29 @@ def _inputs(item: MergeCase, device: str) -> MergeInputs:
 
 def _release_asked(release: Any, item: MergeCase, kernels: SharedKernels, device: str) -> object:
     return release.merge_states(_inputs(item, device))
+
+
+class Merger(Protocol):
+    """A side at this level (a served release's, say)."""
+
+    def merge_states(self, inputs: MergeInputs) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def _serve_merge(side: Merger, request: dict[str, Any]) -> dict[str, Any]:
+    from harness.kernels.numeric import MergeInputs
+    from harness.protocol.served import request_tensors, write_outputs
+
+    tensors = request_tensors(request)
+    output, lse = side.merge_states(
+        MergeInputs(
+            tensors["prefix_output"],
+            tensors["prefix_lse"],
+            tensors["suffix_output"],
+            tensors["suffix_lse"],
+            request["prefill_tokens_with_context"],
+        )
+    )
+    return write_outputs(request, {"output": output, "lse": lse})
 
 
 MERGE = register_level(
@@ -57,9 +89,11 @@ MERGE = register_level(
                 count_key="merge_cases",
                 strategy=_strategy,
                 explore_share=2.0,
+                explore_note=_note,
             ),
         ),
         port_methods=("merge_states",),
+        served={"merge": _serve_merge},
         host=False,
         floats=True,
         heading="L2 merge",

@@ -4,7 +4,8 @@ case on one process per rank where the run says how."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.levels.shown import ShowContext, divergent_tensors
 from harness.model import Case, Layout
@@ -14,8 +15,10 @@ from harness.sides.items import CaseResult, device_kernels
 from harness.sides.runner import ItemCall, compare_prefill
 
 if TYPE_CHECKING:
+    import torch
+
     from harness.kernels import SharedKernels
-    from harness.kernels.numeric import PrefillInputs
+    from harness.kernels.numeric import DcpInputs, PrefillInputs
 
 
 def _run(call: ItemCall) -> CaseResult:
@@ -68,6 +71,58 @@ def _release_asked(release: Any, item: Case, kernels: SharedKernels, device: str
     return release.prefill(item, inputs, kernels_for_case(kernels, item))
 
 
+def rank_caches(case: Case, inputs: PrefillInputs, rank: int) -> DcpInputs:
+    """Every DCP rank's cache of ``case``, rebuilt by the harness's own
+    deterministic code (:func:`harness.kernels.numeric.materialise_rank_caches`,
+    the case's seed), with every rank held by this process: what a served
+    oracle runs a DCP item on.
+
+    Only rank ``rank``'s cache crosses the process boundary (as ``kv_cache``,
+    ``block_table``, ``poison_block``); the rebuilt one must be the same bits,
+    or the harness and the served process disagree on the inputs and the item
+    fails (never as a refusal).
+    """
+    import torch
+
+    from harness.compare.bits import identical_bits
+    from harness.kernels.numeric import DcpInputs, materialise_rank_caches
+    from harness.model.dcp import OneProcessRanks
+
+    world, interleave = case.dcp_world_size, case.cp_kv_cache_interleave_size
+    if not 0 <= rank < world:
+        raise ValueError(f"DCP rank {rank} is outside the case's world of {world}")
+    caches = materialise_rank_caches(case.context_lens, case.block_size, inputs.spec, world, interleave)
+    own = caches[rank]
+    sent = inputs.kv_cache.cpu(), inputs.block_table.cpu(), inputs.poison_block
+    if not (
+        identical_bits(own.kv_cache, sent[0]) and torch.equal(own.block_table, sent[1]) and own.poison_block == sent[2]
+    ):
+        raise ValueError(
+            f"case {case.name}: DCP rank {rank}'s cache rebuilt here differs from the one the harness sent "
+            "(kv_cache, block_table or poison_block)"
+        )
+    device = inputs.kv_cache.device
+    held = tuple(replace(c, kv_cache=c.kv_cache.to(device), block_table=c.block_table.to(device)) for c in caches)
+    return DcpInputs(world, interleave, rank, held, OneProcessRanks(world, rank))
+
+
+class Prefiller(Protocol):
+    """A side at this level (a served release's, say)."""
+
+    def prefill(self, case: Case, inputs: PrefillInputs, kernels: SharedKernels) -> dict[str, torch.Tensor]: ...
+
+
+def _serve(side: Prefiller, request: dict[str, Any]) -> dict[str, Any]:
+    from harness.cases.files import case_from_json
+    from harness.protocol.served import prefill_inputs, request_kernels, request_tensors, write_outputs
+
+    inputs = prefill_inputs(request, request_tensors(request))
+    case = case_from_json(request["case"], "request")
+    if case.dcp_world_size > 1:
+        inputs = replace(inputs, dcp=rank_caches(case, inputs, int(request["scalars"].get("dcp_rank", 0))))
+    return write_outputs(request, side.prefill(case, inputs, request_kernels(request)))
+
+
 PREFILL = register_level(
     LevelSpec(
         name=Level.PREFILL,
@@ -94,6 +149,7 @@ PREFILL = register_level(
             ),
         ),
         port_methods=("prefill",),
+        served={"oracle_prefill": _serve},
         host=False,
         floats=True,
         heading="L3 prefill",

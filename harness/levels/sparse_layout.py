@@ -3,12 +3,12 @@ and each sparse workspace configuration's size, field for field."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.levels.layout import workspace_row
 from harness.levels.shown import ShowContext
 from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
-from harness.model.sparse import SparseCase, SparseWorkspaceConfig
+from harness.model.sparse import SparseCase, SparseLayout, SparseWorkspaceConfig
 from harness.protocol.port import Port
 from harness.sides.items import DIVERGENT, PARITY, CaseResult, compare_sizes
 from harness.sides.runner import ItemCall
@@ -58,6 +58,27 @@ def _workspace_drift(
         drift.changed = ["sparse_workspace_size"]
 
 
+class SparsePlanner(Protocol):
+    """A side at this level (a served release's, say)."""
+
+    def plan_sparse(self, case: SparseCase) -> SparseLayout: ...
+
+    def sparse_workspace_size(self, config: SparseWorkspaceConfig) -> int: ...
+
+
+def _serve_sparse_layout(side: SparsePlanner, request: dict[str, Any]) -> dict[str, Any]:
+    from harness.cases.sparse_inputs import sparse_case_from_json
+
+    return {"sparse_layout": side.plan_sparse(sparse_case_from_json(request["case"], "request")).to_json()}
+
+
+def _serve_sparse_workspace_size(side: SparsePlanner, request: dict[str, Any]) -> dict[str, Any]:
+    from harness.cases.sparse_inputs import sparse_workspace_config_from_json
+
+    config = sparse_workspace_config_from_json(request["config"], "request")
+    return {"workspace_size": int(side.sparse_workspace_size(config))}
+
+
 SPARSE_LAYOUT = register_level(
     LevelSpec(
         name=Level.SPARSE_LAYOUT,
@@ -93,6 +114,7 @@ SPARSE_LAYOUT = register_level(
             ),
         ),
         port_methods=("plan_sparse", "sparse_workspace_size"),
+        served={"sparse_layout": _serve_sparse_layout, "sparse_workspace_size": _serve_sparse_workspace_size},
         host=True,
         floats=False,
         sparse=True,

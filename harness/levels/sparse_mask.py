@@ -3,7 +3,7 @@ indices, bit for bit."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.levels.shown import ShowContext
 from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
@@ -53,6 +53,37 @@ def _drift(drift: ItemDrift, result: CaseResult, pinned: Port, release: Port, it
         drift.detail += f" ({detail or 'asked again, the two agree'})"
 
 
+class MaskBuilder(Protocol):
+    """A side at this level (a served release's, say)."""
+
+    def build_topk_mask(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> torch.Tensor: ...
+
+    def remap_topk(self, case: TopkMaskCase, topk: list[torch.Tensor]) -> list[torch.Tensor]: ...
+
+
+def _served_topk(request: dict[str, Any]) -> tuple[TopkMaskCase, list[torch.Tensor]]:
+    """A top-k op's case and indices (request ``r``'s as int32 ``topk.{r}``)."""
+    from harness.cases.sparse_inputs import topk_mask_case_from_json
+    from harness.protocol.served import request_tensors
+
+    case = topk_mask_case_from_json(request["case"], "request")
+    stored = request_tensors(request)
+    return case, [stored[f"topk.{r}"].clone() for r in range(case.num_requests)]
+
+
+def _serve_mask(side: MaskBuilder, request: dict[str, Any]) -> dict[str, Any]:
+    from harness.protocol.served import write_outputs
+
+    return write_outputs(request, {"mask": side.build_topk_mask(*_served_topk(request))})
+
+
+def _serve_remap(side: MaskBuilder, request: dict[str, Any]) -> dict[str, Any]:
+    from harness.protocol.served import write_outputs
+
+    remapped = side.remap_topk(*_served_topk(request))
+    return write_outputs(request, {f"remapped.{r}": t for r, t in enumerate(remapped)})
+
+
 SPARSE_MASK = register_level(
     LevelSpec(
         name=Level.SPARSE_MASK,
@@ -73,6 +104,7 @@ SPARSE_MASK = register_level(
             ),
         ),
         port_methods=("build_topk_mask", "remap_topk"),
+        served={"topk_mask": _serve_mask, "topk_remap": _serve_remap},
         host=False,
         floats=False,
         sparse=True,

@@ -5,7 +5,7 @@ sparse-layout only."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.levels.shown import ShowContext, divergent_tensors
 from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
@@ -16,6 +16,8 @@ from harness.sides.runner import ItemCall
 from harness.sides.sparse_runner import compare_sparse_prefill
 
 if TYPE_CHECKING:
+    import torch
+
     from harness.kernels import SharedKernels
     from harness.kernels.sparse_prefill import SparsePrefillInputs
     from harness.night.drift_items import ItemDrift
@@ -56,6 +58,25 @@ def _drift(drift: ItemDrift, result: CaseResult, pinned: Port, release: Port, it
         layout_only(drift, release, item)
 
 
+class SparsePrefiller(Protocol):
+    """A side at this level (a served release's, say)."""
+
+    def sparse_prefill(
+        self, case: SparseCase, inputs: SparsePrefillInputs, kernels: SharedKernels
+    ) -> dict[str, torch.Tensor]: ...
+
+
+def _serve(side: SparsePrefiller, request: dict[str, Any]) -> dict[str, Any]:
+    from harness.cases.sparse_inputs import sparse_case_from_json
+    from harness.kernels.sparse_prefill import SparsePrefillInputs
+    from harness.protocol.served import prefill_inputs, request_kernels, request_tensors, write_outputs
+
+    tensors = request_tensors(request)
+    case = sparse_case_from_json(request["case"], "request")
+    inputs = SparsePrefillInputs(prefill_inputs(request, tensors), tensors["topk"])
+    return write_outputs(request, side.sparse_prefill(case, inputs, request_kernels(request)))
+
+
 SPARSE_PREFILL = register_level(
     LevelSpec(
         name=Level.SPARSE_PREFILL,
@@ -77,6 +98,7 @@ SPARSE_PREFILL = register_level(
             ),
         ),
         port_methods=("sparse_prefill",),
+        served={"oracle_sparse_prefill": _serve},
         host=False,
         floats=True,
         sparse=True,

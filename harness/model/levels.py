@@ -111,7 +111,9 @@ class KindSpec:
     as it is); ``plan_figures`` says its rows' chunk figures are the plan it
     compared, which the summary's per-side chunk totals sum; ``strategy()``
     is the hypothesis strategy ``parity explore`` draws its items from (None:
-    not explored), with ``explore_share`` of its level's time."""
+    not explored), with ``explore_share`` of its level's time; ``explore_note()``
+    what ``parity explore`` notes of that strategy (fields it leaves at their
+    defaults), or None."""
 
     name: str
     plan: Callable[[Any], Iterable[Any]]
@@ -134,6 +136,7 @@ class KindSpec:
     plan_figures: bool = False
     strategy: Callable[[], Any] | None = None
     explore_share: float = 1.0
+    explore_note: Callable[[], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,11 @@ class LevelSpec:
     external one (None: the same; the L3 levels differ: a ``cmd:`` port is
     sent the partials). ``transcribed`` says its oracle answers stand on the
     pin's transcription of upstream code (:data:`oracle.pin.TRANSCRIBED`), so
-    the drift report names that code beside the level."""
+    the drift report names that code beside the level. ``served`` answers the
+    external protocol's ops for this level in a served side (``python -m
+    oracle.serve``, a release as the oracle): ``fn(side, request)`` calls the
+    side's method and returns the reply's fields; a served oracle answers these
+    ops, every level's, and no others (:func:`served_op`)."""
 
     name: str
     title: str
@@ -168,6 +175,7 @@ class LevelSpec:
     compares: str | None = None
     compares_over_protocol: str | None = None
     transcribed: bool = False
+    served: Mapping[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = field(default_factory=dict)
 
 
 # -- the registry ------------------------------------------------------------------------------
@@ -217,6 +225,10 @@ def register_level(spec: LevelSpec) -> LevelSpec:
             f"level {spec.name!r}: count key {(clash or bad)[0]!r} is taken or does not end in "
             f"{' or '.join(COUNT_SUFFIXES)} (the summary's other keys are its own)"
         )
+    ops = [op for other in _levels.values() for op in other.served]
+    taken_ops = [op for op in spec.served if op in ops or op == "hello"]
+    if taken_ops:
+        raise LevelRegistryError(f"level {spec.name!r}: served op {taken_ops[0]!r} is another level's")
     _levels[spec.name] = spec
     for kind in spec.kinds:
         _kinds[kind.name] = (kind, spec)
@@ -290,6 +302,21 @@ def kind_spec(kind: str) -> tuple[KindSpec, LevelSpec]:
         return _kinds[kind]
     except KeyError:
         raise ValueError(f"no runner for item kind {kind!r} (the kinds: {', '.join(_kinds)})") from None
+
+
+def served_op(op: str) -> Callable[[Any, dict[str, Any]], dict[str, Any]]:
+    """The level's answer to the served op ``op`` (:attr:`LevelSpec.served`); an
+    unknown op is a :class:`ValueError` naming it."""
+    for spec in registered_levels():
+        answer = spec.served.get(op)
+        if answer is not None:
+            return answer
+    raise ValueError(f"unknown op {op!r}")
+
+
+def served_ops() -> list[str]:
+    """Every op a served side answers, level by level in suite order."""
+    return [op for spec in registered_levels() for op in spec.served]
 
 
 def is_kind(kind: str) -> bool:
@@ -376,6 +403,11 @@ def shrinking_kind(level: str) -> str | None:
 
 
 SHRINKING_LEVELS = _level_names(lambda spec: any(kind.shrinks for kind in spec.kinds))
+
+
+def kinds_where(keep: Callable[[KindSpec, LevelSpec], bool]) -> list[str]:
+    """The kinds (in suite order) whose spec and level ``keep`` holds for."""
+    return [kind.name for spec in registered_levels() for kind in spec.kinds if keep(kind, spec)]
 
 
 def levels_table() -> list[tuple[str, str, str, str]]:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases.json_input import read_json
-from harness.model.levels import registered_levels
+from harness.model.levels import level_of, registered_levels
 from harness.night.drift_items import (
     AGREEING,
     BOTH_REFUSE,
@@ -361,7 +361,7 @@ def level_symbols(entered: dict[str, list[str]]) -> dict[str, list[str]]:
     traced as sparse-layout's) -> ``{level: symbols}``."""
     out: dict[str, list[str]] = {}
     for symbol, levels in sorted(entered.items()):
-        for level in sorted({"layout" if lv == "workspace" else lv for lv in levels}):
+        for level in sorted({level_of(kind) for kind in levels}):
             out.setdefault(level, []).append(symbol)
     return out
 

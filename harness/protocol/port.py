@@ -127,19 +127,19 @@ def check_chunk(chunk: Any, where: str, built: frozenset[str] = frozenset()) -> 
     type is checked, not each of its elements."""
     if type(chunk) is not Chunk:
         raise PortValueError(f"{where}: {_type_name(chunk)}, not a harness.model.Chunk")
-    for name, kind, optional in _chunk_field_kinds():
+    for name, field_type, optional in _chunk_field_kinds():
         value = getattr(chunk, name)
         if value is None and optional:
             continue
         # Runs for every chunk of every layout: the location string is built
         # only to name an offender.
-        if kind == "ints":
+        if field_type == "ints":
             if type(value) is not tuple or (name not in built and not set(map(type, value)) <= {int}):
                 _check_ints(value, f"{where}.{name}")
-        elif kind == "int":
+        elif field_type == "int":
             if type(value) is not int:
                 check_int(value, f"{where}.{name}")
-        elif kind == "bool":
+        elif field_type == "bool":
             if type(value) is not bool:
                 raise PortValueError(f"{where}.{name}: {_type_name(value)} {value!s:.40}, not bool")
         else:

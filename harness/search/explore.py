@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port, port_levels
 from harness.search.explore_results import ExploreResult, PropertyRun
 from harness.search.explore_search import explore_property
-from harness.search.explore_strategies import Property, merge_fields_at_default, properties, properties_for
+from harness.search.explore_strategies import Property, properties, properties_for
 from harness.sides.items import selected_levels
 
 if TYPE_CHECKING:
@@ -83,9 +83,7 @@ def explore(
     out_dir.mkdir(parents=True, exist_ok=True)
     props = properties_for(selected_levels(level))
     implemented = port_levels(port)
-    at_default = merge_fields_at_default()
-    if at_default and any(p.name == "merge" for p in props):
-        result.notes.append(f"merge fields left at their defaults (no strategy yet): {', '.join(at_default)}")
+    result.notes += [note for note in (p.note() for p in props) if note]
     call_limit_s = min(timeout_s, max(MAX_CALL_S, budget_s))
     # Fixed shares of the budget: a long shrink in one property never starves the next.
     shares = sum(p.share for p in props if p.level in implemented)

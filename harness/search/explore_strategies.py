@@ -437,6 +437,7 @@ class Property:
     level: str
     strategy: Callable[[], SearchStrategy[Any]]
     share: float
+    note: Callable[[], str | None] = lambda: None
 
     @property
     def kind(self) -> str:
@@ -446,7 +447,7 @@ class Property:
 def properties() -> tuple[Property, ...]:
     """One property per registered kind with a strategy (KindSpec.strategy), in suite order."""
     return tuple(
-        Property(kind.name, spec.name, kind.strategy, kind.explore_share)
+        Property(kind.name, spec.name, kind.strategy, kind.explore_share, kind.explore_note or (lambda: None))
         for spec in registered_levels()
         for kind in spec.kinds
         if kind.strategy is not None

@@ -290,11 +290,11 @@ def _run_item(workers: list[_Worker], case: Case, ranks: RealRanks, timeout_s: f
                 if not worker.process.is_alive():
                     state.mark_death(rank, worker.process.exitcode)
                 continue
-            kind = message[0]
-            if kind == "done":
+            what = message[0]
+            if what == "done":
                 state.done = True
-            elif kind in (ORACLE, PORT):
-                state.reported[kind] = message[1]
+            elif what in (ORACLE, PORT):
+                state.reported[what] = message[1]
     # A rank's death shows first as another's broken collective: look for it
     # among the ranks still out, briefly, so the error names the cause.
     out = [(rank, worker) for rank, worker in enumerate(workers) if not states[rank].done]

@@ -244,7 +244,7 @@ def tensor_verdict(
         if name not in port_out:
             result.status, result.error = PORT_ERROR, f"port returned no {name!r}"
             return result
-        kind = "lse" if name.endswith("lse") else "output"
+        role = "lse" if name.endswith("lse") else "output"
         a, b = oracle_out[name], port_out[name]
         try:
             check_tensor(a, f"the oracle's {name!r}")
@@ -254,9 +254,9 @@ def tensor_verdict(
             return result
         try:
             check_tensor(b, f"port's {name!r}", a.device)
-            if kind == "lse":  # [heads, tokens] compared token-major, so rows are tokens
+            if role == "lse":  # [heads, tokens] compared token-major, so rows are tokens
                 a, b = a.transpose(0, 1), b.transpose(0, 1) if b.dim() == 2 else b
-            result.tensors.append(compare_bits(name, a, b, axes[kind]))
+            result.tensors.append(compare_bits(name, a, b, axes[role]))
         except BaseException as exc:
             reraise_interrupt(exc)
             result.status, result.error = PORT_ERROR, one_line(exc)

@@ -63,16 +63,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.compare.sparse import check_sparse_layout
 from harness.model import Case, Layout, WorkspaceConfig
 from harness.model.sparse import SparseCase, SparseLayout, SparseWorkspaceConfig, TopkMaskCase
-from harness.protocol.port import Port, check_layout, port_levels
+from harness.protocol.port import Port, port_levels
 from harness.sides.oracle_cache_answers import (
     KeptError,
     KeptTensors,
     handed_out,
     kept_error,
-    kept_tensors,
     rebuilt_error,
 )
 from harness.sides.oracle_cache_keys import (
@@ -87,12 +85,12 @@ from harness.sides.oracle_cache_keys import (
     sparse_sources,
 )
 from harness.sides.oracle_cache_store import (
-    JSON_KINDS,
     decode_json_entry,
     decode_tensor_entry,
     default_cache_directory,
     encode_json_entry,
     encode_tensor_entry,
+    entry_format,
     entry_header,
     prune_stale_folders,
     sealed,
@@ -321,7 +319,8 @@ class CachedOracle:
         except Uncacheable:
             self._count("bypassed")
             answer = ask()
-            return check_layout(answer) if kind == "layout" else answer
+            entry = entry_format(kind)
+            return entry.keep(answer) if entry.keep_is_the_oracles_check else answer
         key = f"{kind}-{item}"
         with self._lock:
             held = self._memory.get(key)
@@ -346,12 +345,13 @@ class CachedOracle:
             if error is not None:
                 self._keep(kind, item, key, error)
             raise
-        if kind == "layout":
+        entry = entry_format(kind)
+        if entry.keep_is_the_oracles_check:
             # returns_checked_layouts: whatever the check raises is the oracle's error.
-            stored = self._storable(kind, answer)
+            stored = entry.keep(answer)
         else:
             try:
-                stored = self._storable(kind, answer)
+                stored = entry.keep(answer)
             except (Uncacheable, ValueError, TypeError):
                 return answer
         with contextlib.suppress(Uncacheable, ValueError, TypeError):
@@ -382,7 +382,7 @@ class CachedOracle:
         answer = ask()
         self._count("elsewhere_checked")
         try:
-            fresh = self._storable(kind, answer)
+            fresh = entry_format(kind).keep(answer)
         except (Uncacheable, ValueError, TypeError):
             fresh = None
         if not isinstance(fresh, KeptTensors) or not _same_bits(fresh, kept):
@@ -399,35 +399,6 @@ class CachedOracle:
                     file=sys.stderr,
                 )
         return answer
-
-    @staticmethod
-    def _storable(kind: str, answer: Any) -> Any:
-        """The answer as the store keeps it, checked to come back exactly."""
-        if kind == "layout":
-            # Exact types (plain ints, bools and tuples) are what makes
-            # Layout.to_json and _layout_of invert each other.
-            return check_layout(answer)  # frozen, of tuples: safe to share
-        if kind == "sparse-layout":
-            # The runner checks the oracle's sparse layout itself, with its own
-            # message: one this check refuses is handed on unkept.
-            return check_sparse_layout(answer)  # frozen, of tuples: safe to share
-        if kind in ("workspace", "sparse-workspace"):
-            if type(answer) is not int:
-                raise Uncacheable(f"a workspace size of type {type(answer).__qualname__}")
-            return answer
-        if kind == "merge":
-            if type(answer) is not tuple or len(answer) != 2:
-                raise Uncacheable("a merge answer that is not (output, lse)")
-            return kept_tensors("tuple", [("output", answer[0]), ("lse", answer[1])])
-        if kind == "sparse-mask":
-            return kept_tensors("tensor", [("mask", answer)])
-        if kind == "sparse-remap":
-            if type(answer) is not list:
-                raise Uncacheable("a remap answer that is not a list")
-            return kept_tensors("list", [(str(i), t) for i, t in enumerate(answer)])
-        if type(answer) is not dict:
-            raise Uncacheable(f"a {kind} answer that is not a dict")
-        return kept_tensors("dict", list(answer.items()))
 
     @staticmethod
     def _hand_out(kept: Any) -> Any:
@@ -457,7 +428,7 @@ class CachedOracle:
             return
         header = entry_header(self.fingerprint, item, kind)
         try:
-            if kind in JSON_KINDS:
+            if entry_format(kind).json:
                 data = encode_json_entry(header, kept)
             else:
                 from harness.kernels.machine import machine_label
@@ -468,11 +439,11 @@ class CachedOracle:
             self._count("write_failures")
 
     def _on_disk(self, kind: str) -> bool:
-        return self.directory is not None and (self.sparse_on_disk or not kind.startswith("sparse-"))
+        return self.directory is not None and (self.sparse_on_disk or not entry_format(kind).sparse)
 
     def _path(self, kind: str, item: str) -> Path:
         assert self.directory is not None
-        suffix = ".json" if kind in JSON_KINDS else ".safetensors"
+        suffix = ".json" if entry_format(kind).json else ".safetensors"
         return self.directory / f"{kind}-{item}{suffix}"
 
     def _read(self, kind: str, item: str) -> tuple[Any, str | None]:
@@ -490,7 +461,7 @@ class CachedOracle:
         header = entry_header(self.fingerprint, item, kind)
         try:
             data = unsealed(data)
-            if kind in JSON_KINDS:
+            if entry_format(kind).json:
                 return decode_json_entry(data, header), None
             return decode_tensor_entry(data, header), tensor_entry_writer(data)
         except Exception:

@@ -46,16 +46,6 @@ if TYPE_CHECKING:
 
 # The forms an answer's tensors come back in (handed_out).
 TENSOR_FORMS = ("tuple", "dict", "tensor", "list")
-# The form each tensor kind's answers take, and the names its tensors must have
-# (None: any names, each a str, none twice): an entry of another form or other
-# names is not this kind's answer (tensor_entry_fits).
-KIND_FORMS: dict[str, tuple[str, tuple[str, ...] | None]] = {
-    "merge": ("tuple", ("output", "lse")),
-    "prefill": ("dict", None),
-    "sparse-prefill": ("dict", None),
-    "sparse-mask": ("tensor", ("mask",)),
-    "sparse-remap": ("list", None),  # "0", "1", ... in order
-}
 
 
 @functools.cache
@@ -131,20 +121,6 @@ class KeptTensors:
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for _, t in self.items)
-
-
-def tensor_entry_fits(kind: str, form: str, names: list[str]) -> bool:
-    """Whether tensors of ``form`` named ``names`` (in order) can be ``kind``'s
-    answer: the form its answers take, and its names (:data:`KIND_FORMS`); a
-    remap's are its indices in order."""
-    expected = KIND_FORMS.get(kind)
-    if expected is None or form != expected[0] or not all(type(n) is str for n in names):
-        return False
-    if len(set(names)) != len(names):
-        return False
-    if kind == "sparse-remap":
-        return names == [str(i) for i in range(len(names))]
-    return expected[1] is None or tuple(names) == expected[1]
 
 
 def error_of(fields: Any) -> KeptError:

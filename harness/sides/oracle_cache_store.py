@@ -13,7 +13,7 @@ costs oracle calls. A fingerprint's folder that no run has opened for
 cache (:func:`prune_stale_folders`).
 
 An entry is JSON (a layout, a sparse layout, a workspace size or an error:
-:func:`encode_json_entry`; the kinds of :data:`JSON_KINDS`) or safetensors (the
+:func:`encode_json_entry`; the kinds of :data:`ENTRY_FORMATS` without a tensor form) or safetensors (the
 tensors of a merge, a prefill, a sparse prefill, a top-k mask or a remap, or an
 error: :func:`encode_tensor_entry`), its header naming its own key
 (:func:`entry_header`), sealed by its SHA-256 (:func:`sealed`).
@@ -32,7 +32,7 @@ Invariants:
   answer is mistyped for its kind (the dense and the sparse kinds alike: a
   layout or sparse layout its check refuses, a size that is not an ``int``, an
   error that is not three strings, tensors of another form or names than the
-  kind's, :func:`~harness.sides.oracle_cache_answers.tensor_entry_fits`),
+  kind's, :meth:`EntryFormat.fits`),
   raises on decoding (the cache counts it ``unreadable``, a miss).
 - Pruning never raises, and deletes only other fingerprints' folders.
 """
@@ -49,12 +49,12 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.compare.sparse import check_sparse_layout
 from harness.model import Chunk, Layout, expanded_runs
-from harness.model.levels import HOST_KINDS
 from harness.model.sparse import SparseLayout, sparse_layout_from_json
 from harness.protocol.port import check_layout
 from harness.sides.oracle_cache_answers import (
@@ -62,17 +62,15 @@ from harness.sides.oracle_cache_answers import (
     KeptTensors,
     error_of,
     fresh_copy,
-    tensor_entry_fits,
+    kept_tensors,
 )
-from harness.sides.oracle_cache_keys import CACHE_FORMAT
+from harness.sides.oracle_cache_keys import CACHE_FORMAT, Uncacheable
 
 if TYPE_CHECKING:
     # Imported where tensors are kept: a layout-only run never loads torch.
     import torch
 
 ENVIRONMENT_VARIABLE = "PARITY_ORACLE_CACHE"
-# The kinds whose entries are JSON (every other kind's are safetensors).
-JSON_KINDS = HOST_KINDS
 # A fingerprint's folder no run has opened for this long is deleted (prune_stale_folders).
 STALE_AFTER_S = 14 * 24 * 3600.0
 LAST_USED = ".last-used"
@@ -143,6 +141,113 @@ def _chunk_decoders() -> tuple[tuple[str, Callable[[Any], Any] | None], ...]:
     return tuple(decoders)
 
 
+def _sparse_layout_of(fields: dict[str, Any]) -> SparseLayout:
+    """A sparse layout entry: the route's fields through the checked decoder;
+    the chunks, which are most of it, through the store's own (as a dense layout's)."""
+    sparse = sparse_layout_from_json({**fields, "layout": {"chunks": [], "empty_token_slices": []}})
+    return check_sparse_layout(dataclasses.replace(sparse, layout=_layout_of(fields["layout"])), built=ROW_MAPS)
+
+
+def _int_value(value: Any) -> int:
+    if type(value) is not int:
+        raise ValueError("the entry's value is not an int")
+    return value
+
+
+def _kept_size(answer: Any) -> int:
+    if type(answer) is not int:
+        raise Uncacheable(f"a workspace size of type {type(answer).__qualname__}")
+    return answer
+
+
+def _kept_merge(answer: Any) -> KeptTensors:
+    if type(answer) is not tuple or len(answer) != 2:
+        raise Uncacheable("a merge answer that is not (output, lse)")
+    return kept_tensors("tuple", [("output", answer[0]), ("lse", answer[1])])
+
+
+def _kept_named(answer: Any) -> KeptTensors:
+    if type(answer) is not dict:
+        raise Uncacheable(f"an answer of type {type(answer).__qualname__}, not a dict of tensors")
+    return kept_tensors("dict", list(answer.items()))
+
+
+def _kept_remap(answer: Any) -> KeptTensors:
+    if type(answer) is not list:
+        raise Uncacheable("a remap answer that is not a list")
+    return kept_tensors("list", [(str(i), t) for i, t in enumerate(answer)])
+
+
+@dataclass(frozen=True)
+class EntryFormat:
+    """How the cache keeps the answers of one oracle method (an entry's ``kind``).
+
+    ``keep(answer)`` is the answer as the store keeps it, checked to come back
+    exactly; an answer it cannot keep raises :class:`Uncacheable`,
+    ``ValueError`` or ``TypeError`` and is handed on unkept, except where
+    ``keep_is_the_oracles_check``: then what it raises is the oracle's own
+    error (a layout the oracle gave that fails the layout check). A JSON entry
+    (``form`` None) holds the answer under ``field`` and ``read`` gives it back
+    from there; a tensor entry holds tensors of ``form`` (one of
+    :data:`~harness.sides.oracle_cache_answers.TENSOR_FORMS`) named ``names``
+    (None: any names, none twice; ``indexed``: "0", "1", ... in order).
+    ``sparse`` entries are on disk only when the cache keeps the sparse path's."""
+
+    keep: Callable[[Any], Any]
+    form: str | None = None
+    field: str = "value"
+    read: Callable[[Any], Any] = _int_value
+    names: tuple[str, ...] | None = None
+    indexed: bool = False
+    keep_is_the_oracles_check: bool = False
+    sparse: bool = False
+
+    @property
+    def json(self) -> bool:
+        return self.form is None
+
+    def fits(self, form: str, names: list[str]) -> bool:
+        """Whether tensors of ``form`` named ``names`` (in order) can be this kind's answer."""
+        if self.json or form != self.form or not all(type(n) is str for n in names) or len(set(names)) != len(names):
+            return False
+        if self.indexed:
+            return names == [str(i) for i in range(len(names))]
+        return self.names is None or tuple(names) == self.names
+
+
+# Every oracle method the cache keeps, by its entry kind (the oracle cache's own
+# vocabulary: a remap is no item kind). Exact types (plain ints, bools and
+# tuples) are what makes Layout.to_json and _layout_of invert each other; the
+# runner checks the oracle's sparse layout itself, with its own message, so one
+# the check refuses is handed on unkept.
+ENTRY_FORMATS: dict[str, EntryFormat] = {
+    "layout": EntryFormat(
+        check_layout,
+        field="layout",
+        read=lambda fields: check_layout(_layout_of(fields), built=ROW_MAPS),
+        keep_is_the_oracles_check=True,
+    ),
+    "workspace": EntryFormat(_kept_size),
+    "merge": EntryFormat(_kept_merge, form="tuple", names=("output", "lse")),
+    "prefill": EntryFormat(_kept_named, form="dict"),
+    "sparse-layout": EntryFormat(check_sparse_layout, field="sparse_layout", read=_sparse_layout_of, sparse=True),
+    "sparse-workspace": EntryFormat(_kept_size, sparse=True),
+    "sparse-mask": EntryFormat(
+        lambda answer: kept_tensors("tensor", [("mask", answer)]), form="tensor", names=("mask",), sparse=True
+    ),
+    "sparse-remap": EntryFormat(_kept_remap, form="list", indexed=True, sparse=True),
+    "sparse-prefill": EntryFormat(_kept_named, form="dict", sparse=True),
+}
+
+
+def entry_format(kind: str) -> EntryFormat:
+    """The format of ``kind``'s entries; ValueError for a kind the cache keeps none of."""
+    try:
+        return ENTRY_FORMATS[kind]
+    except KeyError:
+        raise ValueError(f"the cache keeps no entries of kind {kind!r}") from None
+
+
 def encode_json_entry(header: dict[str, Any], answer: Any) -> bytes:
     payload = dict(header)
     if isinstance(answer, KeptError):
@@ -163,18 +268,10 @@ def decode_json_entry(data: bytes, header: dict[str, Any]) -> Any:
         raise ValueError("the entry names another key")
     if "error" in payload:
         return error_of(payload["error"])
-    if header["kind"] == "layout":
-        return check_layout(_layout_of(payload["layout"]), built=ROW_MAPS)
-    if header["kind"] == "sparse-layout":
-        # The route's fields through the checked decoder; the chunks, which are
-        # most of it, through the store's own (as a dense layout's).
-        fields = payload["sparse_layout"]
-        sparse = sparse_layout_from_json({**fields, "layout": {"chunks": [], "empty_token_slices": []}})
-        return check_sparse_layout(dataclasses.replace(sparse, layout=_layout_of(fields["layout"])), built=ROW_MAPS)
-    value = payload["value"]
-    if type(value) is not int:
-        raise ValueError("the entry's value is not an int")
-    return value
+    entry = entry_format(header["kind"])
+    if not entry.json:
+        raise ValueError("the entry's kind keeps tensors, not JSON")
+    return entry.read(payload[entry.field])
 
 
 def encode_tensor_entry(
@@ -247,7 +344,7 @@ def decode_tensor_entry(data: bytes, header: dict[str, Any]) -> KeptTensors | Ke
         raise ValueError("the entry's tensor list is not [name, device, stride] triples")
     names = [name for name, _, _ in listed]
     # The kind's form is one of TENSOR_FORMS (what handed_out makes of it).
-    if sorted(names) != sorted(loaded) or not tensor_entry_fits(header["kind"], form, names):
+    if sorted(names) != sorted(loaded) or not entry_format(header["kind"]).fits(form, names):
         raise ValueError("the entry's tensors are not the ones it lists, or not its kind's answer")
     items = tuple((name, fresh_copy(loaded[name], device, tuple(stride))) for name, device, stride in listed)
     return KeptTensors(form, items)

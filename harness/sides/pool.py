@@ -266,13 +266,13 @@ class WorkerPool:
             try:
                 if not worker.conn.poll():
                     return
-                kind, value = worker.conn.recv()
+                message, value = worker.conn.recv()
             except (EOFError, OSError):
                 return
-            self._handle(worker, kind, value, state)
+            self._handle(worker, message, value, state)
 
-    def _handle(self, worker: _Worker, kind: str, value: Any, state: _RunState | None) -> None:
-        if kind == "ready":
+    def _handle(self, worker: _Worker, message: str, value: Any, state: _RunState | None) -> None:
+        if message == "ready":
             if "error" in value:
                 raise PoolStartError(value["error"], usage=value["usage"])
             if self._provenance is None:
@@ -286,15 +286,15 @@ class WorkerPool:
             return
         position = worker.task
         if position is None or state is None:
-            raise PoolError(f"a worker sent {kind!r} with no task")
-        if kind == "out":
+            raise PoolError(f"a worker sent {message!r} with no task")
+        if message == "out":
             state.outputs[position].append(value)
             worker.outputs += 1
             return
         worker.task = None
-        if kind == "done":
+        if message == "done":
             state.done[position] = True
-        elif kind == "interrupt":
+        elif message == "interrupt":
             raise KeyboardInterrupt
         else:
             raise PoolError(f"{state.tasks[position].what} failed in a worker process: {value}")
@@ -329,8 +329,8 @@ class WorkerPool:
         for worker in self._workers:
             with contextlib.suppress(BaseException):
                 while worker.conn.poll():
-                    kind, value = worker.conn.recv()
-                    if kind == "out" and worker.task is not None:
+                    message, value = worker.conn.recv()
+                    if message == "out" and worker.task is not None:
                         state.outputs[worker.task].append(value)
 
     def unreported(self) -> list[Any]:

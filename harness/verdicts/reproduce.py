@@ -172,13 +172,17 @@ def resolve_item(
     suite = suite or id_suite
     size = size if size is not None else id_size
     # A configuration is named by its fields: its name is the item.
-    named = ((Kind.SPARSE_WORKSPACE, sparse_workspace_config_named), (Kind.WORKSPACE, workspace_config_named))
-    for config_kind, parse in named:
+    # A kind named only so (no file or suite holds it by another name) says its form when asked for.
+    named = (
+        (Kind.SPARSE_WORKSPACE, sparse_workspace_config_named, None),
+        (Kind.WORKSPACE, workspace_config_named, "workspace/lenL-seqsS-blkB-dcpDxI"),
+    )
+    for config_kind, parse, form in named:
         config = parse(name) if wanted in (None, config_kind) else None
         if config is not None:
             return ResolvedItem(config_kind, config, "its name", wanted, suite)
-    if wanted == Kind.WORKSPACE:
-        raise CaseError(spec, None, "is not a workspace item name (workspace/lenL-seqsS-blkB-dcpDxI)")
+        if form is not None and wanted == config_kind:
+            raise CaseError(spec, None, f"is not a {config_kind} item name ({form})")
     matches: list[ResolvedItem] = []
     for where, lookup in _lookups(suite, size, case_paths):
         found = lookup(name, wanted)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness.compare.ulp_text import sorted_histogram
 from harness.model import Layout
-from harness.model.levels import FLOAT_LEVELS, KINDS, TextEnum, count_key, kind_spec
+from harness.model.levels import FLOAT_LEVELS, KINDS, TextEnum, count_key, kind_spec, kinds_where
 from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR, CaseResult
 
 STATUSES = (PARITY, DIVERGENT, ORACLE_ERROR, PORT_ERROR, NOT_RUN)
@@ -195,7 +195,7 @@ def _counts(frame: pd.DataFrame) -> dict[str, int]:
 
 
 def _side(frame: pd.DataFrame, side: str) -> dict[str, Any]:
-    planning = [kind for kind in KINDS if kind_spec(kind)[0].plan_figures]
+    planning = kinds_where(lambda kind, level: kind.plan_figures)
     planned = frame[frame["kind"].isin(planning) & (frame[f"{side}_chunks"] >= 0)]
     chunks, rows, capacity = (int(planned[c].sum()) for c in (f"{side}_chunks", f"{side}_rows", f"{side}_capacity"))
     return {
