@@ -48,7 +48,7 @@ import torch
 from benchmarks.cuda_timing import cuda_ms, interleaved_cuda_ms
 from harness.kernels import SharedKernels
 from harness.model import Case
-from harness.model.levels import Level
+from harness.model.levels import Level, levels_where
 from oracle.environment import import_vllm_module, use_device
 
 BENCH_CASES = Path(__file__).resolve().parent.parent / "cases" / "gpu" / "bench.json"
@@ -102,7 +102,8 @@ def parity_section(kernels: SharedKernels) -> dict[str, Any]:
     failures: list[str] = []
     for port_name in PARITY_PORTS:
         port = load_port(port_name)
-        for suite, levels in ((gpu, (Level.MERGE, Level.PREFILL)), (bench, (Level.PREFILL,))):
+        dense_float = tuple(levels_where(lambda spec: spec.floats and not spec.sparse))
+        for suite, levels in ((gpu, dense_float), (bench, (Level.PREFILL,))):
             started = time.perf_counter()
             results = list(run_items(oracle, port, suite, levels, None, kernels, device="cuda"))
             table = results_table(results)

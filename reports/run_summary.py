@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.compare.ulp_text import histogram_text, max_distance_text, ulp_of_larger_text
+from harness.model.levels import count_key, counted_as, kind_specs
 from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR
 
 
@@ -42,14 +43,11 @@ def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str,
     counts = summary["counts"]
     seconds = f" in {summary['seconds']:.1f}s" if "seconds" in summary else ""
     device = f"  device {summary['device']}" if "device" in summary else ""
+    # Every registered kind's count, in suite order.
+    counted = ", ".join(f"{summary.get(count_key(kind), 0)} {counted_as(kind)}" for kind in kind_specs())
     lines = [
         f"suite {summary['suite']}  port {summary['port']}{device}  verdict {summary['verdict'].upper()}",
-        f"items {summary['items']} ({summary['layout_cases']} layout cases, "
-        f"{summary['workspace_configs']} workspace configs, {summary['merge_cases']} merge cases, "
-        f"{summary['prefill_cases']} prefill cases, {summary.get('sparse_cases', 0)} sparse batches, "
-        f"{summary.get('sparse_workspace_configs', 0)} sparse workspace configs, "
-        f"{summary.get('mask_cases', 0)} top-k mask cases, "
-        f"{summary.get('sparse_prefill_cases', 0)} sparse L3 cases){seconds}",
+        f"items {summary['items']} ({counted}){seconds}",
         f"parity {counts[PARITY]}  divergent {counts[DIVERGENT]}  "
         f"errors {counts[ORACLE_ERROR] + counts[PORT_ERROR]} "
         f"(oracle {counts[ORACLE_ERROR]}, port {counts[PORT_ERROR]})",
@@ -77,7 +75,7 @@ def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str,
         total = sum(c.values())
         errors = c[ORACLE_ERROR] + c[PORT_ERROR]
         lines.append(f"{family:<30}{total:>7}{c[PARITY]:>8}{c[DIVERGENT]:>11}{errors:>8}")
-    if summary["layout_cases"]:
+    if any(summary.get(count_key(kind)) for kind in kind_specs() if kind.plan_figures):
         lines.append("")
         lines.append(f"{'side':<10}{'chunks':>10}{'rows used':>14}{'rows available':>16}{'utilisation':>13}")
         for side, s in summary["sides"].items():

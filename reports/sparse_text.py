@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from harness.compare.sparse import route_reasons
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
+from harness.sides.items import PARITY
 
 if TYPE_CHECKING:
     from harness.sides.items import CaseResult
@@ -50,7 +51,7 @@ def format_sparse_workspace_diff(config: SparseWorkspaceConfig, result: CaseResu
         f"{config.block_size}), 65536, {config.max_num_seqs}*{config.index_topk})",
         f"  oracle {result.oracle_workspace}  port {result.port_workspace}",
     ]
-    return "\n".join(lines + (_outcome(result) if result.status != "parity" else []))
+    return "\n".join(lines + (_outcome(result) if result.status != PARITY else []))
 
 
 def format_mask_diff(case: TopkMaskCase, result: CaseResult) -> str:

@@ -116,8 +116,6 @@ def test_the_toy_level_in_a_night(toy: None, tmp_path: Path, capsys: pytest.Capt
 # Vocabularies that share words with the levels' names but are not lists of
 # levels: (file, the constant or function holding it) and what it is.
 NOT_LEVEL_LISTS = {
-    # The external protocol's op names (docs/external-port-protocol.md).
-    ("harness/protocol/external.py", "TENSOR_OPS"),
     # The oracle cache's entry kinds, one per oracle method (sparse-remap among them).
     ("harness/sides/oracle_cache_store.py", "ENTRY_FORMATS"),
     # The suite files' groups that --numeric-size sets.
@@ -157,8 +155,15 @@ def level_lists(path: Path, root: Path = ROOT) -> list[str]:
         else:
             continue
         words = {e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)}
-        if len(words & names) >= 2 and not any(first <= node.lineno <= last for first, last in allowed):
-            found.append(f"{where}:{node.lineno}: {sorted(words & names)}")
+        # Kind.X / Level.X members count as their names.
+        words |= {
+            f"{e.value.id}.{e.attr}"
+            for e in elements
+            if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id in {"Kind", "Level"}
+        }
+        names_here = names | {w for w in words if w.startswith(("Kind.", "Level."))}
+        if len(words & names_here) >= 2 and not any(first <= node.lineno <= last for first, last in allowed):
+            found.append(f"{where}:{node.lineno}: {sorted(words & names_here)}")
     return found
 
 
@@ -251,6 +256,57 @@ def test_a_served_oracle_answers_the_toy_levels_op(toy: None) -> None:
             served.request({"op": "chunk_total"})
     finally:
         served.close()
+
+
+def test_the_toy_levels_coverage_is_measured_with_the_rest(toy: None) -> None:
+    """``parity coverage`` measures a plug-in level's features by its hook, after
+    every built-in level's, and shows them as it shows any feature."""
+    from harness.cases.suites import load_suite
+    from harness.search.coverage import FEATURE_BY_ID, FEATURES
+    from harness.search.coverage_measuring import measure
+    from harness.search.coverage_verdicts import judge
+    from oracle.side import OracleSide
+    from reports.coverage import render_text
+
+    assert FEATURES[-1].id == "chunk-count.most_chunks" and "chunk-count.most_chunks" in FEATURE_BY_ID
+    suite = load_suite("smoke")
+    oracle = OracleSide()
+    report = measure(suite, oracle)
+    assert report.values["chunk-count.most_chunks"] == max(oracle.plan_layout(c).num_chunks for c in suite.cases) > 1
+    assert report.values["layout.cases"] == len(suite.cases)
+    # The project's targets file has no row for a plug-in's feature: read all the same, shown, not judged.
+    from harness.search.coverage_targets import load_targets
+
+    judged = judge(report, load_targets()["ci"])
+    (toy_verdict,) = [v for v in judged.verdicts if v.feature == "chunk-count.most_chunks"]
+    assert toy_verdict.met is None and toy_verdict.target is None
+    most = report.values["chunk-count.most_chunks"]
+    assert any(
+        line.split()[:2] == ["chunk-count.most_chunks", str(most)]
+        for line in render_text(judge(report, [])).splitlines()
+    )
+
+
+def test_a_coverage_refusal_must_be_one_of_its_levels_count_features(toy: None) -> None:
+    """A refusal is held to at_most 0 by its id: a misspelt one would hold nothing, so it is refused."""
+    import dataclasses
+
+    from harness.model.levels import CoverageHook, LevelRegistryError
+    from harness.search.coverage import FEATURES
+    from tests import toy_level
+
+    unregister_level(toy_level.LEVEL)
+    register_level(
+        dataclasses.replace(
+            toy_level.TOY, coverage=CoverageHook(lambda: toy_level.FEATURES, print, ("chunk-count.refused",))
+        )
+    )
+    try:
+        with pytest.raises(LevelRegistryError, match=r"coverage refusal 'chunk-count\.refused' is none of"):
+            len(FEATURES)
+    finally:
+        unregister_level(toy_level.LEVEL)
+        register_level(toy_level.TOY)
 
 
 def test_no_list_of_levels_outside_the_registry() -> None:

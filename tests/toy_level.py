@@ -30,8 +30,9 @@ if __name__ == "__main__":
 
 from harness.cases.files import case_from_json
 from harness.model import Case, WorkspaceConfig
-from harness.model.levels import KindSpec, LevelSpec, register_level
+from harness.model.levels import CoverageHook, KindSpec, LevelSpec, register_level
 from harness.protocol.port import check_int
+from harness.search.coverage_feature import Feature
 from harness.sides.items import DIVERGENT, PARITY, CaseResult, both_sides
 from ports.per_request import PORT as PER_REQUEST
 
@@ -71,6 +72,15 @@ def _serve_count(side: Any, request: dict[str, Any]) -> dict[str, Any]:
     return {"chunks": side.plan_layout(case_from_json(request["case"], "request")).num_chunks}
 
 
+# What ``parity coverage`` measures of the toy level's items.
+FEATURES = (Feature("chunk-count.most_chunks", "max", "most chunks the oracle plans for one case"),)
+
+
+def _measure(tally: Any, suite: Any, oracle: Any) -> None:
+    for case in suite.cases:
+        tally.most("chunk-count.most_chunks", oracle.plan_layout(case).num_chunks)
+
+
 TOY = register_level(
     LevelSpec(
         name=LEVEL,
@@ -91,6 +101,8 @@ TOY = register_level(
         floats=False,
         external={"count_chunks": _count_over_protocol},
         served={OP: _serve_count},
+        # The project's targets file cannot know a plug-in's features: shown, not judged.
+        coverage=CoverageHook(lambda: FEATURES, _measure, held=False),
     )
 )
 

@@ -17,17 +17,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.cases.fields import field_table  # noqa: E402
-from harness.model import Case, MergeCase, WorkspaceConfig  # noqa: E402
+from harness.model import Case, MergeCase, NumericSpec, WorkspaceConfig  # noqa: E402
 from harness.model.levels import levels_table  # noqa: E402
-from harness.model.sparse import SparseCase, SparseWorkspaceConfig  # noqa: E402
+from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase  # noqa: E402
 
 # Each tabled case type, and the page its table is in.
 TABLES = {
     "Case": (Case, ROOT / "docs" / "cases.md"),
+    "NumericSpec": (NumericSpec, ROOT / "docs" / "cases.md"),
     "MergeCase": (MergeCase, ROOT / "docs" / "cases.md"),
     "WorkspaceConfig": (WorkspaceConfig, ROOT / "docs" / "cases.md"),
     "SparseCase": (SparseCase, ROOT / "docs" / "sparse.md"),
     "SparseWorkspaceConfig": (SparseWorkspaceConfig, ROOT / "docs" / "sparse.md"),
+    "TopkMaskCase": (TopkMaskCase, ROOT / "docs" / "sparse.md"),
 }
 
 

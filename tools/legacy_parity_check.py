@@ -21,7 +21,7 @@ from collections import Counter
 from harness.cases.suites import Suite, load_suite
 from harness.compare.dense import first_layout_divergence
 from harness.kernels import kernels_for
-from harness.model.levels import Level
+from harness.model.levels import levels_where
 from harness.sides.items import ORACLE_ERROR, PARITY
 from harness.sides.runner import compare_merge, compare_prefill
 from oracle.legacy import LegacyOracleSide, LegacyRefusal
@@ -99,7 +99,8 @@ def compare_numeric(suite: Suite, legacy: LegacyOracleSide, args: argparse.Names
     prefill_cases = [case for case in suite.cases if case.numeric is not None]
     chosen = prefill_cases[: args.prefill] + [c for c in prefill_cases if c.name in args.prefill_names]
     results += [compare_prefill(legacy, PORT, case, kernels) for case in chosen]
-    for level in (Level.MERGE, Level.PREFILL):
+    # The dense float levels (the runner's comparisons above).
+    for level in levels_where(lambda spec: spec.floats and not spec.sparse):
         statuses = Counter(r.status for r in results if r.level == level)
         if statuses:
             print(f"{level} items: " + ", ".join(f"{status} {n}" for status, n in sorted(statuses.items())))

@@ -47,13 +47,13 @@ from harness.compare.ulp_text import (
     ulp_of_larger_text,
     ulp_text,
 )
-from harness.model.levels import Level
+from harness.model.levels import levels_where
 from harness.sides.items import DIVERGENT, PARITY
 from harness.verdicts.results_file import read_rows
 from harness.verdicts.summary import with_later_columns
 
 # The dense float levels, the ones 0.27.1 answers as the pin does.
-NUMERIC_LEVELS = (Level.MERGE, Level.PREFILL)
+NUMERIC_LEVELS = tuple(levels_where(lambda spec: spec.floats and not spec.sparse))
 QUANTILES = (0.5, 0.9, 0.99)
 # What a results table (parquet or JSON lines) records per item and this tool reads.
 ROW_COLUMNS = ("id", "level", "status", "max_ulp", "max_ulp_of_larger", "mismatches", "elements", "histogram")

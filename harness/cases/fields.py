@@ -7,9 +7,10 @@ anything is allocated for it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES, PRESETS, NumericSpec
+from harness.model import PRESETS, NumericSpec
 from harness.model.case_fields import Declared, FieldKind, declared_fields
 
 LIMITS = {
@@ -58,34 +59,27 @@ def int_tuple_field(source: str, field: str, value: Any, minimum: int, maximum: 
 
 
 def numeric_from_json(data: Any, source: str) -> NumericSpec:
+    """A numeric section, each field by its declaration (:class:`NumericSpec`);
+    a ``preset`` gives the dimensions and dtype a section leaves out."""
     if not isinstance(data, dict):
         raise CaseError(source, "numeric", f"must be an object, got {type(data).__name__}")
-    unknown = sorted(set(data) - {"preset", "dtype", "seed", "keyless_rows", *_NUMERIC_DIMS})
-    if unknown:
-        raise CaseError(source, f"numeric.{unknown[0]}", "is not a numeric field")
+    defaults: dict[str, Any] = {}
     preset_name = data.get("preset")
-    if preset_name is None:
-        missing = [k for k in _NUMERIC_DIMS if k not in data]
-        if missing:
-            raise CaseError(source, f"numeric.{missing[0]}", "is missing (or give a preset)")
-        base = None
-    elif preset_name not in PRESETS:
-        raise CaseError(source, "numeric.preset", f"unknown preset {preset_name!r} (known: {', '.join(PRESETS)})")
-    else:
-        base = PRESETS[preset_name]
-    dims = {
-        k: int_field(source, f"numeric.{k}", data[k], 1, 4096) if k in data else getattr(base, k) for k in _NUMERIC_DIMS
-    }
-    dtype = data.get("dtype", base.dtype if base else "bf16")
-    if dtype not in NUMERIC_DTYPES:
-        raise CaseError(source, "numeric.dtype", f"must be one of {', '.join(NUMERIC_DTYPES)}, got {dtype!r}")
-    seed = int_field(source, "numeric.seed", data.get("seed", 0), 0, (1 << 63) - 1)
-    keyless_rows = data.get("keyless_rows", KEYLESS_ROWS[0])
-    if keyless_rows not in KEYLESS_ROWS:
-        raise CaseError(
-            source, "numeric.keyless_rows", f"must be one of {', '.join(KEYLESS_ROWS)}, got {json.dumps(keyless_rows)}"
-        )
-    return NumericSpec(**dims, dtype=dtype, seed=seed, keyless_rows=keyless_rows)
+    if preset_name is not None:
+        if preset_name not in PRESETS:
+            raise CaseError(source, "numeric.preset", f"unknown preset {preset_name!r} (known: {', '.join(PRESETS)})")
+        preset = PRESETS[preset_name]
+        defaults = {name: getattr(preset, name) for name in (*_NUMERIC_DIMS, "dtype")}
+    values, _ = fields_from_json(
+        NumericSpec,
+        {k: v for k, v in data.items() if k != "preset"},
+        source,
+        "a numeric",
+        prefix="numeric.",
+        defaults=defaults,
+        missing="is missing (or give a preset)",
+    )
+    return NumericSpec(**values)
 
 
 # -- fields read as their declaration says (harness.model.case_fields) ------------------------------
@@ -97,10 +91,10 @@ def _bound(declared: Declared) -> int | None:
     return how.maximum if how.maximum is not None else (LIMITS[how.limit] if how.limit else None)
 
 
-def field_value(declared: Declared, value: object, source: str) -> object:
+def field_value(declared: Declared, value: object, source: str, prefix: str = "") -> object:
     """One field's value read by its rule: the value, typed, or a
-    :class:`CaseError` naming the field and why."""
-    name, how = declared.name, declared.rule
+    :class:`CaseError` naming the field (after ``prefix``) and why."""
+    name, how = prefix + declared.name, declared.rule
     if value is None and how.optional:
         return None
     if how.kind is FieldKind.NAME:
@@ -120,6 +114,8 @@ def field_value(declared: Declared, value: object, source: str) -> object:
     if how.kind is FieldKind.INT:
         return int_field(source, name, value, how.minimum, _bound(declared))
     if how.kind is FieldKind.INTS:
+        if how.may_be_empty and value == []:
+            return ()
         bound = _bound(declared)
         assert bound is not None, f"a per-request field ({name}) is bounded: its tensors are allocated"
         return int_tuple_field(source, name, value, how.minimum or 0, bound)
@@ -131,35 +127,55 @@ def field_value(declared: Declared, value: object, source: str) -> object:
         if value not in how.choices:
             raise CaseError(source, name, f"must be one of {', '.join(how.choices)}, got {json.dumps(value)}")
         return value
+    if how.kind is FieldKind.INDICES:
+        return value  # checked against the rest of the case by its type's reader
     return numeric_from_json(value, source)
 
 
 def fields_from_json(
-    case_type: type, data: Any, source: str, what: str, accepted: tuple[str, ...] = ()
+    case_type: type,
+    data: Any,
+    source: str,
+    what: str,
+    accepted: tuple[str, ...] = (),
+    prefix: str = "",
+    defaults: Mapping[str, Any] | None = None,
+    missing: str = "is missing",
 ) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
     """The declared fields of ``case_type`` read from ``data`` (a JSON object),
     each by its rule: (its own fields' values, the extras set). A missing
     required field, an unknown one (beyond ``accepted``, which are read
     elsewhere or not at all) or a bad value is a :class:`CaseError` naming the
-    file and the field; ``what`` names the object in those errors."""
+    file and the field (``prefix``, a section's name, before it); ``what``
+    names the object in those errors. A field left out takes its value from
+    ``defaults`` when there (a preset's), else from its rule's
+    ``default_from``, else its declared default (only an own field with
+    neither is missing)."""
     if not isinstance(data, dict):
         raise CaseError(source, None, f"{what} must be a JSON object, got {type(data).__name__}")
     declared = declared_fields(case_type)
+    given = dict(defaults or {})
     for d in declared:
-        if d.required and d.name not in data:
-            raise CaseError(source, d.name, "is missing")
+        if d.required and d.name not in data and d.name not in given and d.rule.default_from is None:
+            raise CaseError(source, prefix + d.name, missing)
     unknown = sorted(set(data) - {d.name for d in declared} - set(accepted))
     if unknown:
-        raise CaseError(source, unknown[0], f"is not {what} field")
+        raise CaseError(source, prefix + unknown[0], f"is not {what} field")
     own: dict[str, Any] = {}
     extras: list[tuple[str, Any]] = []
     for d in declared:
         if d.name in data:
-            value = field_value(d, data[d.name], source)
-            if d.extra:
-                extras.append((d.name, value))
-            else:
-                own[d.name] = value
+            value = field_value(d, data[d.name], source, prefix)
+        elif d.name in given:
+            value = given[d.name]
+        elif d.rule.default_from is not None:
+            value = field_value(d, d.rule.default_from(own), source, prefix)
+        else:
+            continue
+        if d.extra:
+            extras.append((d.name, value))
+        else:
+            own[d.name] = value
     return own, tuple(extras)
 
 
@@ -184,7 +200,11 @@ def field_table(case_type: type) -> list[str]:
             FieldKind.BOOL: "true or false",
             FieldKind.CHOICE: "one of " + ", ".join(f"`{c}`" for c in how.choices),
             FieldKind.NUMERIC: "numeric section",
+            FieldKind.INDICES: "per request, per query row, `index_topk` indices",
         }[how.kind] + (" or null" if how.optional else "")
-        default = "(required)" if d.required else f"`{json.dumps(d.default)}`"
+        if how.default_doc:
+            default = how.default_doc
+        else:
+            default = "(required)" if d.required else f"`{json.dumps(d.default)}`"
         rows.append(f"| `{d.name}` | {holds} | {default} | {how.doc} |")
     return rows

@@ -22,10 +22,8 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
-from harness.cases.fields import LIMITS, CaseError, fields_from_json, int_field, int_tuple_field
+from harness.cases.fields import LIMITS, CaseError, fields_from_json
 from harness.model.sparse import (
-    MASK_FORMS,
-    MAX_INDEX_TOPK,
     ROW_PATTERNS,
     TOPK_PATTERNS,
     MaskForm,
@@ -133,21 +131,14 @@ def _topk_field(value: Any, case: TopkMaskCase, source: str) -> tuple[tuple[tupl
 
 
 def topk_mask_case_from_json(data: dict[str, Any], source: str) -> TopkMaskCase:
-    allowed = {f.name for f in dataclasses.fields(TopkMaskCase)} | {"kind", "description"}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise CaseError(source, unknown[0], "is not a topk-mask field")
-    _missing(data, ("name", "query_lens", "seq_lens", "index_topk", "form"), source)
-    query = int_tuple_field(source, "query_lens", data["query_lens"], 1, LIMITS["query_len"])
-    seqs = int_tuple_field(source, "seq_lens", data["seq_lens"], 1, LIMITS["context_len"])
+    """A top-k mask case, each field by its declaration (:class:`TopkMaskCase`),
+    then what the fields must hold together."""
+    values, _ = fields_from_json(TopkMaskCase, data, source, "a topk-mask", accepted=("kind", "description"))
+    query, seqs, topk, form = values["query_lens"], values["seq_lens"], values["index_topk"], values["form"]
     if len(seqs) != len(query):
         raise CaseError(source, "seq_lens", f"has {len(seqs)} entries but query_lens has {len(query)}")
-    topk = int_field(source, "index_topk", data["index_topk"], 1, MAX_INDEX_TOPK)
     if sum(query) * topk > MAX_TOPK_ELEMENTS:
         raise CaseError(source, "index_topk", f"{sum(query)} rows x {topk} indices exceed {MAX_TOPK_ELEMENTS}")
-    form = data["form"]
-    if form not in MASK_FORMS:
-        raise CaseError(source, "form", f"must be one of {', '.join(MASK_FORMS)}, got {json.dumps(form)}")
     if form == MaskForm.SINGLE and len(query) != 1:
         raise CaseError(source, "form", f"'single' takes one request, got {len(query)}")
     if form == MaskForm.BATCHED and len(query) < 2:
@@ -156,34 +147,13 @@ def topk_mask_case_from_json(data: dict[str, Any], source: str) -> TopkMaskCase:
     mask_words = len(query) * (-(-max(query) // tile) * tile) * (-(-max(seqs) // 32) + 1)
     if mask_words > MAX_MASK_WORDS:
         raise CaseError(source, "seq_lens", f"the mask would take {mask_words} words, more than {MAX_MASK_WORDS}")
-    pattern = data.get("pattern", "uniform")
-    if pattern not in TOPK_PATTERNS + ROW_PATTERNS:
-        known = ", ".join(TOPK_PATTERNS + ROW_PATTERNS)
-        raise CaseError(source, "pattern", f"must be one of {known}, got {json.dumps(pattern)}")
-    n = len(query)
-    starts = int_tuple_field(source, "range_starts", data.get("range_starts", [0] * n), 0, LIMITS["context_len"])
-    lens = int_tuple_field(source, "range_lens", data.get("range_lens", list(seqs)), 0, LIMITS["context_len"])
-    keys: tuple[int, ...] = ()
-    if data.get("key_starts", []) != []:
-        keys = int_tuple_field(source, "key_starts", data["key_starts"], 0, LIMITS["context_len"])
-    for field, values in (("range_starts", starts), ("range_lens", lens)) + ((("key_starts", keys),) if keys else ()):
-        if len(values) != n:
-            raise CaseError(source, field, f"has {len(values)} entries for {n} requests")
-    case = TopkMaskCase(
-        name=_name(data, source),
-        query_lens=query,
-        seq_lens=seqs,
-        index_topk=topk,
-        form=form,
-        pattern=pattern,
-        seed=int_field(source, "seed", data.get("seed", 0), 0, (1 << 63) - 1),
-        range_starts=starts,
-        range_lens=lens,
-        key_starts=keys,
-        family=_family(data, "topk-mask", source),
-    )
-    if "topk" in data:
-        case = dataclasses.replace(case, topk=_topk_field(data["topk"], case, source))
+    for field in ("range_starts", "range_lens", "key_starts"):
+        per_request = values.get(field, ())
+        if per_request and len(per_request) != len(query):
+            raise CaseError(source, field, f"has {len(per_request)} entries for {len(query)} requests")
+    case = TopkMaskCase(**{**values, "topk": None})
+    if values.get("topk") is not None:
+        case = dataclasses.replace(case, topk=_topk_field(values["topk"], case, source))
     return case
 
 

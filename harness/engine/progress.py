@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from harness.sides.items import PARITY
+
 PROGRESS_EVERY_S = 60.0  # the longest a log without a terminal waits for a progress line
 PROGRESS_QUIET_S = 5.0  # the shortest gap between two lines: a short run prints none
 
@@ -25,7 +27,7 @@ class ProgressLines:
 
     def advance(self, result: Any) -> None:
         self.done += 1
-        if getattr(result, "status", "parity") != "parity":
+        if getattr(result, "status", PARITY) != PARITY:
             self.not_parity += 1
         now = self.clock()
         tenth = self.done * 10 // max(self.total, 1)

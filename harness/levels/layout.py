@@ -7,13 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 from harness.levels.shown import ShowContext
 from harness.model import Case, WorkspaceConfig
-from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
+from harness.model.levels import CoverageHook, Kind, KindSpec, Level, LevelSpec, register_level
 from harness.protocol.port import Port
 from harness.sides.items import DIVERGENT, PARITY, CaseResult
 from harness.sides.runner import ItemCall, compare_case, compare_workspace
 
 if TYPE_CHECKING:
+    from harness.cases.suites import Suite
     from harness.night.drift_items import ItemDrift
+    from harness.search.coverage import Tally
+    from harness.search.coverage_feature import Feature
 
 
 def _strategies() -> Any:
@@ -96,6 +99,18 @@ def _serve_workspace_size(side: Port, request: dict[str, Any]) -> dict[str, Any]
     return {"workspace_size": int(side.workspace_size(workspace_config_from_json(request["config"], "request")))}
 
 
+def _features() -> tuple[Feature, ...]:
+    from harness.search.coverage import GRID_FEATURES, LAYOUT_FEATURES
+
+    return (*LAYOUT_FEATURES, *GRID_FEATURES)
+
+
+def _measure(tally: Tally, suite: Suite, oracle: Port) -> None:
+    from harness.search.coverage_measuring import measure_layout
+
+    measure_layout(tally, suite, oracle)
+
+
 LAYOUT = register_level(
     LevelSpec(
         name=Level.LAYOUT,
@@ -114,6 +129,7 @@ LAYOUT = register_level(
                 record=_layout_record,
                 shrinks=True,
                 count_key="layout_cases",
+                plural="layout cases",
                 plan_figures=True,
                 strategy=lambda: _strategies().layout_cases(),
                 explore_share=3.0,
@@ -135,11 +151,17 @@ LAYOUT = register_level(
                 },
                 noun=lambda item: "a workspace configuration",
                 count_key="workspace_configs",
+                plural="workspace configs",
                 strategy=lambda: _strategies().workspace_configs(),
             ),
         ),
         port_methods=("plan_layout", "workspace_size"),
         served={"layout": _serve_layout, "workspace_size": _serve_workspace_size},
+        coverage=CoverageHook(
+            _features,
+            _measure,
+            refusals=("layout.oracle_refused", "grid.oracle_refused"),
+        ),
         host=True,
         floats=False,
         heading="L1 layout (+ workspace size)",

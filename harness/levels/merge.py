@@ -7,15 +7,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.levels.shown import ShowContext, divergent_tensors
 from harness.model import MergeCase
-from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
+from harness.model.levels import CoverageHook, Kind, KindSpec, Level, LevelSpec, register_level
 from harness.sides.items import CaseResult
 from harness.sides.runner import compare_merge
 
 if TYPE_CHECKING:
     import torch
 
+    from harness.cases.suites import Suite
     from harness.kernels import SharedKernels
     from harness.kernels.numeric import MergeInputs
+    from harness.protocol.port import Port
+    from harness.search.coverage import Tally
+    from harness.search.coverage_feature import Feature
 
 
 def _show(item: MergeCase, result: CaseResult, context: ShowContext) -> str:
@@ -43,7 +47,7 @@ def _inputs(item: MergeCase, device: str) -> MergeInputs:
     return materialise_merge(item, device)
 
 
-def _release_asked(release: Any, item: MergeCase, kernels: SharedKernels, device: str) -> object:
+def _release_asked(release: Merger, item: MergeCase, kernels: SharedKernels, device: str) -> object:
     return release.merge_states(_inputs(item, device))
 
 
@@ -70,6 +74,18 @@ def _serve_merge(side: Merger, request: dict[str, Any]) -> dict[str, Any]:
     return write_outputs(request, {"output": output, "lse": lse})
 
 
+def _features() -> tuple[Feature, ...]:
+    from harness.search.coverage import MERGE_FEATURES
+
+    return MERGE_FEATURES
+
+
+def _measure(tally: Tally, suite: Suite, oracle: Port) -> None:
+    from harness.search.coverage_measuring import measure_merges
+
+    measure_merges(tally, suite, oracle)
+
+
 MERGE = register_level(
     LevelSpec(
         name=Level.MERGE,
@@ -87,6 +103,7 @@ MERGE = register_level(
                 show=_show,
                 noun=lambda item: "a merge case",
                 count_key="merge_cases",
+                plural="merge cases",
                 strategy=_strategy,
                 explore_share=2.0,
                 explore_note=_note,
@@ -94,6 +111,7 @@ MERGE = register_level(
         ),
         port_methods=("merge_states",),
         served={"merge": _serve_merge},
+        coverage=CoverageHook(_features, _measure, refusals=("merge.not_materialised",)),
         host=False,
         floats=True,
         heading="L2 merge",

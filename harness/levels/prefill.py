@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.levels.shown import ShowContext, divergent_tensors
 from harness.model import Case, Layout
-from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
+from harness.model.levels import CoverageHook, Kind, KindSpec, Level, LevelSpec, register_level
 from harness.protocol.port import Port
 from harness.sides.items import CaseResult, device_kernels
 from harness.sides.runner import ItemCall, compare_prefill
@@ -17,8 +17,11 @@ from harness.sides.runner import ItemCall, compare_prefill
 if TYPE_CHECKING:
     import torch
 
+    from harness.cases.suites import Suite
     from harness.kernels import SharedKernels
     from harness.kernels.numeric import DcpInputs, PrefillInputs
+    from harness.search.coverage import Tally
+    from harness.search.coverage_feature import Feature
 
 
 def _run(call: ItemCall) -> CaseResult:
@@ -62,7 +65,7 @@ def _inputs(item: Case, device: str) -> PrefillInputs:
     return case_prefill_inputs(item, device)
 
 
-def _release_asked(release: Any, item: Case, kernels: SharedKernels, device: str) -> object:
+def _release_asked(release: Prefiller, item: Case, kernels: SharedKernels, device: str) -> object:
     from harness.kernels import kernels_for_case
     from harness.kernels.numeric import materialise_prefill
 
@@ -123,6 +126,18 @@ def _serve(side: Prefiller, request: dict[str, Any]) -> dict[str, Any]:
     return write_outputs(request, side.prefill(case, inputs, request_kernels(request)))
 
 
+def _features() -> tuple[Feature, ...]:
+    from harness.search.coverage import PREFILL_FEATURES
+
+    return PREFILL_FEATURES
+
+
+def _measure(tally: Tally, suite: Suite, oracle: Port) -> None:
+    from harness.search.coverage_measuring import measure_prefills
+
+    measure_prefills(tally, suite, oracle)
+
+
 PREFILL = register_level(
     LevelSpec(
         name=Level.PREFILL,
@@ -144,12 +159,14 @@ PREFILL = register_level(
                 shrink_budget=60,
                 real_ranks=True,
                 count_key="prefill_cases",
+                plural="prefill cases",
                 strategy=_strategy,
                 explore_share=2.0,
             ),
         ),
         port_methods=("prefill",),
         served={"oracle_prefill": _serve},
+        coverage=CoverageHook(_features, _measure),
         host=False,
         floats=True,
         heading="L3 prefill",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.levels.layout import workspace_row
 from harness.levels.shown import ShowContext
-from harness.model.levels import Kind, KindSpec, Level, LevelSpec, register_level
+from harness.model.levels import CoverageHook, Kind, KindSpec, Level, LevelSpec, register_level
 from harness.model.sparse import SparseCase, SparseLayout, SparseWorkspaceConfig
 from harness.protocol.port import Port
 from harness.sides.items import DIVERGENT, PARITY, CaseResult, compare_sizes
@@ -15,7 +15,10 @@ from harness.sides.runner import ItemCall
 from harness.sides.sparse_runner import compare_sparse_layout
 
 if TYPE_CHECKING:
+    from harness.cases.suites import Suite
     from harness.night.drift_items import ItemDrift
+    from harness.search.coverage import Tally
+    from harness.search.coverage_feature import Feature
 
 
 def _layout_row(result: CaseResult) -> dict[str, Any]:
@@ -79,6 +82,20 @@ def _serve_sparse_workspace_size(side: SparsePlanner, request: dict[str, Any]) -
     return {"workspace_size": int(side.sparse_workspace_size(config))}
 
 
+def _features() -> tuple[Feature, ...]:
+    from harness.search.coverage import SPARSE_FEATURES
+
+    return SPARSE_FEATURES
+
+
+def _measure(tally: Tally, suite: Suite, oracle: Port) -> None:
+    # The sparse path is measured as one: its features cross its three levels
+    # (a route, its mask and its L3 tensors come from one batch).
+    from harness.search.sparse_coverage import measure_sparse
+
+    measure_sparse(tally, suite, oracle)
+
+
 SPARSE_LAYOUT = register_level(
     LevelSpec(
         name=Level.SPARSE_LAYOUT,
@@ -97,6 +114,7 @@ SPARSE_LAYOUT = register_level(
                 record=lambda result: {},
                 noun=lambda item: "a sparse batch",
                 count_key="sparse_cases",
+                plural="sparse batches",
             ),
             KindSpec(
                 name=Kind.SPARSE_WORKSPACE,
@@ -111,10 +129,12 @@ SPARSE_LAYOUT = register_level(
                 record=lambda result: {},
                 noun=lambda item: "a sparse workspace configuration",
                 count_key="sparse_workspace_configs",
+                plural="sparse workspace configs",
             ),
         ),
         port_methods=("plan_sparse", "sparse_workspace_size"),
         served={"sparse_layout": _serve_sparse_layout, "sparse_workspace_size": _serve_sparse_workspace_size},
+        coverage=CoverageHook(_features, _measure, refusals=("sparse.oracle_refused", "sparse_grid.oracle_refused")),
         host=True,
         floats=False,
         sparse=True,

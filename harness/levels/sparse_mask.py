@@ -31,7 +31,7 @@ def _inputs(item: TopkMaskCase, device: str) -> list[torch.Tensor]:
     return materialise_topk(item)
 
 
-def _release_asked(release: Any, item: TopkMaskCase, kernels: SharedKernels, device: str) -> object:
+def _release_asked(release: MaskBuilder, item: TopkMaskCase, kernels: SharedKernels, device: str) -> object:
     return release.build_topk_mask(item, _inputs(item, device)), release.remap_topk(item, _inputs(item, device))
 
 
@@ -101,6 +101,7 @@ SPARSE_MASK = register_level(
                 show=_show,
                 noun=lambda item: "a top-k mask case",
                 count_key="mask_cases",
+                plural="top-k mask cases",
             ),
         ),
         port_methods=("build_topk_mask", "remap_topk"),

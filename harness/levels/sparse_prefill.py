@@ -40,7 +40,7 @@ def _inputs(item: SparseCase, device: str) -> SparsePrefillInputs:
     return materialise_sparse_prefill(item, device)
 
 
-def _release_asked(release: Any, item: SparseCase, kernels: SharedKernels, device: str) -> object:
+def _release_asked(release: SparsePrefiller, item: SparseCase, kernels: SharedKernels, device: str) -> object:
     from harness.kernels import with_keyless_rows
 
     assert item.numeric is not None
@@ -95,6 +95,7 @@ SPARSE_PREFILL = register_level(
                 noun=lambda item: "a sparse batch",
                 caused_by=Kind.SPARSE_LAYOUT,
                 count_key="sparse_prefill_cases",
+                plural="sparse L3 cases",
             ),
         ),
         port_methods=("sparse_prefill",),

@@ -405,14 +405,39 @@ class NumericSpec:
     sides of a comparison run under the same one.
     """
 
-    num_heads: int
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
-    kv_lora_rank: int
-    dtype: str = "bf16"
-    seed: int = 0
-    keyless_rows: str = "neg-inf"
+    num_heads: int = rule(
+        FieldKind.INT, "attention heads", minimum=1, maximum=4096, default_doc="(required, or a preset's)"
+    )
+    qk_nope_head_dim: int = rule(
+        FieldKind.INT,
+        "query/key head size without rope",
+        minimum=1,
+        maximum=4096,
+        default_doc="(required, or a preset's)",
+    )
+    qk_rope_head_dim: int = rule(
+        FieldKind.INT, "query/key rope head size", minimum=1, maximum=4096, default_doc="(required, or a preset's)"
+    )
+    v_head_dim: int = rule(
+        FieldKind.INT, "value head size", minimum=1, maximum=4096, default_doc="(required, or a preset's)"
+    )
+    kv_lora_rank: int = rule(
+        FieldKind.INT,
+        "the latent (compressed KV) width",
+        minimum=1,
+        maximum=4096,
+        default_doc="(required, or a preset's)",
+    )
+    dtype: str = rule(
+        FieldKind.CHOICE, "the tensors' dtype", "bf16", choices=NUMERIC_DTYPES, default_doc='`"bf16"` (or a preset\'s)'
+    )
+    seed: int = rule(FieldKind.INT, "the seed every tensor is drawn from", 0, minimum=0, maximum=(1 << 63) - 1)
+    # Written only when not the default, so cases from before it existed keep
+    # byte-identical JSON (and results files).
+    keyless_rows: str = rule(
+        FieldKind.CHOICE, "what the kernels report for a query row without keys", KEYLESS_ROWS[0],
+        choices=KEYLESS_ROWS, always=False,
+    )  # fmt: skip
 
     @property
     def qk_head_dim(self) -> int:
@@ -423,20 +448,7 @@ class NumericSpec:
         return self.kv_lora_rank + self.qk_rope_head_dim
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "num_heads": self.num_heads,
-            "qk_nope_head_dim": self.qk_nope_head_dim,
-            "qk_rope_head_dim": self.qk_rope_head_dim,
-            "v_head_dim": self.v_head_dim,
-            "kv_lora_rank": self.kv_lora_rank,
-            "dtype": self.dtype,
-            "seed": self.seed,
-        }
-        # Written only when not the default, so cases from before it existed
-        # keep byte-identical JSON (and results files).
-        if self.keyless_rows != KEYLESS_ROWS[0]:
-            out["keyless_rows"] = self.keyless_rows
-        return out
+        return fields_to_json(self)
 
 
 PRESETS: dict[str, NumericSpec] = {

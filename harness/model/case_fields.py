@@ -33,7 +33,9 @@ from harness.model.levels import TextEnum
 class FieldKind(TextEnum):
     """What a field holds: a name (no spaces; an item name: no brackets
     either), a text, an integer, an integer per request, a boolean, one of
-    ``choices``, or a numeric section."""
+    ``choices``, a numeric section, or explicit top-k indices (per request, per
+    query row; read as JSON here and checked against the rest of the case by
+    the case type's reader)."""
 
     NAME = "name"
     ITEM_NAME = "item-name"
@@ -43,6 +45,7 @@ class FieldKind(TextEnum):
     BOOL = "bool"
     CHOICE = "choice"
     NUMERIC = "numeric"
+    INDICES = "indices"
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,12 @@ class FieldRule:
     (JSON null); ``floor(case)`` is the smallest value shrinking tries (None:
     it never shrinks the field; per element for an ``ints`` field); ``doc`` is
     its line in the docs' table; ``written_with`` names the field it is
-    written beside (only when that one is set)."""
+    written beside (only when that one is set). ``default_from(fields)`` is
+    the value a file that leaves the field out gives it, from the fields read
+    before it (a type whose fields differ from file to file, or whose
+    dataclass has no default for it), ``default_doc`` that default in the
+    docs' table; ``may_be_empty``: an ``ints`` field may hold no element
+    (its default, an empty tuple)."""
 
     kind: FieldKind
     doc: str
@@ -66,6 +74,9 @@ class FieldRule:
     first: bool = False
     floor: Callable[[Any], int] | None = None
     written_with: str | None = None
+    default_from: Callable[[dict[str, Any]], Any] | None = None
+    default_doc: str = ""
+    may_be_empty: bool = False
 
     def __post_init__(self) -> None:
         # A kind given as its text is that member; any other text is refused here,
@@ -156,6 +167,8 @@ def fields_to_json(case: object) -> dict[str, Any]:
         if d.rule.kind is FieldKind.NUMERIC:
             if value is not None:
                 out[d.name] = value.to_json()
+        elif d.rule.kind is FieldKind.INDICES:
+            out[d.name] = [[list(row) for row in rows] for rows in value]
         else:
             out[d.name] = list(value) if d.rule.kind is FieldKind.INTS else value
     return out

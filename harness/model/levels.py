@@ -106,7 +106,8 @@ class KindSpec:
     divergent item of it to a smaller case, in at most ``shrink_budget``
     evaluations when a gate shrinks it; ``real_ranks`` that its DCP items run
     on one process per rank when the run asks; ``count_key`` names its count
-    in the summary's JSON (default ``<kind>_items``); ``slim(result)`` is the
+    in the summary's JSON (default ``<kind>_items``) and ``plural`` how its
+    printed items line counts them (default ``<kind> items``); ``slim(result)`` is the
     result a worker sends when no report writes the answers in full (None:
     as it is); ``plan_figures`` says its rows' chunk figures are the plan it
     compared, which the summary's per-side chunk totals sum; ``strategy()``
@@ -132,11 +133,33 @@ class KindSpec:
     shrink_budget: int = 600
     real_ranks: bool = False
     count_key: str = ""
+    plural: str = ""
     slim: Callable[[Any], Any] | None = None
     plan_figures: bool = False
     strategy: Callable[[], Any] | None = None
     explore_share: float = 1.0
     explore_note: Callable[[], str | None] | None = None
+
+
+@dataclass(frozen=True)
+class CoverageHook:
+    """What ``parity coverage`` measures of a level's items (:mod:`harness.search.coverage`).
+
+    ``features()`` gives its features (:class:`harness.search.coverage_feature.Feature`;
+    ids unique across levels, held to the targets file's rows as every
+    feature is), ``refusals`` those of them that count inputs the oracle
+    refused (any above zero fails the verdict), and ``measure(tally, suite,
+    oracle)`` tallies them over the suite's items as the oracle planned,
+    sized or materialised them, never as a port did. ``held``: each of its
+    features needs a row in the targets file (the built-in levels'); a
+    plug-in level, whose features the project's targets file cannot know,
+    sets False, and a feature of it without a row is shown, not judged (its
+    refusals are judged all the same)."""
+
+    features: Callable[[], tuple[Any, ...]]
+    measure: Callable[[Any, Any, Any], None]
+    refusals: tuple[str, ...] = ()
+    held: bool = True
 
 
 @dataclass(frozen=True)
@@ -161,7 +184,8 @@ class LevelSpec:
     external protocol's ops for this level in a served side (``python -m
     oracle.serve``, a release as the oracle): ``fn(side, request)`` calls the
     side's method and returns the reply's fields; a served oracle answers these
-    ops, every level's, and no others (:func:`served_op`)."""
+    ops, every level's, and no others (:func:`served_op`). ``coverage`` is
+    what ``parity coverage`` measures of its items (None: nothing)."""
 
     name: str
     title: str
@@ -176,6 +200,7 @@ class LevelSpec:
     compares_over_protocol: str | None = None
     transcribed: bool = False
     served: Mapping[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = field(default_factory=dict)
+    coverage: CoverageHook | None = None
 
 
 # -- the registry ------------------------------------------------------------------------------
@@ -244,6 +269,11 @@ def count_key(kind: KindSpec) -> str:
     return kind.count_key or f"{kind.name.replace('-', '_')}_items"
 
 
+def counted_as(kind: KindSpec) -> str:
+    """How the printed summary counts ``kind``'s items ("layout cases")."""
+    return kind.plural or f"{kind.name} items"
+
+
 def unregister_level(name: str) -> None:
     """Take a level out again (a test's toy level, at the test's end)."""
     spec = _levels.pop(name, None)
@@ -283,6 +313,11 @@ def registered_levels() -> tuple[LevelSpec, ...]:
     """Every level, in suite order."""
     load_plugins()
     return tuple(_levels.values())
+
+
+def kind_specs() -> tuple[KindSpec, ...]:
+    """Every kind, in suite order."""
+    return tuple(kind for spec in registered_levels() for kind in spec.kinds)
 
 
 def level_spec(name: str) -> LevelSpec:
@@ -403,6 +438,11 @@ def shrinking_kind(level: str) -> str | None:
 
 
 SHRINKING_LEVELS = _level_names(lambda spec: any(kind.shrinks for kind in spec.kinds))
+
+
+def levels_where(keep: Callable[[LevelSpec], bool]) -> list[str]:
+    """The levels (in suite order) ``keep`` holds for."""
+    return [spec.name for spec in registered_levels() if keep(spec)]
 
 
 def kinds_where(keep: Callable[[KindSpec, LevelSpec], bool]) -> list[str]:

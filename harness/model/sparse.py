@@ -366,40 +366,45 @@ class TopkMaskCase:
     indices in ``[range_starts[i], range_starts[i] + range_lens[i])``.
     """
 
-    name: str
-    query_lens: tuple[int, ...]
-    seq_lens: tuple[int, ...]
-    index_topk: int
-    form: str
-    pattern: str
-    seed: int
-    range_starts: tuple[int, ...]
-    range_lens: tuple[int, ...]
-    key_starts: tuple[int, ...] = ()
-    family: str = "topk-mask"
+    name: str = rule(FieldKind.ITEM_NAME, "the case's name: its item id is NAME[sparse-mask]", first=True)
+    query_lens: tuple[int, ...] = rule(FieldKind.INTS, "query rows per request", minimum=1, limit="query_len")
+    seq_lens: tuple[int, ...] = rule(FieldKind.INTS, "keys per request's sequence", minimum=1, limit="context_len")
+    index_topk: int = rule(FieldKind.INT, "indices per query row", minimum=1, maximum=MAX_INDEX_TOPK)
+    form: str = rule(FieldKind.CHOICE, "the mask's form", choices=MASK_FORMS)
+    pattern: str = rule(
+        FieldKind.CHOICE, "how the indices are drawn", choices=TOPK_PATTERNS + ROW_PATTERNS,
+        default_from=lambda fields: "uniform", default_doc='`"uniform"`',
+    )  # fmt: skip
+    seed: int = rule(
+        FieldKind.INT, "the seed the indices are drawn from", minimum=0, maximum=(1 << 63) - 1,
+        default_from=lambda fields: 0, default_doc="`0`",
+    )  # fmt: skip
+    range_starts: tuple[int, ...] = rule(
+        FieldKind.INTS, "per request, the first index the remap keeps", minimum=0, limit="context_len",
+        default_from=lambda fields: [0] * len(fields["query_lens"]), default_doc="`0` per request",
+    )  # fmt: skip
+    range_lens: tuple[int, ...] = rule(
+        FieldKind.INTS, "per request, how many indices from there the remap keeps", minimum=0, limit="context_len",
+        default_from=lambda fields: list(fields["seq_lens"]), default_doc="`seq_lens`",
+    )  # fmt: skip
+    key_starts: tuple[int, ...] = rule(
+        FieldKind.INTS, "per request, its first key in the batch (the global form's reserved word); [] for none",
+        (), minimum=0, limit="context_len", may_be_empty=True,
+    )  # fmt: skip
+    family: str = rule(FieldKind.TEXT, "the family it was generated in", "topk-mask", first=True)
     # Explicit indices (per request, per query row, index_topk ints) in place
     # of the seeded ones; None: drawn from ``seed`` by ``pattern``.
-    topk: tuple[tuple[tuple[int, ...], ...], ...] | None = None
+    topk: tuple[tuple[tuple[int, ...], ...], ...] | None = rule(
+        FieldKind.INDICES, "explicit indices in place of the drawn ones, each -1 or a key of its sequence",
+        None, optional=True, always=False,
+    )  # fmt: skip
 
     @property
     def num_requests(self) -> int:
         return len(self.query_lens)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "family": self.family,
-            "query_lens": list(self.query_lens),
-            "seq_lens": list(self.seq_lens),
-            "index_topk": self.index_topk,
-            "form": self.form,
-            "pattern": self.pattern,
-            "seed": self.seed,
-            "range_starts": list(self.range_starts),
-            "range_lens": list(self.range_lens),
-            "key_starts": list(self.key_starts),
-            **({"topk": [[list(row) for row in rows] for rows in self.topk]} if self.topk is not None else {}),
-        }
+        return fields_to_json(self)
 
 
 def _json_shape(value: Any, name: str, optional: bool = False) -> Shape | None:

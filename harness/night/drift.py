@@ -41,9 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases.json_input import read_json
-from harness.model.levels import level_of, registered_levels
+from harness.model.levels import level_of, level_spec, registered_levels
 from harness.night.drift_items import (
     AGREEING,
+    AGREES,
     BOTH_REFUSE,
     ITEM_STATUSES,
     LAYOUT_ONLY,
@@ -351,8 +352,8 @@ def parity_verdict(levels: dict[str, LevelDrift]) -> str:
     """``parity`` when every level is, else each level's verdict that is not."""
     if not levels:
         return "no level compared"
-    bad = [f"{level}: {drift.verdict()}" for level, drift in levels.items() if drift.verdict() != "parity"]
-    return "parity" if not bad else "; ".join(bad)
+    bad = [f"{level}: {drift.verdict()}" for level, drift in levels.items() if drift.verdict() != AGREES]
+    return AGREES if not bad else "; ".join(bad)
 
 
 def level_symbols(entered: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -456,7 +457,7 @@ def release_record(
         "parity": {
             "verdict": parity_verdict(levels),
             "torch_note": torch_note(pinned.torch_version, release.torch_version),
-            **({"sparse_note": sparse_note()} if any(lv.startswith("sparse-") for lv in levels) else {}),
+            **({"sparse_note": sparse_note()} if any(level_spec(lv).sparse for lv in levels) else {}),
             "levels": parity_levels,
         },
     }
@@ -487,4 +488,4 @@ def drift_record(
 
 def record_agrees(record: dict[str, Any]) -> bool:
     """Every release at parity on every level (source drift alone is not a failure)."""
-    return all(r["parity"]["verdict"] == "parity" for r in record["releases"])
+    return all(r["parity"]["verdict"] == AGREES for r in record["releases"])

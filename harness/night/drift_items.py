@@ -50,6 +50,8 @@ REFUSE_DIFFERENTLY = "refuse-differently"
 # route is compared at sparse-layout). Agreement.
 LAYOUT_ONLY = "layout-only"
 ITEM_STATUSES = (PARITY, DIVERGENT, BOTH_REFUSE, REFUSE_DIFFERENTLY, PINNED_ERROR, RELEASE_ERROR, LAYOUT_ONLY)
+# A drift verdict that finds nothing to report (else it counts what disagrees).
+AGREES = "parity"
 AGREEING = (PARITY, BOTH_REFUSE, LAYOUT_ONLY)
 
 _NUMBER = re.compile(r"\d+")
@@ -319,13 +321,13 @@ class LevelDrift:
         return {status: dict(c.most_common()) for status, c in classes.items()}
 
     def verdict(self) -> str:
-        """``parity`` when every item agrees (answers or refusals both share),
+        """:data:`AGREES` when every item agrees (answers or refusals both share),
         else the counts of what does not."""
         counts = self.counts()
         if not self.items:
             return "no items compared"
         bad = [f"{n} {s}" for s, n in counts.items() if s not in AGREEING and n]
-        return "parity" if not bad else ", ".join(bad)
+        return AGREES if not bad else ", ".join(bad)
 
     def to_json(self) -> dict[str, Any]:
         out = {

@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 
 PROTOCOL_VERSION = 1
 STDERR_TAIL = 600
-# The ops that exchange tensors through safetensors files; each is a level.
-TENSOR_OPS = ("merge", "prefill", "topk_mask", "topk_remap", "sparse_prefill")
 # The levels a port may declare in its hello (the sparse ones: SPEC 1d): the registry's.
 PROTOCOL_LEVELS = LEVELS
 # A reply line longer than this is a port gone wrong, not a layout.

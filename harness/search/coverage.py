@@ -35,10 +35,12 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES
+from harness.model.levels import CoverageHook, LevelRegistryError, registered_levels
 from harness.search.coverage_feature import Feature
 from harness.search.sparse_coverage import sparse_features
 
@@ -68,7 +70,8 @@ def _f(id: str, kind: str, description: str, **extra: Any) -> Feature:
     return Feature(id, kind, description, **extra)
 
 
-FEATURES: tuple[Feature, ...] = (
+# The built-in levels' features, each level's by its coverage hook (harness/levels/).
+LAYOUT_FEATURES: tuple[Feature, ...] = (
     _f("layout.cases", "count", "layout cases measured (the oracle planned them)"),
     _f("layout.oracle_refused", "count", "layout cases the oracle could not plan"),
     _f("layout.requests_per_batch", "max", "most requests in one batch", widths=True),
@@ -92,6 +95,8 @@ FEATURES: tuple[Feature, ...] = (
     _f("layout.non_pow2_workspace_cases", "count", "cases whose workspace size is not a power of two"),
     _f("layout.lcm_ne_max_cases", "count", "DCP cases where lcm(block, I*D) != max(block, I*D)"),
     _f("layout.padded_floor_ne_ceil_cases", "count", "DCP cases with a span boundary where floor != ceil in padded(n)"),
+)
+GRID_FEATURES: tuple[Feature, ...] = (
     _f("grid.configs", "count", "workspace-size configurations measured (the oracle sized them)"),
     _f("grid.oracle_refused", "count", "configurations the oracle could not size"),
     _f("grid.block_sizes", "set", "grid block sizes", element="int"),
@@ -104,6 +109,8 @@ FEATURES: tuple[Feature, ...] = (
     _f("grid.workspace_min", "min", "smallest workspace size the oracle gives"),
     _f("grid.workspace_max", "max", "largest workspace size the oracle gives", widths=True),
     _f("grid.non_pow2_workspaces", "count", "oracle workspace sizes that are not a power of two"),
+)
+MERGE_FEATURES: tuple[Feature, ...] = (
     _f("merge.cases", "count", "merge cases measured (their inputs were materialised)"),
     _f("merge.not_materialised", "count", "merge cases whose inputs could not be materialised"),
     _f("merge.lse_gap", "histogram", "merged finite LSE pairs by |lp - ls|", labels=GAP_BANDS),
@@ -113,6 +120,8 @@ FEATURES: tuple[Feature, ...] = (
     _f("merge.value_views", "set", "partials' views, from their strides", labels=VALUE_VIEWS),
     _f("merge.dtype_head", "set", "dtype x head size", element="text"),
     _f("merge.tokens_with_context", "histogram", "prefill_tokens_with_context", labels=WITH_CONTEXT_KINDS),
+)
+PREFILL_FEATURES: tuple[Feature, ...] = (
     _f("prefill.cases", "count", "L3 cases measured"),
     _f("prefill.requests_per_batch", "max", "most requests in one L3 case", widths=True),
     _f("prefill.pieces_per_request", "max", "most chunks one L3 request is split over"),
@@ -128,19 +137,87 @@ FEATURES: tuple[Feature, ...] = (
     _f("prefill.dcp_dtypes", "set", "dtypes of DCP L3 cases", labels=NUMERIC_DTYPES),
     _f("prefill.dcp_continuations", "count", "DCP L3 chunks that continue a request (local starts past 0)"),
     _f("prefill.dcp_padded_segments", "count", "DCP L3 (chunk, request, rank) segments with padding to drop"),
-    # The sparse path (harness/search/sparse_coverage.py).
-    *sparse_features(_f),
 )
-FEATURE_BY_ID = {f.id: f for f in FEATURES}
+# The sparse path (harness/search/sparse_coverage.py).
+SPARSE_FEATURES: tuple[Feature, ...] = sparse_features(_f)
 
+
+def coverage_hooks() -> list[CoverageHook]:
+    """Every registered level's coverage hook, in suite order."""
+    return [spec.coverage for spec in registered_levels() if spec.coverage is not None]
+
+
+def _catalogue() -> tuple[Feature, ...]:
+    """Every registered level's features, in suite order; a feature id two
+    levels declare is the registry's error, never a tally shared unseen."""
+    features = tuple(feature for hook in coverage_hooks() for feature in hook.features())
+    ids = [f.id for f in features]
+    repeated = [i for n, i in enumerate(ids) if i in ids[:n]]
+    if repeated:
+        raise LevelRegistryError(f"coverage feature {repeated[0]!r} is declared by two levels")
+    for hook in coverage_hooks():
+        # A refusal is held to at_most 0 by its id: one the hook does not measure would hold nothing.
+        counts = {f.id for f in hook.features() if f.kind == "count"}
+        stray = [r for r in hook.refusals if r not in counts]
+        if stray:
+            raise LevelRegistryError(f"coverage refusal {stray[0]!r} is none of its level's count features")
+    return features
+
+
+class _Features(Sequence[Feature]):
+    """:data:`FEATURES`: the catalogue read from the registry on every use."""
+
+    @overload
+    def __getitem__(self, index: int) -> Feature: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Feature]: ...
+    def __getitem__(self, index: int | slice) -> Feature | Sequence[Feature]:
+        return _catalogue()[index]
+
+    def __len__(self) -> int:
+        return len(_catalogue())
+
+
+class _ById(Mapping[str, Feature]):
+    """:data:`FEATURE_BY_ID`: each feature by its id, read as :data:`FEATURES` is."""
+
+    def __getitem__(self, feature_id: str) -> Feature:
+        return {f.id: f for f in _catalogue()}[feature_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([f.id for f in _catalogue()])
+
+    def __len__(self) -> int:
+        return len(_catalogue())
+
+
+class _Refusals(Sequence[str]):
+    """:data:`REFUSAL_FEATURES`: every level's refusal features."""
+
+    def _now(self) -> tuple[str, ...]:
+        return tuple(feature for hook in coverage_hooks() for feature in hook.refusals)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        return self._now()[index]
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+
+def needs_row(feature_id: str) -> bool:
+    """Whether a targets file's suite must have a row for ``feature_id`` (its level's hook is ``held``)."""
+    return any(feature_id in {f.id for f in hook.features()} for hook in coverage_hooks() if hook.held)
+
+
+# What is measured: every registered level's features (CoverageHook), in suite order.
+FEATURES: Sequence[Feature] = _Features()
+FEATURE_BY_ID: Mapping[str, Feature] = _ById()
 # The inputs that cover nothing: any count above zero fails the verdict.
-REFUSAL_FEATURES = (
-    "layout.oracle_refused",
-    "grid.oracle_refused",
-    "merge.not_materialised",
-    "sparse.oracle_refused",
-    "sparse_grid.oracle_refused",
-)
+REFUSAL_FEATURES: Sequence[str] = _Refusals()
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,9 @@
 """Measuring coverage: :func:`measure` reads the loaded suite
 (:func:`harness.cases.suites.load_suite`) and tallies every feature of
-:data:`harness.search.coverage.FEATURES`:
+:data:`harness.search.coverage.FEATURES`, each registered level's by its
+coverage hook (:class:`harness.model.levels.CoverageHook`); the built-in
+levels' measurements are here (:func:`measure_layout`, :func:`measure_merges`,
+:func:`measure_prefills`) and in :mod:`harness.search.sparse_coverage`:
 
 - **layout**: every case's chunks as the *oracle* plans them (coverage is about
   what upstream was made to do): requests per batch and per chunk, pieces per
@@ -48,8 +51,7 @@ from typing import Any
 from harness.cases.suites import Suite
 from harness.model import Case, Chunk, MergeCase, WorkspaceConfig
 from harness.protocol.port import Port
-from harness.search.coverage import GAP_BANDS, GAP_EDGES, LSE_KINDS, CoverageReport, Tally
-from harness.search.sparse_coverage import measure_sparse
+from harness.search.coverage import GAP_BANDS, GAP_EDGES, LSE_KINDS, CoverageReport, Tally, coverage_hooks
 
 # The dense workspace size is capped at this many rows (SPEC 1b).
 DENSE_CAP = 65536
@@ -153,8 +155,6 @@ def _measure_case(tally: Tally, case: Case, chunks: list[_Chunk]) -> None:
                 for n in (s, s + length)
             ),
         )
-    if case.numeric is not None:
-        _measure_prefill(tally, case, pieces, chunks)
 
 
 def _measure_prefill(tally: Tally, case: Case, pieces: Counter[int], chunks: list[_Chunk]) -> None:
@@ -326,10 +326,20 @@ def _measure_merge(tally: Tally, case: MergeCase) -> None:
 
 
 def measure(suite: Suite, oracle: Port) -> CoverageReport:
-    """What ``suite`` exercises, per feature of :data:`FEATURES` (deterministic:
-    the same suite and oracle give the same report). A refused input counts in
-    its feature of :data:`REFUSAL_FEATURES` and in no other."""
+    """What ``suite`` exercises, per feature of :data:`FEATURES`: each
+    registered level's measurement (its :class:`~harness.model.levels.CoverageHook`),
+    in suite order (deterministic: the same suite and oracle give the same
+    report). A refused input counts in its feature of :data:`REFUSAL_FEATURES`
+    and in no other."""
     tally = Tally()
+    for hook in coverage_hooks():
+        hook.measure(tally, suite, oracle)
+    return CoverageReport(suite.name, tally.finish())
+
+
+def measure_layout(tally: Tally, suite: Suite, oracle: Port) -> None:
+    """The layout level's features: every case's chunks as the oracle plans
+    them, and every workspace configuration as it sizes it."""
     for case in suite.cases:
         try:
             chunks = oracle_chunks(oracle, case)
@@ -341,7 +351,23 @@ def measure(suite: Suite, oracle: Port) -> CoverageReport:
         _measure_case(tally, case, chunks)
     for config in suite.workspace_configs:
         _measure_config(tally, oracle, config)
+
+
+def measure_merges(tally: Tally, suite: Suite, oracle: Port) -> None:
+    """The merge level's features: what each merge case's materialised tensors hold."""
     for merge_case in suite.merge_cases:
         _measure_merge(tally, merge_case)
-    measure_sparse(tally, suite, oracle)
-    return CoverageReport(suite.name, tally.finish())
+
+
+def measure_prefills(tally: Tally, suite: Suite, oracle: Port) -> None:
+    """The prefill level's features: each case with a numeric section over the
+    oracle's chunks (a case the oracle cannot plan counts at the layout level
+    alone)."""
+    for case in suite.cases:
+        if case.numeric is None:
+            continue
+        try:
+            chunks = oracle_chunks(oracle, case)
+        except Exception:
+            continue
+        _measure_prefill(tally, case, _pieces(chunks), chunks)

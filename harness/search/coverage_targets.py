@@ -27,7 +27,7 @@ from typing import Any
 from harness.cases.fields import CaseError
 from harness.cases.json_input import read_json
 from harness.cases.suites import CASES_DIR
-from harness.search.coverage import FEATURE_BY_ID, FEATURES, REFUSAL_FEATURES, Value
+from harness.search.coverage import FEATURE_BY_ID, FEATURES, REFUSAL_FEATURES, Value, needs_row
 from harness.search.coverage_feature import Feature
 
 TARGETS_FILE = CASES_DIR / "coverage.json"
@@ -179,7 +179,8 @@ def load_targets(path: Path = TARGETS_FILE, suites: Collection[str] | None = Non
     feature's kind, or ``"report_only": true`` (the description says why it is
     not a target); a refusal feature (:data:`REFUSAL_FEATURES`) takes
     ``"at_most": 0`` alone. Every suite with rows has one for every feature of
-    :data:`FEATURES`. ``suites``: the known suite names, checked when given.
+    :data:`FEATURES` whose level holds its features to rows (:func:`needs_row`).
+    ``suites``: the known suite names, checked when given.
     Anything wrong is a :class:`CaseError` naming the file, the row and field
     (or the suite and the feature without a row)."""
     source = display_path(path)
@@ -198,7 +199,7 @@ def load_targets(path: Path = TARGETS_FILE, suites: Collection[str] | None = Non
             raise CaseError(source, suite, 'must be a non-empty list of rows, or {"same_as": "<suite>"}')
         seen: set[str] = set()
         targets[suite] = tuple(_row(source, f"{suite}[{i}]", row, seen) for i, row in enumerate(rows))
-        without_row = [f.id for f in FEATURES if f.id not in seen]
+        without_row = [f.id for f in FEATURES if f.id not in seen and needs_row(f.id)]
         if without_row:
             raise CaseError(
                 source,
