@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from harness.sides.items import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR
 from harness.verdicts.reproduce import printed_id, reproduce_from_meta
 from harness.verdicts.summary import layout_causes, message_groups
+from reports.failure_text import failure_lines
 from reports.run_summary import numeric_text
 
 if TYPE_CHECKING:
@@ -87,8 +88,10 @@ def render_gate_summary(outcome: GateOutcome) -> str:
         lines += ["", heading, ""]
         for group in groups[:SHOWN]:
             row = next(group.itertuples(index=False))
-            cause = f"{causes[row.id]}; " if row.id in causes else ""
-            lines.append(f"- `{shown_id(row.id)}` {row.status}: {cause}{_cell(row.detail)}")
+            said = failure_lines(row, causes)
+            # Long enough for a float item's first difference, its two values and the inputs there.
+            lines.append(f"- `{shown_id(row.id)}` {row.status}: {_cell(said[0], limit=480)}")
+            lines += [f"  {_cell(line)}" for line in said[1:]]
             if len(group) > 1:
                 more = ", ".join(f"`{shown_id(i)}`" for i in group["id"].iloc[1:4])
                 lines.append(f"  and {len(group) - 1} more saying the same: {more}{', ...' if len(group) > 4 else ''}")

@@ -10,6 +10,7 @@ failing testcase of its own.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from harness.sides.items import NOT_RUN, ORACLE_ERROR
 from harness.verdicts.baseline import EXPECTED, NEW
 from harness.verdicts.reproduce import printed_id, reproduce_from_meta
 from harness.verdicts.summary import layout_causes
+from reports.failure_text import failure_lines
 
 if TYPE_CHECKING:
     from harness.verdicts.gate import GateOutcome
@@ -46,9 +48,9 @@ def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
             ET.SubElement(case, "error", message=row.detail, type=row.status).text = _with_command(row, meta)
             counts["errors"] += 1
         elif row.baseline == NEW:
-            detail = f"{causes[row.id]}; {row.detail}" if row.id in causes else row.detail
+            detail = failure_lines(row, causes)[0]
             message = f"{row.reason}: {detail}" if row.reason else detail
-            ET.SubElement(case, "failure", message=message, type=row.status).text = _with_command(row, meta)
+            ET.SubElement(case, "failure", message=message, type=row.status).text = _with_command(row, meta, causes)
             counts["failures"] += 1
         elif row.status == NOT_RUN:
             # Compared with nothing: never a pass, whatever the baseline says.
@@ -68,9 +70,11 @@ def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
     return ET.ElementTree(suites)
 
 
-def _with_command(row: Any, meta: dict[str, Any]) -> str:
-    """A failing item's text: its detail, then the command that compares it again."""
-    return f"{row.detail}\nreproduce: {reproduce_from_meta(row.name, row.kind, meta)}"
+def _with_command(row: Any, meta: dict[str, Any], causes: Mapping[str, str] | None = None) -> str:
+    """A failing item's text: what every report says of it (its cause, its
+    detail, a float item's ULP histogram), then the command that compares it again."""
+    said = "\n".join(failure_lines(row, causes or {}))
+    return f"{said}\nreproduce: {reproduce_from_meta(row.name, row.kind, meta)}"
 
 
 def write_junit(outcome: GateOutcome, path: Path) -> None:

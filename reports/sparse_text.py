@@ -1,7 +1,8 @@
-"""What ``parity diff`` prints for the sparse path's items (levels sparse-layout
-and sparse-mask): the inputs, the route with the values that decided it on each
-side, and the first difference with both values (mask words as bit strings
-beside the top-k indices that set them)."""
+"""What ``parity diff`` prints for the sparse path's items: the inputs, the
+route with the values that decided it on each side, and the first difference
+with both values (mask words as bit strings beside the top-k indices that set
+them); a sparse L3 batch's tensors as every float level's are
+(:func:`reports.diff_text.format_tensor_verdict`)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def _outcome(result: CaseResult) -> list[str]:
     return ["  identical"]
 
 
-def format_sparse_diff(case: SparseCase, result: CaseResult) -> str:
+def sparse_batch_lines(case: SparseCase, result: CaseResult) -> list[str]:
+    """A sparse batch's inputs, and each side's route with the values that decided it."""
     words = "the release's own" if case.mask_workspace_words is None else f"{case.mask_workspace_words} words"
     lines = [
         f"sparse batch {case.name}: {len(case.context_lens)} requests, context {list(case.context_lens)[:8]}"
@@ -37,12 +39,16 @@ def format_sparse_diff(case: SparseCase, result: CaseResult) -> str:
     ]
     for side, layout in (("oracle", result.oracle_sparse), ("port", result.port_sparse)):
         if layout is not None:
-            lines.append(f"  {side:6} workspace {layout.workspace_size}, {layout.layout.num_chunks} chunks; ")
+            lines.append(f"  {side:6} workspace {layout.workspace_size}, {layout.layout.num_chunks} chunks")
             lines.append(f"         {route_reasons(layout)}")
             lines.append(
                 f"         suffix mask {layout.suffix_mask_shape}, chunk masks {list(layout.chunk_mask_shapes)[:6]}"
             )
-    return "\n".join(lines + _outcome(result))
+    return lines
+
+
+def format_sparse_diff(case: SparseCase, result: CaseResult) -> str:
+    return "\n".join(sparse_batch_lines(case, result) + _outcome(result))
 
 
 def format_sparse_workspace_diff(config: SparseWorkspaceConfig, result: CaseResult) -> str:

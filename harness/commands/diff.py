@@ -184,12 +184,40 @@ def compare_and_print(
     from reports.diff_text import format_result, verdict_line
 
     context = ShowContext(oracle, port, tuple(kinds))
-    results = []
+    results: list[CaseResult] = []
     for kind in kinds:
         result = run_item(oracle, port, kind, item, kernels, device, timeout_s, real_ranks)
         results.append(result)
         # Shown as its level shows it (harness.model.levels.KindSpec.show), else the common way.
         show = kind_spec(kind)[0].show
         print(show(item, result, context) if show is not None else format_result(item, result))
+        cause = _layout_cause(oracle, port, item, result, results, kernels, device, timeout_s)
+        if cause is not None:
+            print(f"  {cause}")
     print(verdict_line(results))
     return results
+
+
+def _layout_cause(
+    oracle: Port,
+    port: Port,
+    item: Item,
+    result: CaseResult,
+    results: list[CaseResult],
+    kernels: SharedKernels,
+    device: str,
+    timeout_s: float,
+) -> str | None:
+    """The gate's note for a failing item that runs over the port's layout
+    (:attr:`~harness.model.levels.KindSpec.caused_by`) when that layout
+    diverges too: compared here if ``parity diff`` was not asked for it."""
+    from harness.sides.items import DIVERGENT, PARITY
+    from harness.verdicts.summary import cause_note
+
+    layout_kind = kind_spec(result.kind)[0].caused_by
+    if layout_kind is None or result.status == PARITY or layout_kind not in kinds_of(item):
+        return None
+    layout = next((r for r in results if r.kind == layout_kind), None)
+    if layout is None:
+        layout = run_item(oracle, port, layout_kind, item, kernels, device, timeout_s)
+    return cause_note(layout.id) if layout.status == DIVERGENT else None

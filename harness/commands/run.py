@@ -23,6 +23,7 @@ from harness.commands.options import (
     selection_options,
 )
 from harness.engine import drift_banner, execute, reproduce_meta
+from reports.failure_text import failure_lines
 from reports.run_summary import format_summary
 
 
@@ -57,7 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         (
             row.status,
             printed_id(row.id, meta["suite"], meta["size"], meta["cases"]),
-            f"{causes[row.id]}; {row.detail}" if row.id in causes else row.detail,
+            "\n    ".join(failure_lines(row, causes)),
             reproduce_from_meta(row.name, row.kind, meta),
         )
         for row in failing.itertuples(index=False)

@@ -153,9 +153,10 @@ class TensorComparison:
             if finite and self.max_ulp_of_larger != self.max_ulp
             else ""
         )
+        inputs = f"; inputs there: {first['inputs']}" if first.get("inputs") else ""
         return (
             f"{head}: {self.mismatches}/{size} elements differ{how}, {max_distance_text(self.max_ulp)}; "
-            f"first at ({at}): oracle {first.get('oracle')} port {first.get('port')}{larger}{nan}"
+            f"first at ({at}): oracle {first.get('oracle')} port {first.get('port')}{inputs}{larger}{nan}"
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -29,9 +29,12 @@ def _run(call: ItemCall) -> CaseResult:
 
 
 def _show(item: SparseCase, result: CaseResult, context: ShowContext) -> str:
-    from reports.sparse_text import format_sparse_diff
+    from reports.diff_text import format_tensor_verdict
+    from reports.sparse_text import sparse_batch_lines
 
-    return format_sparse_diff(item, result)
+    # The batch is printed with its routes when its sparse layout is compared too.
+    lines = [] if Kind.SPARSE_LAYOUT in context.kinds else sparse_batch_lines(item, result)
+    return "\n".join([*lines, format_tensor_verdict("L3 sparse-prefill", result)])
 
 
 def _inputs(item: SparseCase, device: str) -> SparsePrefillInputs:

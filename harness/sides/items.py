@@ -8,6 +8,8 @@ build on it; it imports none of them.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -272,7 +274,36 @@ def tensor_verdict(
         result.error = f"port returned NaN in {t.name!r} ({t.nan_port} elements, oracle {t.nan_oracle}){where}"
     elif not all(t.exact for t in result.tensors):
         result.status = DIVERGENT
+        first = next(t for t in result.tensors if not t.exact)
+        _note_inputs(first, inputs_at)
     return result
+
+
+def _note_inputs(tensor: Any, inputs_at: Callable[[int, int, int | None], str] | None) -> None:
+    """The inputs at a tensor's first differing element, beside its two values
+    (``first_mismatch["inputs"]``); nothing when the level cannot say, or fails to."""
+    index = (tensor.first_mismatch or {}).get("index", {})
+    if inputs_at is None or "token" not in index or "head" not in index:
+        return
+    try:
+        tensor.first_mismatch["inputs"] = inputs_at(int(index["token"]), int(index["head"]), index.get("dim"))
+    except Exception as exc:
+        reraise_interrupt(exc)
+
+
+def token_inputs(context_lens: Sequence[int], query_lens: Sequence[int]) -> Callable[[int, int, int | None], str]:
+    """What an L3 token is among a batch's inputs: its request, its row among
+    that request's queries and the context it attends with."""
+    starts = list(itertools.accumulate(query_lens, initial=0))
+
+    def inputs_at(token: int, head: int, dim: int | None) -> str:
+        request = bisect.bisect_right(starts, token) - 1
+        return (
+            f"token {token} is request {request}'s query row {token - starts[request]} of "
+            f"{query_lens[request]}, context {context_lens[request]}"
+        )
+
+    return inputs_at
 
 
 _Built = TypeVar("_Built")

@@ -40,6 +40,7 @@ from harness.sides.items import (
     printable,
     reraise_interrupt,
     tensor_verdict,
+    token_inputs,
 )
 
 if TYPE_CHECKING:
@@ -112,8 +113,8 @@ def compare_merge(
     if answers is None:
         return result
     (out, lse), (port_out, port_lse) = answers
-    # What the port was given, materialised afresh (only for a NaN's message): a port may
-    # have written into its inputs.
+    # What the port was given, materialised afresh (for the first difference's or a NaN's
+    # message): a port may have written into its inputs.
     return tensor_verdict(
         result,
         {"output": out, "lse": lse},
@@ -158,7 +159,7 @@ def compare_prefill(
         if ranked.port_error is not None or ranked.port is None:
             result.status, result.error = PORT_ERROR, printable(ranked.port_error or "no port tensors")
             return result
-        return tensor_verdict(result, ranked.oracle, ranked.port)
+        return tensor_verdict(result, ranked.oracle, ranked.port, token_inputs(case.context_lens, case.query_lens))
 
     oracle_inputs = harness_inputs(result, lambda: case_prefill_inputs(case, device))
     port_inputs = harness_inputs(result, lambda: case_prefill_inputs(case, device))
@@ -184,7 +185,7 @@ def compare_prefill(
     used = getattr(port, "prefill_layout", None)
     if isinstance(used, Layout):
         result.port_layout = used
-    return tensor_verdict(result, oracle_out, port_out)
+    return tensor_verdict(result, oracle_out, port_out, token_inputs(case.context_lens, case.query_lens))
 
 
 @dataclass(frozen=True)

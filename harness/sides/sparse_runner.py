@@ -34,6 +34,7 @@ from harness.sides.items import (
     one_line,
     reraise_interrupt,
     tensor_verdict,
+    token_inputs,
 )
 
 if TYPE_CHECKING:
@@ -138,4 +139,4 @@ def compare_sparse_prefill(
     answers = both_sides(result, lambda: ask(oracle, oracle_inputs), lambda: ask(port, port_inputs), port, timeout_s)
     if answers is None:
         return result
-    return tensor_verdict(result, *answers)
+    return tensor_verdict(result, *answers, token_inputs(case.context_lens, case.query_lens))

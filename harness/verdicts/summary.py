@@ -115,8 +115,13 @@ def layout_causes(table: pd.DataFrame) -> dict[str, str]:
     for row in failing.itertuples(index=False):
         layout_id = f"{row.name}[{cause_of[row.kind]}]"
         if layout_id in divergent_layouts:
-            causes[row.id] = f"its layout diverges too ({layout_id}): the likely cause, fix it first"
+            causes[row.id] = cause_note(layout_id)
     return causes
+
+
+def cause_note(layout_id: str) -> str:
+    """What every report says before a failing L3 item's detail when its layout diverges too."""
+    return f"its layout diverges too ({layout_id}): the likely cause, fix it first"
 
 
 def _count_key(kind: str) -> str:
