@@ -48,6 +48,12 @@ def render_gate_summary(outcome: GateOutcome) -> str:
             f"**Interrupted (Ctrl-C)**: {meta['interrupted']}; the items it did not reach are not run, "
             "so this gate cannot pass. Run it again to finish.",
         ]
+    elif meta.get("stopped"):
+        lines += [
+            "",
+            f"**Stopped early**: {meta['stopped']}. The items it did not reach are not run, so this gate cannot "
+            "pass; what it compared is below.",
+        ]
     elif not verdict.not_run.empty:
         lines += [
             "",

@@ -16,7 +16,7 @@ import datetime
 from harness.night.data import Night
 from harness.night.gpu_report import gpu_report_date
 from harness.night.sizes import DEFAULT_EXPLORE_BUDGET_S, numeric_defaults
-from harness.sides.items import LEVELS
+from harness.sides.items import LEVELS, NOT_RUN
 
 
 def sizes_line(night: Night) -> str | None:
@@ -56,6 +56,12 @@ def incomplete_banner(night: Night) -> str | None:
         return None
     step = night.pending[0] if night.pending else None
     done = f"{night.items_done} of {night.expected_items} items"
+    if night.stopped:
+        compared = sum(int((p.table["status"] != NOT_RUN).sum()) for p in night.ports)
+        return (
+            f"INCOMPLETE: {night.stopped}, after {compared} of {night.expected_items} items compared; "
+            "the tables below cover only what finished (no plots)."
+        )
     if night.interrupted:
         where = f" during {step}" if step else ""
         return (

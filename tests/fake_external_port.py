@@ -19,7 +19,8 @@ plan of a workspace of one alignment unit: right at L1, another runnable plan
 for its prefill),
 shift-or-hang (the dcp-padded-by-shift mutant's layout while the case holds at
 least --hang-below context tokens, a hang on any smaller one: a port that loops
-on the small cases shrinking tries), none.
+on the small cases shrinking tries), hang-few (a hang on every batch of fewer
+than --requests-below requests, right answers on the rest), none.
 --merge and --prefill add those levels to the hello. With --pid-dir it records
 its pid and a grandchild's (a `sleep` it starts), so a test can check that no
 process outlives the run.
@@ -132,6 +133,7 @@ def main() -> None:
     parser.add_argument("--merge", action="store_true")
     parser.add_argument("--prefill", action="store_true")
     parser.add_argument("--hang-below", type=int, default=0)
+    parser.add_argument("--requests-below", type=int, default=3)
     args = parser.parse_args()
     if args.pid_dir:
         child = subprocess.Popen(["sleep", "1000"])
@@ -157,6 +159,8 @@ def main() -> None:
                 if asked[case.name] > 1:
                     smallest = dataclasses.replace(case, workspace_size=case.alignment)
                     layout = PORT.plan_layout(smallest).to_json()
+            if faulty and args.fault == "hang-few" and len(case.context_lens) < args.requests_below:
+                time.sleep(3600)
             if faulty and args.fault == "shift-or-hang":
                 if sum(case.context_lens) < args.hang_below:
                     time.sleep(3600)

@@ -36,6 +36,7 @@ from harness.cases.prefill_generate import generate_prefill
 from harness.cases.sparse_generate import SPARSE_GRIDS, generate_mask_cases, generate_sparse, sparse_workspace_grid
 from harness.cases.sparse_prefill_generate import generate_sparse_prefill
 from harness.model import Case, MergeCase, WorkspaceConfig
+from harness.model.names import did_you_mean
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 
 CASES_DIR = Path(__file__).resolve().parents[2] / "cases"
@@ -197,7 +198,11 @@ def _load_suite_once(name: str, size: int | None, numeric_size: int | None, file
     del files  # the key: edited case files are another load
     definitions = _definitions()
     if name not in definitions:
-        raise CaseError(str(SUITES_FILE), None, f"no suite named {name!r} (known: {', '.join(sorted(definitions))})")
+        raise CaseError(
+            str(SUITES_FILE),
+            None,
+            f"no suite named {name!r}{did_you_mean(name, definitions)} (known: {', '.join(sorted(definitions))})",
+        )
     spec = definitions[name]
     cases = load_cases([CASES_DIR / f for f in spec.get("files", [])])
     layout_groups = _groups(spec, "generate")

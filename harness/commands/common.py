@@ -39,6 +39,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         dcp_backend=dcp_backend_of(args),
         jobs=getattr(args, "jobs", None),
         timeout=getattr(args, "timeout", DEFAULT_PORT_TIMEOUT_S),
+        time_limit=getattr(args, "time_limit", None),
         results=getattr(args, "results", None),
         resume=bool(getattr(args, "resume", False)),
     )

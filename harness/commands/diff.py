@@ -25,6 +25,7 @@ from harness.commands.common import (
 from harness.commands.options import (
     dcp_backend_option,
     device_option,
+    level_choice,
     non_negative_int,
     oracle_cache_option,
     port_options,
@@ -79,6 +80,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--level",
+        type=level_choice,
         choices=(*LEVELS, "all"),
         help="parity level(s) to compare (default: the id's [kind], else every level the item has)",
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, EXIT_USAGE, write_output
-from harness.commands.options import DefaultsHelpFormatter, non_negative_int
+from harness.commands.options import DefaultsHelpFormatter, level_choice, non_negative_int
 from harness.engine import UsageError, close_port
 from harness.sides.items import LEVELS, selected_levels
 
@@ -60,7 +60,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--size", type=non_negative_int, help="number of generated layout cases (overrides the suite's count)"
     )
-    p.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to compare")
+    p.add_argument(
+        "--level", type=level_choice, choices=(*LEVELS, "all"), default="all", help="parity level(s) to compare"
+    )
     p.set_defaults(func=cmd_drift)
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.commands.common import open_command_oracle, run_request
 from harness.commands.diff import compare_and_print
-from harness.commands.options import PORT_HELP, jobs_options, oracle_options
+from harness.commands.options import PORT_HELP, jobs_options, level_choice, oracle_options
 from harness.engine import UsageError, close_port, pool_failure, select_device, worker_spec
 from harness.protocol.port import Port, port_levels
 from harness.search.explore import explore
@@ -33,6 +33,7 @@ def register(sub: Any) -> None:
     p.add_argument("--port", default="per_request", help=PORT_HELP)
     p.add_argument(
         "--level",
+        type=level_choice,
         choices=(*LEVELS, "all"),
         default="layout",
         help="layout (cases and workspace configs; the default), merge, prefill, or all",

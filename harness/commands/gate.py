@@ -121,6 +121,11 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
         compared = int((done.table["status"] != NOT_RUN).sum())
         outcome.meta["interrupted"] = f"stopped after {compared} of {len(done.table)} items"
         return _interrupted(_finish_gate(outcome, out_dir))
+    if done.stopped:
+        # It stopped itself (a hung port, its time limit): written as it is; no shrinking
+        # (a hung port would only hang again on the smaller cases).
+        outcome.meta["stopped"] = done.stopped
+        return _finish_gate(outcome, out_dir)
     # The outputs are written before any shrinking: a slow shrink never withholds the verdict.
     code = _finish_gate(outcome, out_dir)
     if code == EXIT_USAGE:

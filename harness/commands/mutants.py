@@ -13,7 +13,7 @@ from harness.commands.common import (
     open_command_oracle,
     run_request,
 )
-from harness.commands.options import jobs_options, non_negative_int, oracle_options, positive_seconds
+from harness.commands.options import jobs_options, level_choice, non_negative_int, oracle_options, positive_seconds
 from harness.engine import (
     UsageError,
     guarded_shrink,
@@ -30,7 +30,9 @@ def register(sub: Any) -> None:
     p_mutants = sub.add_parser("mutants", help="run the seeded mutant ports; write the kill matrix")
     p_mutants.add_argument("--suite", default="ci", help="suite to kill them with (default ci)")
     p_mutants.add_argument("--size", type=non_negative_int, help="generated layout cases (overrides the suite's count)")
-    p_mutants.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s)")
+    p_mutants.add_argument(
+        "--level", type=level_choice, choices=(*LEVELS, "all"), default="all", help="parity level(s)"
+    )
     p_mutants.add_argument("--only", help="comma-separated mutant names")
     p_mutants.add_argument("--out", metavar="DIR", help="output folder (default reports/out/mutants-<suite>)")
     p_mutants.add_argument("--no-shrink", action="store_true", help="do not shrink the killing cases")

@@ -10,7 +10,14 @@ from typing import Any
 
 from harness.cases.suites import Suite, load_suite
 from harness.commands.common import EXIT_USAGE, open_command_oracle, run_request
-from harness.commands.options import jobs_options, non_negative_int, non_negative_seconds, oracle_options
+from harness.commands.options import (
+    jobs_options,
+    level_choice,
+    non_negative_int,
+    non_negative_seconds,
+    oracle_options,
+    positive_seconds,
+)
 from harness.engine import (
     ProgressLines,
     UsageError,
@@ -39,7 +46,9 @@ def register(sub: Any) -> None:
     p_nightly.add_argument(
         "--numeric-size", type=non_negative_int, help="merge and prefill cases (default: the suite's)"
     )
-    p_nightly.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
+    p_nightly.add_argument(
+        "--level", type=level_choice, choices=(*LEVELS, "all"), default="all", help="parity level(s) to check"
+    )
     p_nightly.add_argument(
         "--ports",
         help="comma-separated ports, each in a form --port takes (parity list ports); default: every built-in port",
@@ -62,6 +71,12 @@ def register(sub: Any) -> None:
         "--gpu-reports", default="reports/gpu", help="the latest <date>.json here is the report's GPU section"
     )
     p_nightly.add_argument("--skip-mutants", action="store_true", help="leave the mutant kill matrix out")
+    p_nightly.add_argument(
+        "--time-limit",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="seconds the night's ports may take; then it stops, writing everything measured (INCOMPLETE)",
+    )
     p_nightly.add_argument(
         "--explore-budget-s",
         type=non_negative_seconds,
@@ -143,6 +158,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             pool=pool,
             size=args.size,
             numeric_size=args.numeric_size,
+            time_limit_s=args.time_limit,
         )
         try:
             night = run_nightly(plan, oracle, ports, provenance, write_report=write_report, progress=port_progress)
@@ -159,7 +175,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             f"{p.port:<14} {p.verdict.upper():<10} {counts.items} items ({counts.expected} expected, "
             f"{counts.new} new) in {p.seconds:.1f}s"
         )
-    state = "" if night.complete else "  (INCOMPLETE: interrupted)"
+    state = "" if night.complete else f"  (INCOMPLETE: {'stopped early' if night.stopped else 'interrupted'})"
     if "report" not in night.unwritten:
         print(f"wrote {out_dir / 'index.html'} and {out_dir / 'report.md'}{state}")
     for result in night.explore:

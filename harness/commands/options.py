@@ -4,11 +4,12 @@ spells them alike and refuses the same bad values (argparse: exit 2, one line)."
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from harness.cases.suites import suite_names
 from harness.engine import values
+from harness.model.names import did_you_mean
 from harness.sides.items import LEVELS
 
 _T = TypeVar("_T")
@@ -106,11 +107,19 @@ def selection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--size", type=non_negative_int, help="number of generated layout cases (overrides the suite's count)"
     )
-    p.add_argument("--level", choices=(*LEVELS, "all"), default="all", help="parity level(s) to check")
+    p.add_argument(
+        "--level", type=level_choice, choices=(*LEVELS, "all"), default="all", help="parity level(s) to check"
+    )
     p.add_argument("--shard", metavar="K/N", help="run only shard K of N (deterministic, interleaved)")
     p.add_argument("--results", metavar="FILE", help="write each item's row as it finishes (JSON lines)")
     p.add_argument("--resume", action="store_true", help="finish the run recorded in --results FILE")
     p.add_argument("--timeout", type=positive_seconds, default=300.0, help="seconds a port call may take (default 300)")
+    p.add_argument(
+        "--time-limit",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="seconds the whole run may take; then it stops, writing everything measured (the rest not run)",
+    )
 
 
 def jobs_options(p: argparse.ArgumentParser) -> None:
@@ -156,3 +165,25 @@ positive_seconds = _for_argparse(values.positive_seconds)
 jobs_count = _for_argparse(values.jobs_count)
 positive_int = _for_argparse(values.positive_int)
 non_negative_int = _for_argparse(values.non_negative_int)
+
+
+def choice_of(known: Callable[[], Sequence[str]]) -> Callable[[str], str]:
+    """An argparse ``type`` for a name among ``known()`` (read when parsing: a
+    plug-in level is known by then): a misspelt one is refused naming the
+    closest known name, where argparse's ``choices`` would only list them."""
+
+    def checked(text: str) -> str:
+        names = list(known())
+        if text not in names:
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: {text!r}{did_you_mean(text, names)} (choose from {', '.join(map(repr, names))})"
+            )
+        return text
+
+    checked.__name__ = "choice"
+    return checked
+
+
+def level_choice(text: str) -> str:
+    """``--level``: a registered level or ``all``."""
+    return choice_of(lambda: (*LEVELS, "all"))(text)

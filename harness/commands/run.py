@@ -50,7 +50,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     done.close()
     banner = drift_banner(done.provenance)
     # An interrupted run's not-run rows are what it did not reach, not findings.
-    shown = (PARITY, NOT_RUN) if done.interrupted else (PARITY,)
+    shown = (PARITY, NOT_RUN) if done.interrupted or done.stopped else (PARITY,)
     failing = done.table[~done.table["status"].isin(shown)].head(args.show)
     meta = reproduce_meta(run_request(args), done.result.suite, done.provenance)
     causes = layout_causes(done.table)
@@ -78,6 +78,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     code = EXIT_INTERRUPTED if done.interrupted else verdict_code(summary["verdict"])
     if done.interrupted:
         print(f"\ninterrupted: {int((done.table['status'] != 'not-run').sum())} of {len(done.table)} items compared")
+    elif done.stopped:
+        print(f"\nstopped early: {done.stopped}")
     if args.json:
         from reports.json_report import write_json_report
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY
-from harness.commands.options import port_options, positive_int
+from harness.commands.options import choice_of, port_options, positive_int
 from harness.engine import UsageError, open_oracle, select_device
 from harness.model import Case
 from harness.model.levels import SHRINKING_LEVELS, Level, kind_spec, shrinking_kind
@@ -21,7 +21,11 @@ def register(sub: Any) -> None:
     p_shrink.add_argument("case", metavar="CASE", help="a case file, or a case name in a suite")
     p_shrink.add_argument("--suite", help="suite to look the case name up in (default: smoke, then ci)")
     p_shrink.add_argument(
-        "--level", choices=tuple(SHRINKING_LEVELS), default=Level.LAYOUT, help="level to keep diverging"
+        "--level",
+        type=choice_of(lambda: tuple(SHRINKING_LEVELS)),
+        choices=tuple(SHRINKING_LEVELS),
+        default=Level.LAYOUT,
+        help="level to keep diverging",
     )
     p_shrink.add_argument("--budget", type=positive_int, default=2000, help="most evaluations (default 2000)")
     p_shrink.add_argument("--out", metavar="FILE", help="where to write the shrunk case")

@@ -39,6 +39,7 @@ from harness.protocol.port import Port
 from harness.sides.items import RunResult, selected_levels
 from harness.sides.loading import close_port, load_port
 from harness.sides.runner import INTERRUPTED_WHY, LOST_WHY, Shard, unfinished_items
+from harness.sides.work_box import WorkBox
 
 if TYPE_CHECKING:
     from harness.kernels import SharedKernels
@@ -60,6 +61,9 @@ class Execution:
     # Ctrl-C stopped the run: the table holds what finished, and every item that
     # did not is a ``not-run`` row, so the verdict can be no better than INCOMPLETE.
     interrupted: bool = False
+    # Why the run stopped early by itself (harness.sides.work_box), its unreached
+    # items ``not-run`` rows as an interrupted run's are; None when it did not.
+    stopped: str | None = None
     # This process's oracle, or how to open it: a run whose items all ran in
     # workers opens its own only if something asks for it (the gate's shrinking).
     opened_oracle: Port | None = None
@@ -147,6 +151,10 @@ class Ran:
     resumed_rows: list[dict[str, Any]]
     skip: frozenset[str]
     interrupted: bool
+    # Why the run stopped before its last item (a hung port, its time limit), or None;
+    # and in a few words, for each unreached item's not-run row.
+    stopped: str | None = None
+    stopped_short: str = ""
 
 
 def execute(
@@ -310,9 +318,17 @@ def run_prepared(prepared: Prepared, keep_layouts: bool) -> Ran:
         p.oracle, p.port, request.port, p.suite, p.levels, p.shard, p.kernels, skip, request.device,
         request.timeout, p.real_ranks, p.pool, keep_layouts,
     )  # fmt: skip
+    box, stopped = WorkBox(request.time_limit), None
     try:
         for item in stream:
             record(item)
+            stopped = box.stop_after(item)
+            if stopped is not None:
+                break
+        if stopped is not None:
+            for item in stream.unreported():
+                record(item)
+            print(f"\nparity: stopped: {stopped}", file=sys.stderr)
     except KeyboardInterrupt:
         interrupted = True
         for item in stream.unreported():
@@ -329,7 +345,7 @@ def run_prepared(prepared: Prepared, keep_layouts: bool) -> Ran:
             p.pool.close()  # now, not after tabulating: its workers may hold a GPU (closing twice is harmless)
     result.seconds = time.perf_counter() - started
     result.provenance = {**p.provenance, **dcp_settings(request)}
-    return Ran(result, writer.done if writer else [], skip, interrupted)
+    return Ran(result, writer.done if writer else [], skip, interrupted, stopped, box.short)
 
 
 def tabulate(prepared: Prepared, ran: Ran) -> Execution:
@@ -344,8 +360,14 @@ def tabulate(prepared: Prepared, ran: Ran) -> Execution:
     p, result = prepared, ran.result
     rows = ran.resumed_rows + [result_row(r) for r in result.results]
     finished = ran.skip | {r.id for r in result.results}
-    if ran.interrupted or not finished.issuperset(p.item_ids):
-        why = INTERRUPTED_WHY if ran.interrupted else LOST_WHY
+    if ran.interrupted or ran.stopped or not finished.issuperset(p.item_ids):
+        why = (
+            INTERRUPTED_WHY
+            if ran.interrupted
+            else f"the run stopped early ({ran.stopped_short})"
+            if ran.stopped
+            else LOST_WHY
+        )
         rows += [result_row(r) for r in unfinished_items(p.suite, p.levels, p.shard, finished, why)]
     table = pd.DataFrame(rows, columns=list(COLUMNS)).sort_values("index", kind="stable").reset_index(drop=True)
     table = check_prefill_layouts(table)
@@ -353,6 +375,6 @@ def tabulate(prepared: Prepared, ran: Ran) -> Execution:
     result.l3_compares = l3_compares(p.port)
     request = p.request
     return Execution(
-        table, result, p.port, p.suite, p.provenance, ran.interrupted, p.oracle,
+        table, result, p.port, p.suite, p.provenance, ran.interrupted, ran.stopped, p.oracle,
         lambda: open_oracle(request.allow_oracle_drift, request.oracle)[0],
     )  # fmt: skip

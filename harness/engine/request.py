@@ -42,6 +42,8 @@ class RunRequest:
     dcp_backend: str = "one-process"
     jobs: int | None = None
     timeout: float = DEFAULT_PORT_TIMEOUT_S
+    # Seconds the whole run may take (harness.sides.work_box): None, no limit.
+    time_limit: float | None = None
     # Where each item's row goes as it finishes (JSON lines), and whether to finish that file's run.
     results: str | None = None
     resume: bool = False

@@ -109,6 +109,9 @@ class PortNight:
     seconds: float = 0.0
     # The baseline file it was judged against; None: no baseline (every divergence is new).
     baseline: str | None = None
+    # Why its run stopped before its last item (harness.sides.work_box: a hung port,
+    # the night's time limit); its unreached items are not-run rows. None: it did not.
+    stopped: str | None = None
 
     @property
     def tally(self) -> Tally:
@@ -142,6 +145,9 @@ class Night:
     # after an interruption it is where the night stopped. Empty once complete.
     pending: list[str] = field(default_factory=list)
     interrupted: bool = False
+    # Why the night stopped itself (its --time-limit ran out), or None: then, as after
+    # an interruption, the steps still pending did not run.
+    stopped: str | None = None
     # The sizes it ran with (harness.night.history.night_sizes; {}: not recorded).
     sizes: dict[str, Any] = field(default_factory=dict)
     # Per port name, its ``--ports`` spelling (for the failing items' reproduce commands).

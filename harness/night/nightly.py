@@ -25,6 +25,7 @@ print. This module renders nothing: the report is written by the
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from harness.search.coverage_verdicts import nightly_coverage
 from harness.sides.item_stream import stream_items
 from harness.sides.pool import WorkerPool
 from harness.sides.runner import INTERRUPTED_WHY, LOST_WHY, Shard, count_items, selected_item_ids, unfinished_items
+from harness.sides.work_box import WorkBox
 from harness.verdicts.provenance import collect, port_repository
 from harness.verdicts.results_file import items_digest
 from harness.verdicts.summary import COLUMNS, check_prefill_layouts, result_row, summarise_table
@@ -83,6 +85,8 @@ class NightlyPlan:
     # ``--size`` and ``--numeric-size`` as given (None: the suite's default), for the page's sizes.
     size: int | None = None
     numeric_size: int | None = None
+    # Seconds the whole night may take (``--time-limit``; harness.sides.work_box): None, no limit.
+    time_limit_s: float | None = None
 
 
 def run_nightly(
@@ -162,8 +166,11 @@ def _run_locked(
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, stop)
+    night_started = time.monotonic()
     try:
         for port, spec in zip(ports, specs, strict=True):
+            # Each port's items stop when it hangs, or when the night's time runs out.
+            box, stopped = WorkBox(plan.time_limit_s, started=night_started), None
             bar, advance = progress(per_port, f"items of port {port.name}") if progress else (None, None)
             # The night writes tables: each result becomes its row at once (a divergent
             # port's layouts, tens of thousands of them, are never all held), and the
@@ -178,6 +185,11 @@ def _run_locked(
                     rows.append(result_row(result))
                     if advance is not None:
                         advance(result)
+                    stopped = box.stop_after(result)
+                    if stopped is not None:
+                        rows += [result_row(r) for r in stream.unreported()]
+                        print(f"parity: port {port.name} stopped: {stopped}", file=sys.stderr)
+                        break
             except KeyboardInterrupt:
                 night.interrupted = True
                 # What workers finished past the last result in order is kept too; what
@@ -189,7 +201,13 @@ def _run_locked(
                     bar.stop()
             # Every selected item has its row: what the port did not reach (interrupted,
             # or lost to a harness fault) is not-run, so its row can never read PASS.
-            why = INTERRUPTED_WHY if night.interrupted else LOST_WHY
+            why = (
+                INTERRUPTED_WHY
+                if night.interrupted
+                else f"the run stopped early ({box.short})"
+                if stopped
+                else LOST_WHY
+            )
             finished = {str(row["id"]) for row in rows}
             rows += [result_row(r) for r in unfinished_items(plan.suite, plan.levels, plan.shard, finished, why)]
             baseline = baselines.get(port.name)
@@ -197,17 +215,21 @@ def _run_locked(
             table = judge_port(table, port.name, baseline, plan.levels)
             summary = summarise_table(table, plan.suite.name, port.name, plan.levels, l3_compares(port))
             seconds = time.perf_counter() - started
-            night.ports.append(PortNight(port.name, table, summary, seconds, baseline.source if baseline else None))
-            if night.interrupted:
+            night.ports.append(
+                PortNight(port.name, table, summary, seconds, baseline.source if baseline else None, stopped)
+            )
+            if stopped is not None and box.out_of_time:
+                night.stopped = stopped
+            if night.interrupted or night.stopped:
                 break
             night.pending.pop(0)
             save()
-        if mutants and not night.interrupted:
+        if mutants and not (night.interrupted or night.stopped):
             night.kill_matrix = _kill_matrix(oracle, plan)
             night.pending.pop(0)
             save()
         # Like coverage, the search is the night's, not a shard's: shard 1 runs it.
-        if night.explore_budget_s > 0 and not night.interrupted:
+        if night.explore_budget_s > 0 and not (night.interrupted or night.stopped):
             for port, spec in zip(ports, specs, strict=True):
                 night.explore.append(_explore(oracle, port, spec, plan))
                 night.pending.pop(0)
@@ -216,7 +238,7 @@ def _run_locked(
         night.interrupted = True
     finally:
         signal.signal(signal.SIGTERM, previous)
-    night.complete = not night.interrupted
+    night.complete = not (night.interrupted or night.stopped)
     if night.complete:
         try:
             history = append_history(plan.history, night)

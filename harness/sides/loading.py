@@ -11,6 +11,7 @@ import os
 import sys
 
 from harness.model.levels import LEVELS, PLUGINS_VARIABLE
+from harness.model.names import did_you_mean
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S, Port, PortLoadError, port_levels
 from harness.sides.items import printable, reraise_interrupt
 
@@ -37,14 +38,14 @@ def load_port(spec: str, timeout_s: float = DEFAULT_PORT_TIMEOUT_S) -> Port:
 
         name = spec.removeprefix("mutant:")
         if name not in MUTANTS:
-            raise PortLoadError(f"unknown mutant {name!r} (known: {', '.join(MUTANTS)})")
+            raise PortLoadError(f"unknown mutant {name!r}{did_you_mean(name, MUTANTS)} (known: {', '.join(MUTANTS)})")
         return MUTANTS[name]()
     target = BUILTIN_PORTS.get(spec, spec)
     if ":" not in target:
         known = ", ".join(sorted(BUILTIN_PORTS))
         raise PortLoadError(
-            f"unknown port {spec!r}: use one of {known}, mutant:NAME, cmd:COMMAND or an import path "
-            "'package.module:attr' (parity list ports)"
+            f"unknown port {spec!r}{did_you_mean(spec, BUILTIN_PORTS)}: use one of {known}, mutant:NAME, "
+            "cmd:COMMAND or an import path 'package.module:attr' (parity list ports)"
         )
     levels_before = tuple(LEVELS)
     try:
@@ -79,7 +80,14 @@ def _load_python_port(spec: str, target: str) -> Port:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise PortLoadError(f"port {spec!r}: cannot import module {module_name!r} ({exc})") from exc
+        # Where Python looked: a port's package is found from the working directory or PYTHONPATH.
+        path = os.environ.get("PYTHONPATH")
+        looked = f"PYTHONPATH={path}" if path else "PYTHONPATH is not set"
+        raise PortLoadError(
+            f"port {spec!r}: cannot import module {module_name!r} ({exc}); looked in the working directory "
+            f"{os.getcwd()} and the environment's packages ({looked}): run from the folder that holds "
+            f"{module_name.partition('.')[0]!r}, or put that folder on PYTHONPATH"
+        ) from exc
     try:
         obj = getattr(module, attr)
     except AttributeError:

@@ -45,6 +45,7 @@ from harness.cases.fields import CaseError
 from harness.cases.files import load_case_file, load_item_file, load_run_file, load_run_files
 from harness.model import Case, MergeCase, WorkspaceConfig
 from harness.model.levels import KINDS, PLUGINS_VARIABLE, Kind, kinds_of
+from harness.model.names import did_you_mean
 from harness.model.sparse import SparseCase, SparseWorkspaceConfig, TopkMaskCase
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
 from oracle.pin import load_pin
@@ -205,7 +206,20 @@ def resolve_item(
         if suite
         else f"suite {' or '.join(DEFAULT_SUITES)}"
     )
-    raise CaseError(name, None, f"no such case file, and no item or case file stem of that name in {places}")
+    near = did_you_mean(name, _names_in(suite, size, case_paths))
+    raise CaseError(name, None, f"no such case file, and no item or case file stem of that name in {places}{near}")
+
+
+def _names_in(suite: str | None, size: int | None, case_paths: Sequence[str] | None) -> list[str]:
+    """Every item name where :func:`_lookups` looked (for a near miss)."""
+    if case_paths:
+        held = load_run_files([Path(p) for p in case_paths])
+        return [item.name for item in held.items()]
+    names: list[str] = []
+    for name in [suite] if suite else list(DEFAULT_SUITES):
+        cases, merge_cases, sparse = _suite_items(name, size)
+        names += [item.name for item in (*cases, *merge_cases, *sparse)]
+    return names
 
 
 _SIZED_SUITE = re.compile(r"^(?P<suite>[^/:]+):size=(?P<size>\d+)$")
