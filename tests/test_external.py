@@ -48,6 +48,9 @@ def test_cpp_port_is_at_parity_at_every_level_on_ci(cpp_port: Path, capsys: pyte
     for level in ("layout", "merge", "prefill", "sparse-layout", "sparse-mask", "sparse-prefill"):
         counts = re.search(rf"^  {level} +parity +(\d+) +divergent +(\d+) +errors +(\d+)", out, re.MULTILINE)
         assert counts and int(counts[1]) > 0 and counts[2] == counts[3] == "0", (level, out[-3000:])
+    # The port's README shows this run's items line, as the run prints it (its time aside).
+    items = re.search(r"^items \d+ \([^)]*\)", out, re.MULTILINE)
+    assert items and f"# {items[0]}" in (ROOT / "ports" / "cpp" / "README.md").read_text(), items
 
 
 @pytest.mark.parametrize(

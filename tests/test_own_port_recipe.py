@@ -156,5 +156,5 @@ def test_the_protocol_defines_every_chunk_field() -> None:
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     defined = {name for row in rows for name in re.findall(r"`(\w+)`", row.split("|")[1])}
     assert set(Chunk.field_names()) | {"chunks", "empty_token_slices"} == defined
-    # Defined here, not by sections of a contract outside the repository (../shared/SPEC.md).
+    # Defined here, not by sections of the contract (docs/contract.md).
     assert not re.search(r"SPEC (sections? )?\d", text), "the protocol points at SPEC for a definition"
