@@ -57,6 +57,7 @@ from reports.nightly_html import (
     HISTORY_REDUCED,
     KILL_CLASS,
     LEGEND,
+    anchor,
     colour_key,
     failing_cell_class,
     family_html,
@@ -138,6 +139,19 @@ def machine_line(environment: dict[str, Any]) -> str:
     )
 
 
+def _failing_html(port: str, failing: pd.DataFrame) -> str:
+    """A port's failing items: each row an anchor, its id a link to it (to share), its reproduce command beside it."""
+    ids = [str(item) for item in failing["id"]]
+
+    def link(row: int, column: str, value: Any) -> str | None:
+        return f"#{anchor('item', port, str(value))}" if column == "id" else None
+
+    def row_id(row: int) -> str:
+        return anchor("item", port, ids[row])
+
+    return html_table(failing, anchor("failing", port), "failing", failing_cell_class, cell_link=link, row_id=row_id)
+
+
 def render_html(night: Night, history: pd.DataFrame) -> str:
     verdict = night_verdict(night)
     css_class = {"PASS": "pass", "FAIL": "fail"}.get(verdict, "incomplete")
@@ -165,9 +179,20 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
     banner = incomplete_banner(night)
     if banner:
         parts.append(f'<p class="banner incomplete" id="incomplete">{html.escape(banner)}</p>')
+    ports = ports_table(night, history)
+    # A port's failing counts link to its failing items, each beside its reproduce command.
+    failing_at = {
+        str(p.port): anchor("failing", p.port) for p in night.ports if not failing_items(p, night=night).empty
+    }
+
+    def failing_link(row: int, column: str, value: Any) -> str | None:
+        port = str(ports.iloc[row]["port"])
+        wanted = column in ("new", "not run")
+        return f"#{failing_at[port]}" if wanted and value and port in failing_at else None
+
     parts += [
         "<h2>Ports tonight, against their baselines</h2>",
-        html_table(ports_table(night, history), "ports", cell_class=verdict_cell_class),
+        html_table(ports, "ports", cell_class=verdict_cell_class, cell_link=failing_link),
         LEGEND,
         f"<p>Each port has one colour in every plot (the oracle's bars are grey):</p>{colour_key(colours)}",
         "<h2>Verdict per port and level</h2>",
@@ -196,7 +221,7 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         failing = failing_items(p, night=night)
         if not failing.empty:
             parts.append("<h3>First failing items (new first), each with the command that reproduces it</h3>")
-            parts.append(html_table(failing, f"failing-{p.port}", "failing", failing_cell_class))
+            parts.append(_failing_html(p.port, failing))
             more = not_shown(p, len(failing))
             if more:
                 parts.append(f'<p class="note">{html.escape(more)}</p>')

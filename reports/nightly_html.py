@@ -21,7 +21,14 @@ from typing import Any
 import pandas as pd
 
 from harness.night.data import EXPECTED_ONLY, FAIL, INCOMPLETE, PASS, PortNight
-from reports.nightly_tables import NOT_REACHED, NOT_SEARCHED, NOWHERE, VERDICT_TEXT, family_level_table
+from reports.nightly_tables import (
+    FAILING_SINCE,
+    NOT_REACHED,
+    NOT_SEARCHED,
+    NOWHERE,
+    VERDICT_TEXT,
+    family_level_table,
+)
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1150px; }
@@ -76,12 +83,23 @@ def _numeric_cell(value: Any) -> bool:
     return _is_number(value) or (isinstance(value, str) and bool(_NUMERIC_TEXT.match(value)))
 
 
+def anchor(*parts: str) -> str:
+    """An id a link can point at, made of ``parts`` (an item id's brackets and slashes kept out)."""
+    return "-".join("".join(c if c.isalnum() or c in "-_." else "_" for c in part) for part in parts)
+
+
 def html_table(
-    frame: pd.DataFrame, table_id: str | None = None, css: str | None = None, cell_class: CellClass | None = None
+    frame: pd.DataFrame,
+    table_id: str | None = None,
+    css: str | None = None,
+    cell_class: CellClass | None = None,
+    cell_link: CellClass | None = None,
+    row_id: Callable[[int], str | None] | None = None,
 ) -> str:
     """``frame`` as an HTML table: one header row of its columns, no index;
     numbers right-aligned (class ``num``), text left; ``cell_class(row, column,
-    value)`` adds a class (its colour) to a cell."""
+    value)`` adds a class (its colour) to a cell, ``cell_link`` the address it
+    links to, and ``row_id(row)`` an id a link can point at."""
     attributes = (f' id="{html.escape(table_id)}"' if table_id else "") + (
         f' class="{html.escape(css)}"' if css else ""
     )
@@ -98,8 +116,16 @@ def html_table(
             ]
             shown = "" if value is None or (isinstance(value, float) and pd.isna(value)) else value
             attribute = f' class="{" ".join(classes)}"' if classes else ""
-            cells.append(f"<td{attribute}>{html.escape(str(shown))}</td>")
-        body.append(f"<tr>{''.join(cells)}</tr>")
+            text = html.escape(str(shown))
+            href = cell_link(i, str(column), value) if cell_link else None
+            cells.append(
+                f'<td{attribute}><a href="{html.escape(href)}">{text}</a></td>'
+                if href
+                else f"<td{attribute}>{text}</td>"
+            )
+        anchor_id = row_id(i) if row_id else None
+        body.append(f'<tr id="{html.escape(anchor_id)}">' if anchor_id else "<tr>")
+        body[-1] += f"{''.join(cells)}</tr>"
     return f"<table{attributes}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
@@ -114,7 +140,9 @@ def verdict_cell_class(row: int, column: str, value: Any) -> str | None:
     if column == "expected" and _is_number(value) and value:
         return "expected"
     if column == "since previous night":
-        return {"NEW FAILURE": "new", "still failing": "fail", "fixed": "pass"}.get(str(value))
+        if str(value).startswith(FAILING_SINCE):
+            return "fail"
+        return {"NEW FAILURE": "new", "fixed": "pass"}.get(str(value))
     return None
 
 

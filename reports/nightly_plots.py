@@ -81,14 +81,16 @@ def plot_attributes(fig: Figure) -> str:
     return json.dumps(drawn_port_colours(fig), sort_keys=True)
 
 
-def _figure(width: float = 7.0, height: float = 3.2, columns: int = 1, **kwargs: Any) -> tuple[Figure, Any]:
+def _figure(
+    width: float = 7.0, height: float = 3.2, columns: int = 1, rows: int = 1, **kwargs: Any
+) -> tuple[Figure, Any]:
     """A figure laid out by matplotlib's constrained layout, so no label is cut."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(1, columns, figsize=(width, height), layout="constrained", **kwargs)
+    return plt.subplots(rows, columns, figsize=(width, height), layout="constrained", **kwargs)
 
 
 def _colour(colours: Mapping[str, str], side: str) -> str:
@@ -241,7 +243,10 @@ def parity_limits(values: pd.Series) -> tuple[float, float]:
     if known.empty:
         return 0.0, 1.0
     low, high = float(known.min()), float(known.max())
-    margin = max((high - low) * 0.15, 0.005)
+    span = high - low
+    # A fixed half a percent around a steady rate; around a change, a margin of its own
+    # scale, so a drop of 0.01% fills the axis as a drop of 2% does.
+    margin = 0.005 if span == 0 else max(span * 0.15, min(0.005, span * 0.5))
     return max(0.0, low - margin), min(1.0, high) + margin
 
 
@@ -256,13 +261,32 @@ def _parity_axis(ax: Axes, values: pd.Series) -> str:
     ax.set_ylim(low, high)
     if low <= 0.0:
         return "items at parity"
-    return f"items at parity\n(axis zoomed to {low:.1%}-{min(high, 1.0):.1%})"
+    # Enough decimals that the two ends of a narrow zoom read apart.
+    decimals = 1 if high - low >= 0.01 else 3
+    return f"items at parity\n(axis zoomed to {low:.{decimals}%}-{min(high, 1.0):.{decimals}%})"
+
+
+def _history_lines(ax: Axes, rows: pd.DataFrame, column: str, reduced: pd.Series, colour: str, port: str) -> None:
+    """One port's lines of ``column``: full nights solid, reduced nights a dotted series of their own."""
+    for is_reduced, style, label in ((False, "-", port), (True, ":", f"{port} (reduced nights)")):
+        part = rows[reduced[rows.index] == is_reduced]
+        if part.empty:
+            continue
+        values = pd.to_numeric(part[column], errors="coerce")
+        marker = "D" if is_reduced else "o"
+        ax.plot(
+            pd.to_datetime(part["date"]), values, linestyle=style, marker=marker, color=colour,
+            label=label, gid=f"port:{port}",
+        )  # fmt: skip
 
 
 def history_figures(history: pd.DataFrame, colours: Mapping[str, str] | None = None) -> list[tuple[str, Any]]:
     """(alt text, figure): the parity rate and the new divergences per port over
     the nights in the history (lines written before ``new`` was recorded leave
-    gaps); reduced nights are a dotted series of their own per port."""
+    gaps); reduced nights are a dotted series of their own per port. The
+    parity rate has a panel per port, each axis zoomed to that port's own
+    values: a drop of 0.01% in one port is drawn apart from 100% whatever the
+    other ports' rates (one shared axis is set by the worst of them)."""
     if history.empty:
         return []
     from matplotlib.ticker import MaxNLocator
@@ -270,33 +294,27 @@ def history_figures(history: pd.DataFrame, colours: Mapping[str, str] | None = N
     history = history.sort_values(["date", "port"], kind="stable")
     colours = colours or port_colours(history["port"])
     reduced = reduced_mask(history)
-    figures = []
-    for column, alt, title in (
-        ("pass_rate", "history: parity rate", "items at parity per port"),
-        ("new", "history: new divergences", "new divergences per port (not in its baseline)"),
-    ):
-        fig, ax = _figure()
-        for port, rows in history.groupby("port"):
-            colour, gid = _colour(colours, str(port)), f"port:{port}"
-            for is_reduced, style, label in ((False, "-", str(port)), (True, ":", f"{port} (reduced nights)")):
-                part = rows[reduced[rows.index] == is_reduced]
-                if part.empty:
-                    continue
-                values = pd.to_numeric(part[column], errors="coerce")
-                marker = "D" if is_reduced else "o"
-                ax.plot(
-                    pd.to_datetime(part["date"]), values, linestyle=style, marker=marker, color=colour,
-                    label=label, gid=gid,
-                )  # fmt: skip
+    by_port = list(history.groupby("port"))
+    fig, axes = _figure(height=max(2.4, 2.2 * len(by_port)), rows=len(by_port), squeeze=False)
+    for ax, (port, rows) in zip(axes[:, 0], by_port, strict=True):
+        _history_lines(ax, rows, "pass_rate", reduced, _colour(colours, str(port)), str(port))
+        # Every panel spans the same nights, so a night sits at one x in all of them.
         _date_axis(ax, history["date"])
-        if column == "pass_rate":
-            ylabel = _parity_axis(ax, history[column])
-        else:
-            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_ylim(bottom=0)
-            ylabel = "items"
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.legend(fontsize=8)
-        figures.append((alt, fig))
+        # A short label, the zoom in the title: a panel is too short for two lines beside its axis.
+        label, _, zoom = _parity_axis(ax, rows["pass_rate"]).partition("\n")
+        ax.set_ylabel("at parity", fontsize=8)
+        ax.set_title(f"{label}: {port} {zoom}".rstrip(), fontsize=9)
+        if len(ax.get_lines()) > 1:
+            ax.legend(fontsize=8)  # its full and reduced nights apart (the title names the port)
+    figures = [("history: parity rate", fig)]
+    fig, ax = _figure()
+    for port, rows in by_port:
+        _history_lines(ax, rows, "new", reduced, _colour(colours, str(port)), str(port))
+    _date_axis(ax, history["date"])
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("items")
+    ax.set_title("new divergences per port (not in its baseline)")
+    ax.legend(fontsize=8)
+    figures.append(("history: new divergences", fig))
     return figures

@@ -45,6 +45,10 @@ def _verdict_row(label: dict[str, Any], counts: Tally) -> dict[str, Any]:
     }
 
 
+# How a port failing tonight and the night before is marked: "failing since DATE (N nights)".
+FAILING_SINCE = "failing since"
+
+
 def _previous(history: pd.DataFrame, date: str, port: str) -> dict[str, Any] | None:
     """The port's latest history record before ``date``, or None."""
     if history.empty:
@@ -60,18 +64,41 @@ def _known(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and pd.isna(value))
 
 
-def since_previous(verdict: str, previous: dict[str, Any] | None) -> str:
+def _verdict_of(record: dict[str, Any]) -> str:
+    """A history record's verdict (a line from before verdicts were recorded: by its parity rate)."""
+    verdict = record.get("verdict")
+    if _known(verdict):
+        return str(verdict)
+    return PASS if record.get("pass_rate") == 1.0 else "unknown"
+
+
+def failing_since(history: pd.DataFrame, date: str, port: str) -> tuple[str, int]:
+    """The first night of the port's run of failing nights that ends tonight
+    (tonight failing), and how many nights that run holds, tonight's included."""
+    since, nights = date, 1
+    if history.empty:
+        return since, nights
+    before = history[(history["port"] == port) & (history["date"] < date)].sort_values("date", kind="stable")
+    for record in reversed(before.to_dict("records")):
+        if _verdict_of(record) != FAIL:
+            break
+        since, nights = str(record["date"]), nights + 1
+    return since, nights
+
+
+def since_previous(verdict: str, previous: dict[str, Any] | None, streak: tuple[str, int] | None = None) -> str:
     """How the port's verdict compares with the previous night's: ``NEW FAILURE``
-    when it fails tonight and did not then; ``still failing``, ``fixed``,
+    when it fails tonight and did not then; ``failing since DATE (N nights)``
+    when it failed then too (``streak``: :func:`failing_since`), ``fixed``,
     ``unchanged``; ``first night`` with no previous record."""
     if previous is None:
         return "first night"
-    before = previous.get("verdict")
-    if not _known(before):
-        # A line from before verdicts were recorded: judge by its parity rate.
-        before = PASS if previous.get("pass_rate") == 1.0 else "unknown"
+    before = _verdict_of(previous)
     if verdict == FAIL:
-        return "still failing" if before == FAIL else "NEW FAILURE"
+        if before != FAIL:
+            return "NEW FAILURE"
+        since, nights = streak or (str(previous.get("date")), 2)
+        return f"{FAILING_SINCE} {since} ({nights} nights)"
     if verdict == INCOMPLETE:
         # Items not run tonight: nothing can be said fixed, whatever the night before.
         return "unchanged" if before == INCOMPLETE else "now incomplete"
@@ -98,7 +125,8 @@ def ports_table(night: Night, history: pd.DataFrame) -> pd.DataFrame:
         if previous is not None and previous.get("reduced") is True:
             before = before[:-1] + ", a reduced night)"
         row = _verdict_row({"port": p.port, "baseline": p.baseline or "none"}, p.tally)
-        rows.append({**row, "previous night": before, "since previous night": since_previous(p.verdict, previous)})
+        since = since_previous(p.verdict, previous, failing_since(history, night.date, p.port))
+        rows.append({**row, "previous night": before, "since previous night": since})
     columns = ["port", "baseline", "items", "parity", "expected", "new", "not run", "verdict"]
     return pd.DataFrame(rows, columns=[*columns, "previous night", "since previous night"])
 
