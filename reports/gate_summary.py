@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.sides.items import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR
-from harness.verdicts.reproduce import printed_id, reproduce_from_meta
+from harness.verdicts.reproduce import PORT_DIR_NOTE, printed_id, reproduce_from_meta, shell_join, uses_port_dir
 from harness.verdicts.summary import layout_causes, message_groups
 from reports.failure_text import failure_lines
 from reports.run_summary import numeric_text
@@ -92,6 +92,8 @@ def render_gate_summary(outcome: GateOutcome) -> str:
         causes = layout_causes(verdict.table)
         heading = f"### New divergences ({len(new)}, {len(groups)} distinct messages; first {min(SHOWN, len(groups))})"
         lines += ["", heading, ""]
+        if uses_port_dir(shell_join(meta.get("launch") or [])):
+            lines += [PORT_DIR_NOTE, ""]
         for group in groups[:SHOWN]:
             row = next(group.itertuples(index=False))
             said = failure_lines(row, causes)

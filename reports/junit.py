@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.sides.items import NOT_RUN, ORACLE_ERROR
 from harness.verdicts.baseline import EXPECTED, NEW
-from harness.verdicts.reproduce import printed_id, reproduce_from_meta
+from harness.verdicts.reproduce import PORT_DIR_NOTE, printed_id, reproduce_from_meta, shell_join, uses_port_dir
 from harness.verdicts.summary import layout_causes
 from reports.failure_text import failure_lines
 
@@ -38,6 +38,9 @@ def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
     # What the L3 testcases compared of this port (an external port: its fold only).
     for level, what in outcome.summary.get("l3_compares", {}).items():
         ET.SubElement(properties, "property", name=f"{level}_compared", value=what)
+    if uses_port_dir(shell_join(meta.get("launch") or [])):
+        # Where the testcases' reproduce lines run: the variable they name the port's checkout by.
+        ET.SubElement(properties, "property", name="reproduce", value=PORT_DIR_NOTE)
     for row in table.itertuples(index=False):
         name = printed_id(row.id, meta.get("suite"), meta.get("size"), meta.get("cases"))
         case = ET.SubElement(suite, "testcase", classname=f"parity.{meta['suite']}.{row.level}", name=name)

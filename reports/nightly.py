@@ -115,7 +115,7 @@ def gpu_section_html(night: Night) -> str:
     parts = [f'<h2 id="gpu">{html.escape(title)}</h2>']
     if stale:
         parts.append(f'<p class="stale" id="gpu-stale">{html.escape(stale)}</p>')
-    parts.append(f"<p>From <code>{html.escape(str(path))}</code>: {html.escape(environment_line(report))}.</p>")
+    parts.append(f"<p>From <code>{html.escape(shown_path(path))}</code>: {html.escape(environment_line(report))}.</p>")
     for heading, section, table in (
         ("Parity on the GPU", "parity", parity_table),
         ("Merge kernel", "merge", merge_table),
@@ -137,6 +137,16 @@ def machine_line(environment: dict[str, Any]) -> str:
         f"{environment.get('device')}, CPU {environment.get('cpu')} "
         f"(torch's CPU capability {environment.get('cpu_capability')}, BLAS {environment.get('blas')})"
     )
+
+
+def shown_path(path: Path | str) -> str:
+    """A report's path as the page names it: relative to the harness's checkout when
+    inside it (the same on every machine), else as it is."""
+    from harness.verdicts.reproduce import harness_root
+
+    resolved = Path(path).resolve()
+    root = harness_root()
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
 
 
 def _failing_html(port: str, failing: pd.DataFrame) -> str:
@@ -254,7 +264,7 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         path, record = night.drift
         lines = upstream_since_pin(record)
         parts.append('<h2 id="upstream">Upstream since the pin</h2>')
-        parts.append(f"<p>From <code>{html.escape(str(path))}</code>. {html.escape(lines[0])}</p>")
+        parts.append(f"<p>From <code>{html.escape(shown_path(path))}</code>. {html.escape(lines[0])}</p>")
         items = "".join(f"<li>{html.escape(line[2:])}</li>" for line in lines if line[:2] == "- ")
         parts.append(f"<ul>{items}</ul>")
     parts.append("<h2>History</h2>")
@@ -316,11 +326,11 @@ def render_markdown(night: Night, history: pd.DataFrame | None = None) -> str:
         stale = gpu_staleness(night)
         lines += [f"## GPU: report of {date}, NOT tonight's" if stale else f"## GPU: tonight's report ({date})", ""]
         lines += [f"**{stale}**", ""] if stale else []
-        lines += [f"From `{path}`.", ""]
+        lines += [f"From `{shown_path(path)}`.", ""]
         lines += gpu_section_markdown(report, heading="###")
     if night.drift:
         path, record = night.drift
-        lines += ["## Upstream since the pin", "", f"From `{path}`.", "", *upstream_since_pin(record), ""]
+        lines += ["## Upstream since the pin", "", f"From `{shown_path(path)}`.", "", *upstream_since_pin(record), ""]
     oracle = night.provenance.get("oracle", {})
     environment = night.provenance.get("environment", {})
     harness_repo = night.provenance.get("harness_repository", {})

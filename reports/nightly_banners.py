@@ -45,7 +45,7 @@ def reduced_banner(night: Night) -> str | None:
         return None
     return (
         f"REDUCED night, smaller than the nightly defaults: {'; '.join(night.reduced)}. "
-        "Its figures do not compare with a full night's; its history points are drawn apart from full nights'."
+        "Its figures do not compare with a full night's; in the history its points are a series of their own."
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from harness.compare.ulp_text import histogram_text, max_distance_text, ulp_of_larger_text
 from harness.model.levels import count_key, counted_as, kind_specs
 from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR
+from harness.verdicts.reproduce import PORT_DIR_NOTE, uses_port_dir
 
 
 def numeric_text(numeric: dict[str, Any]) -> str:
@@ -84,6 +85,8 @@ def format_summary(summary: dict[str, Any], first_failures: list[tuple[str, str,
     if first_failures:
         lines.append("")
         lines.append("first divergences:")
+        if any(uses_port_dir(command) for *_, command in first_failures):
+            lines.append(f"  ({PORT_DIR_NOTE})")
         for status, item, detail, command in first_failures:
             lines.append(f"  {status:<10} {item}: {detail}")
             lines.append(f"    reproduce: {command}")

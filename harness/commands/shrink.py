@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ def cmd_shrink(args: argparse.Namespace) -> int:
     """Reduce a divergent case to a minimal one that diverges the same way."""
     from harness.cases.files import write_case_file
     from harness.search.shrink import checker, describe_case, shrink
-    from harness.verdicts.reproduce import program_words, resolve_item
+    from harness.verdicts.reproduce import program_words, resolve_item, shell_join
 
     resolved = resolve_item(args.case, args.suite)
     case = resolved.item
@@ -61,5 +60,5 @@ def cmd_shrink(args: argparse.Namespace) -> int:
     print(f"original: {describe_case(case)}")
     print(f"shrunk:   {describe_case(outcome.case)}  ({outcome.steps} steps, {outcome.evaluations} evaluations)")
     print(f"still {outcome.result.status}: {outcome.result.detail()}")
-    print(f"wrote {out}  ({shlex.join([*program_words(args.port), 'diff', str(out), '--port', args.port])})")
+    print(f"wrote {out}  ({shell_join([*program_words(args.port), 'diff', str(out), '--port', args.port])})")
     return EXIT_DIVERGENT

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from harness.search.explore_results import Find
 from harness.search.explore_strategies import MERGE_NAMING, Property
 from harness.search.shrink import signature
 from harness.sides.items import CaseResult, printable
-from harness.verdicts.reproduce import program_words
+from harness.verdicts.reproduce import program_words, shell_join
 
 FINDS_DIR = "finds"
 
@@ -142,7 +141,7 @@ def write_find(
         item=data,
         size=describe_item(item),
         file=str(path),
-        command=shlex.join(command),
+        command=shell_join(command),
         replayed=replayed,
         flaky=flaky,
         shrink_cut_short=cut_short,

@@ -340,6 +340,26 @@ def _by_stem(stem: str, wanted: str | None) -> tuple[str, Item] | None:
 # -- the command that reproduces an item ---------------------------------------------------
 
 
+# In lines printed on a CI runner, the port's checkout (whatever folder the runner
+# had it in) is this variable: a reader sets it to their own checkout of the port.
+PORT_DIR_VARIABLE = "PORT_DIR"
+PORT_DIR_WORD = f"${PORT_DIR_VARIABLE}"
+PORT_DIR_NOTE = (
+    f"The reproduce lines name the port's checkout ${PORT_DIR_VARIABLE}: run them from a checkout of the harness "
+    f"(its tox environments built) after `export {PORT_DIR_VARIABLE}=/path/to/your/checkout/of/the/port`."
+)
+
+
+def in_ci() -> bool:
+    """Whether this run is on a CI runner (``CI`` set, as GitHub Actions, GitLab and most CIs set it)."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+def uses_port_dir(command: str) -> bool:
+    """Whether a printed command names the port's checkout by :data:`PORT_DIR_VARIABLE`."""
+    return PORT_DIR_WORD in command
+
+
 def harness_root() -> Path:
     """The checkout this harness runs from (where printed commands are pasted)."""
     return Path(__file__).resolve().parents[2]
@@ -370,13 +390,19 @@ def program_words(port_spec: str | None = None) -> list[str]:
     port_root = port_import_root(port_spec)
     if port_root is not None:
         search_path.append(port_root)
-    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-        if entry:
-            search_path.append(str(Path(entry).resolve()))
+    plugins = os.environ.get(PLUGINS_VARIABLE, "")
+    if port_root is not None or plugins:
+        # What the port's or the plug-ins' imports may have needed; a built-in port
+        # needs none of the caller's paths, and its lines carry none.
+        for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+            if entry:
+                search_path.append(str(Path(entry).resolve()))
     search_path = [p for i, p in enumerate(search_path) if p not in search_path[:i]]
+    if port_root is not None and in_ci():
+        # The port's checkout is the runner's: named by the variable the PR comment defines.
+        search_path = [PORT_DIR_WORD if entry == port_root else entry for entry in search_path]
     if search_path:
         env_words.append("PYTHONPATH=" + os.pathsep.join(search_path))
-    plugins = os.environ.get(PLUGINS_VARIABLE, "")
     if plugins:
         # The plug-in levels the run had (harness.model.levels), so their items resolve.
         env_words.append(f"{PLUGINS_VARIABLE}={plugins}")
@@ -514,7 +540,21 @@ def reproduce_command(
         argv += ["--oracle", oracle]
     if allow_oracle_drift:
         argv.append("--allow-oracle-drift")
-    return shlex.join(argv)
+    return shell_join(argv)
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    """``argv`` as a shell line (:func:`shlex.join`), except that a word naming the
+    port's checkout by :data:`PORT_DIR_VARIABLE` is double-quoted so the shell
+    expands it (a word with nothing else to expand or escape)."""
+
+    def quoted(word: str) -> str:
+        rest = word.replace(PORT_DIR_WORD, "")
+        if PORT_DIR_WORD in word and not any(c in rest for c in '$`"\\!'):
+            return f'"{word}"'
+        return shlex.quote(word)
+
+    return " ".join(quoted(word) for word in argv)
 
 
 def reproduce_from_meta(name: str, kind: str, meta: dict[str, Any]) -> str:
