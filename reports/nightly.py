@@ -40,6 +40,7 @@ import pandas as pd
 
 from harness.night.data import Night, judges_explore, night_verdict
 from harness.night.gpu_report import gpu_report_date
+from harness.verdicts.reproduce import PORT_DIR_NOTE, uses_port_dir
 from reports.coverage import headline, table_rows
 from reports.coverage import render_markdown as coverage_markdown
 from reports.drift_report import upstream_since_pin
@@ -197,7 +198,7 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
 
     def failing_link(row: int, column: str, value: Any) -> str | None:
         port = str(ports.iloc[row]["port"])
-        wanted = column in ("new", "not run")
+        wanted = column == "new"
         return f"#{failing_at[port]}" if wanted and value and port in failing_at else None
 
     parts += [
@@ -222,6 +223,8 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
     for p in night.ports:
         baseline = f" (baseline <code>{html.escape(p.baseline)}</code>)" if p.baseline else " (no baseline)"
         parts.append(f"<h2>Port {html.escape(p.port)}{baseline}</h2>")
+        if p.stopped:
+            parts.append(f'<p class="banner incomplete">Stopped early: {html.escape(p.stopped)}.</p>')
         parts.append(family_html(p))
         for level, what in p.summary.get("l3_compares", {}).items():
             parts.append(f'<p class="note">{html.escape(level)} compared {html.escape(what)}.</p>')
@@ -231,6 +234,8 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
         failing = failing_items(p, night=night)
         if not failing.empty:
             parts.append("<h3>First failing items (new first), each with the command that reproduces it</h3>")
+            if any(uses_port_dir(str(command)) for command in failing["reproduce"]):
+                parts.append(f'<p class="note">{html.escape(PORT_DIR_NOTE)}</p>')
             parts.append(_failing_html(p.port, failing))
             more = not_shown(p, len(failing))
             if more:

@@ -96,3 +96,11 @@ def test_a_night_under_its_time_limit_is_incomplete_and_says_why(
     page = (tmp_path / "2026-12-05" / "index.html").read_text()
     assert "INCOMPLETE: the run&#x27;s time limit (0.001 s, --time-limit) ran out" in page
     assert not (tmp_path / "history.jsonl").exists() or "2026-12-05" not in (tmp_path / "history.jsonl").read_text()
+
+
+def test_a_limit_that_runs_out_with_the_last_item_stops_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    case = str(ROOT / "cases" / "smoke" / "upstream-worst-case.json")
+    argv = ["run", "--cases", case, "--level", "layout", "--port", "per_request", "--time-limit", "0.001"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "verdict PASS" in out and "stopped early" not in out

@@ -58,3 +58,24 @@ def test_a_built_in_ports_lines_carry_none_of_the_callers_paths(port: str, monke
     words = program_words(port)
     assert not any(word.startswith("PYTHONPATH=") for word in words), words
     assert os.environ["PYTHONPATH"] not in " ".join(words)
+
+
+def test_a_port_dir_word_expands_only_the_variable() -> None:
+    from harness.verdicts.reproduce import shell_join
+
+    line = shell_join(["env", 'PYTHONPATH=$PORT_DIR:/odd$path"x', "a b"])
+    echoed = subprocess.run(
+        ["bash", "-c", f"printf '%s\\n' {line.removeprefix('env ')}"],
+        env={"PATH": "/usr/bin:/bin", "PORT_DIR": "/home/me/port"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert echoed.stdout.splitlines() == ['PYTHONPATH=/home/me/port:/odd$path"x', "a b"]
+
+
+def test_a_cmd_ports_lines_keep_the_paths_its_program_may_import_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/where/the/program/imports/from")
+    monkeypatch.chdir(harness_root())
+    words = program_words("cmd:python3 -m my_port.serve")
+    assert "PYTHONPATH=/where/the/program/imports/from" in words

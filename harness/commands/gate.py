@@ -72,6 +72,8 @@ def register(sub: Any) -> None:
 def cmd_gate(args: argparse.Namespace) -> int:
     from harness.verdicts.gate import check_gate_baseline
 
+    # --time-limit boxes the whole gate: its shrinking gets only what the run left of it.
+    args.time_box_ends = time.monotonic() + args.time_limit if args.time_limit else None
     entries = _baseline_entries(args.baseline)
     oracle = f"vllm=={release_of(args.oracle)}"
     # The gate writes tables and summaries, never the layouts' chunks.
@@ -144,6 +146,11 @@ def _judge_gate(args: argparse.Namespace, done: Execution, entries: list[Any]) -
     shrunk: dict[str, str] = {}
     outcome.meta["shrunk"] = shrunk
     deadline = time.monotonic() + args.shrink_time
+    time_box_ends = getattr(args, "time_box_ends", None)
+    if time_box_ends is not None:
+        if time_box_ends <= time.monotonic():
+            return code  # the gate's --time-limit ran out with the run: its outputs stand, unshrunk
+        deadline = min(deadline, time_box_ends)
     print(
         f"\nshrinking {len(targets)} new {'/'.join(sorted({level_of(row.kind) for row in targets}))} "
         f"divergence(s) of {port.name} "

@@ -328,7 +328,10 @@ def run_prepared(prepared: Prepared, keep_layouts: bool) -> Ran:
         if stopped is not None:
             for item in stream.unreported():
                 record(item)
-            print(f"\nparity: stopped: {stopped}", file=sys.stderr)
+            if len(result.results) + len(skip) >= len(p.item_ids):
+                stopped = None  # it stopped after its last item: nothing was left unrun
+            else:
+                print(f"\nparity: stopped: {stopped}", file=sys.stderr)
     except KeyboardInterrupt:
         interrupted = True
         for item in stream.unreported():

@@ -110,6 +110,7 @@ def write_meta(night: Night, plan_levels: tuple[str, ...], out_dir: Path, digest
         "complete": night.complete,
         "pending": night.pending,
         "interrupted": night.interrupted,
+        "stopped": night.stopped,
         "ports": [p.port for p in night.ports],
         "provenance": night.provenance,
         # The suite's coverage (measured once per night: by an unsharded run or shard 1).

@@ -188,7 +188,10 @@ def _run_locked(
                     stopped = box.stop_after(result)
                     if stopped is not None:
                         rows += [result_row(r) for r in stream.unreported()]
-                        print(f"parity: port {port.name} stopped: {stopped}", file=sys.stderr)
+                        if len(rows) >= per_port:
+                            stopped = None  # after its last item: nothing was left unrun
+                        else:
+                            print(f"parity: port {port.name} stopped: {stopped}", file=sys.stderr)
                         break
             except KeyboardInterrupt:
                 night.interrupted = True
@@ -224,6 +227,13 @@ def _run_locked(
                 break
             night.pending.pop(0)
             save()
+        if (
+            plan.time_limit_s is not None
+            and not night.stopped
+            and time.monotonic() - night_started >= plan.time_limit_s
+        ):
+            # The ports finished in time; the steps after them would not.
+            night.stopped = f"the night's time limit ({plan.time_limit_s:g} s, --time-limit) ran out after its ports"
         if mutants and not (night.interrupted or night.stopped):
             night.kill_matrix = _kill_matrix(oracle, plan)
             night.pending.pop(0)

@@ -141,6 +141,11 @@ def merge_shards(directories: list[Path]) -> tuple[pd.DataFrame, dict[str, Any]]
             "the shards' items, in suite order, are not the run's item list: not shards of one run",
         )
     meta = {**first, "shard": None, "merged_from": [str(d) for d in directories]}
+    # A shard that stopped early (a hung port, its time limit) says so for the whole merge.
+    stops = [f"shard {m.get('shard')}: {m['stopped']}" for m in metas if m.get("stopped")]
+    meta.pop("stopped", None)
+    if stops:
+        meta["stopped"] = "; ".join(stops)
     if isinstance(first.get("provenance"), dict):
         environments = [(m.get("provenance") or {}).get("environment") or {} for m in metas]
         meta["provenance"] = {**first["provenance"], "environment": merged_environment(environments)}

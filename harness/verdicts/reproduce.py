@@ -391,9 +391,9 @@ def program_words(port_spec: str | None = None) -> list[str]:
     if port_root is not None:
         search_path.append(port_root)
     plugins = os.environ.get(PLUGINS_VARIABLE, "")
-    if port_root is not None or plugins:
-        # What the port's or the plug-ins' imports may have needed; a built-in port
-        # needs none of the caller's paths, and its lines carry none.
+    if not built_in_port(port_spec) or plugins:
+        # What the port's (a cmd: program's too) or the plug-ins' imports may have needed;
+        # a built-in port (or a mutant of one) needs none of the caller's paths, and its lines carry none.
         for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
             if entry:
                 search_path.append(str(Path(entry).resolve()))
@@ -430,6 +430,13 @@ def cmd_program_dir(port_spec: str | None) -> str | None:
     if found is None or shutil.which(program, path=os.pathsep.join(FRESH_SHELL_PATH)) == found:
         return None
     return str(Path(found).parent)
+
+
+def built_in_port(port_spec: str | None) -> bool:
+    """Whether ``port_spec`` names a port of the harness itself (``per_request``, ``mutant:NAME`` ...)."""
+    from harness.sides.loading import BUILTIN_PORTS
+
+    return port_spec is None or port_spec in BUILTIN_PORTS or port_spec.startswith("mutant:")
 
 
 def port_import_root(port_spec: str | None) -> str | None:
@@ -546,13 +553,14 @@ def reproduce_command(
 def shell_join(argv: Sequence[str]) -> str:
     """``argv`` as a shell line (:func:`shlex.join`), except that a word naming the
     port's checkout by :data:`PORT_DIR_VARIABLE` is double-quoted so the shell
-    expands it (a word with nothing else to expand or escape)."""
+    expands that variable (and nothing else in the word)."""
 
     def quoted(word: str) -> str:
-        rest = word.replace(PORT_DIR_WORD, "")
-        if PORT_DIR_WORD in word and not any(c in rest for c in '$`"\\!'):
-            return f'"{word}"'
-        return shlex.quote(word)
+        if PORT_DIR_WORD not in word:
+            return shlex.quote(word)
+        # Inside double quotes only $, `, " and \ are special: each escaped but the variable.
+        parts = ["".join(f"\\{c}" if c in '$`"\\' else c for c in part) for part in word.split(PORT_DIR_WORD)]
+        return '"' + PORT_DIR_WORD.join(parts) + '"'
 
     return " ".join(quoted(word) for word in argv)
 
