@@ -394,6 +394,11 @@ NUMERIC_DTYPES = ("bf16", "fp16", "fp32")
 KEYLESS_ROWS = ("neg-inf", "pos-inf", "finite")
 
 
+def _dimension(doc: str) -> Any:
+    """A numeric section's model dimension: required unless a preset gives it."""
+    return rule(FieldKind.INT, doc, minimum=1, maximum=4096, default_doc="(required, or a preset's)")
+
+
 @dataclass(frozen=True)
 class NumericSpec:
     """Model dimensions and seed for a case's L3 tensors, and the shared kernels'
@@ -405,29 +410,11 @@ class NumericSpec:
     sides of a comparison run under the same one.
     """
 
-    num_heads: int = rule(
-        FieldKind.INT, "attention heads", minimum=1, maximum=4096, default_doc="(required, or a preset's)"
-    )
-    qk_nope_head_dim: int = rule(
-        FieldKind.INT,
-        "query/key head size without rope",
-        minimum=1,
-        maximum=4096,
-        default_doc="(required, or a preset's)",
-    )
-    qk_rope_head_dim: int = rule(
-        FieldKind.INT, "query/key rope head size", minimum=1, maximum=4096, default_doc="(required, or a preset's)"
-    )
-    v_head_dim: int = rule(
-        FieldKind.INT, "value head size", minimum=1, maximum=4096, default_doc="(required, or a preset's)"
-    )
-    kv_lora_rank: int = rule(
-        FieldKind.INT,
-        "the latent (compressed KV) width",
-        minimum=1,
-        maximum=4096,
-        default_doc="(required, or a preset's)",
-    )
+    num_heads: int = _dimension("attention heads")
+    qk_nope_head_dim: int = _dimension("query/key head size without rope")
+    qk_rope_head_dim: int = _dimension("query/key rope head size")
+    v_head_dim: int = _dimension("value head size")
+    kv_lora_rank: int = _dimension("the latent (compressed KV) width")
     dtype: str = rule(
         FieldKind.CHOICE, "the tensors' dtype", "bf16", choices=NUMERIC_DTYPES, default_doc='`"bf16"` (or a preset\'s)'
     )

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from harness.model import KEYLESS_ROWS, NUMERIC_DTYPES
-from harness.model.levels import CoverageHook, LevelRegistryError, registered_levels
+from harness.model.levels import CoverageHook, LevelRegistryError, Names, registered_levels
 from harness.search.coverage_feature import Feature
 from harness.search.sparse_coverage import sparse_features
 
@@ -191,23 +191,6 @@ class _ById(Mapping[str, Feature]):
         return len(_catalogue())
 
 
-class _Refusals(Sequence[str]):
-    """:data:`REFUSAL_FEATURES`: every level's refusal features."""
-
-    def _now(self) -> tuple[str, ...]:
-        return tuple(feature for hook in coverage_hooks() for feature in hook.refusals)
-
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[str]: ...
-    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
-        return self._now()[index]
-
-    def __len__(self) -> int:
-        return len(self._now())
-
-
 def needs_row(feature_id: str) -> bool:
     """Whether a targets file's suite must have a row for ``feature_id`` (its level's hook is ``held``)."""
     return any(feature_id in {f.id for f in hook.features()} for hook in coverage_hooks() if hook.held)
@@ -217,7 +200,7 @@ def needs_row(feature_id: str) -> bool:
 FEATURES: Sequence[Feature] = _Features()
 FEATURE_BY_ID: Mapping[str, Feature] = _ById()
 # The inputs that cover nothing: any count above zero fails the verdict.
-REFUSAL_FEATURES: Sequence[str] = _Refusals()
+REFUSAL_FEATURES: Sequence[str] = Names(lambda: (feature for hook in coverage_hooks() for feature in hook.refusals))
 
 
 @dataclass(frozen=True)
