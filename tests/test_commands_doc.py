@@ -51,3 +51,13 @@ def test_the_prose_names_no_option_that_does_not_exist() -> None:
     # The pytest plugin's options, and pytest's and pip's own that the page shows beside them.
     known = _options() | set(OPTIONS_NEEDING_A_SUITE) | {SUITE_OPTION, "--junitxml"}
     assert sorted(named - known) == []
+
+
+def test_the_ci_item_count_the_recipe_gives_is_the_suites() -> None:
+    """docs/gate-your-own-port.md states how many items the ci gate compares: the suite's count, every level."""
+    from harness.cases.suites import load_suite
+    from harness.model.levels import LEVELS
+    from harness.sides.runner import count_items
+
+    count = count_items(load_suite("ci"), tuple(LEVELS))
+    assert f"the CI gate runs ({count:,} items" in (ROOT / "docs" / "gate-your-own-port.md").read_text()

@@ -104,3 +104,17 @@ def test_a_limit_that_runs_out_with_the_last_item_stops_nothing(capsys: pytest.C
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "verdict PASS" in out and "stopped early" not in out
+
+
+@pytest.mark.all_cores
+def test_a_hung_ports_table_is_the_same_for_any_jobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What other workers finished past the stop is left out: the same rows with one worker or two."""
+    tables = []
+    for jobs in ("1", "2"):
+        results = tmp_path / f"r{jobs}.jsonl"
+        argv = ["run", "--suite", "smoke", "--level", "layout", "--port", HANGING, "--timeout", "2", "--jobs", jobs]
+        assert main([*argv, "--results", str(results)]) == 1
+        capsys.readouterr()
+        rows = [json.loads(line) for line in results.read_text().splitlines()[1:]]
+        tables.append([(row["id"], row["status"]) for row in rows])
+    assert tables[0] == tables[1] and sum(status == PORT_ERROR for _, status in tables[0]) >= HUNG_AFTER

@@ -326,8 +326,7 @@ def run_prepared(prepared: Prepared, keep_layouts: bool) -> Ran:
             if stopped is not None:
                 break
         if stopped is not None:
-            for item in stream.unreported():
-                record(item)
+            # What other workers finished past the stop is left out: the same table for any --jobs.
             if len(result.results) + len(skip) >= len(p.item_ids):
                 stopped = None  # it stopped after its last item: nothing was left unrun
             else:

@@ -187,7 +187,7 @@ def _run_locked(
                         advance(result)
                     stopped = box.stop_after(result)
                     if stopped is not None:
-                        rows += [result_row(r) for r in stream.unreported()]
+                        # What other workers finished past the stop is left out: the same table for any --jobs.
                         if len(rows) >= per_port:
                             stopped = None  # after its last item: nothing was left unrun
                         else:
