@@ -84,8 +84,12 @@ def _numeric_cell(value: Any) -> bool:
 
 
 def anchor(*parts: str) -> str:
-    """An id a link can point at, made of ``parts`` (an item id's brackets and slashes kept out)."""
-    return "-".join("".join(c if c.isalnum() or c in "-_." else "_" for c in part) for part in parts)
+    """An id a link can point at, made of ``parts``: letters, digits and ``_`` as
+    they are, any other character as ``.XX`` (its code), parts joined by ``-``,
+    so two different lists of parts never make one id."""
+    return "-".join(
+        "".join(c if c.isascii() and (c.isalnum() or c == "_") else f".{ord(c):02x}" for c in part) for part in parts
+    )
 
 
 def html_table(

@@ -63,3 +63,11 @@ def test_a_report_inside_the_checkout_is_named_relative_to_it() -> None:
 
     assert shown_path(harness_root() / "reports" / "drift" / "2026-12-04.json") == "reports/drift/2026-12-04.json"
     assert shown_path("/elsewhere/drift.json") == "/elsewhere/drift.json"
+
+
+def test_two_items_never_share_an_anchor() -> None:
+    from reports.nightly_html import anchor
+
+    assert anchor("failing", "equal_share") == "failing-equal_share"
+    assert anchor("item", "a-b", "c") != anchor("item", "a", "b-c")
+    assert anchor("item", "p", "ci/x[layout]") != anchor("item", "p", "ci_x_layout_")
