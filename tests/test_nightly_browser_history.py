@@ -13,7 +13,7 @@ import pandas as pd
 
 from reports.nightly import render_html
 from tests.test_nightly_page import clean_rows, legacy_rows, night_of, port_night
-from tests.test_report_browser import KEY_JS, opened
+from tests.test_report_browser import KEY_JS, PIXEL_ROWS_JS, opened
 
 DATES = ("2026-11-26", "2026-11-27", "2026-11-28")
 # The nights before tonight (2026-11-28) and tonight's own lines, as the history holds them.
@@ -21,23 +21,7 @@ RATES = {"equal_share": (0.4, 0.4, 0.4), "mine": (1.0, 1.0, 0.9997), "per_reques
 VERDICTS = {"equal_share": "fail", "mine": "pass", "per_request": "pass"}
 
 # For the parity history's image: per port colour, the rows (y) its pixels are on.
-EXTENT_JS = """([img, key]) => {
-  const canvas = document.createElement('canvas');
-  canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
-  const context = canvas.getContext('2d');
-  context.drawImage(img, 0, 0);
-  const data = context.getImageData(0, 0, canvas.width, canvas.height).data;
-  const rows = {};
-  for (const [port, hex] of Object.entries(key)) {
-    const want = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16));
-    const ys = new Set();
-    for (let i = 0; i < data.length; i += 4) {
-      if ([0, 1, 2].every(k => Math.abs(data[i + k] - want[k]) <= 2)) ys.add(Math.floor(i / 4 / canvas.width));
-    }
-    rows[port] = [...ys];
-  }
-  return rows;
-}"""
+EXTENT_JS = f"([img, key]) => ({PIXEL_ROWS_JS})(img, key)"
 # Every link on the page: its text, where it points, and whether that element exists.
 LINKS_JS = """as => as.map(a => ({text: a.innerText, href: a.getAttribute('href'),
   cell: a.closest('td') ? a.closest('td').cellIndex : -1, table: a.closest('table').id,

@@ -54,25 +54,29 @@ TABLES_JS = """ts => ts.map(t => ({
 KEY_JS = (
     "ts => ts.map(t => [t.parentElement.cells[0].innerText, t.dataset.colour, getComputedStyle(t).backgroundColor])"
 )
-# Per plot: what it says each port was drawn in, and how many of its pixels are each key colour (within 2 per channel).
-PLOTS_JS = """([imgs, key]) => imgs.map(img => {
+# Per port (key: port -> colour), the row of every pixel of an image within 2 per channel of its colour.
+PIXEL_ROWS_JS = """(img, key) => {
   const canvas = document.createElement('canvas');
   canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
   const context = canvas.getContext('2d');
   context.drawImage(img, 0, 0);
   const data = context.getImageData(0, 0, canvas.width, canvas.height).data;
-  const pixels = {};
+  const rows = {};
   for (const [port, hex] of Object.entries(key)) {
     const want = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16));
-    let n = 0;
+    rows[port] = [];
     for (let i = 0; i < data.length; i += 4) {
-      const near = [0, 1, 2].every(k => Math.abs(data[i + k] - want[k]) <= 2);
-      if (near) n++;
+      if ([0, 1, 2].every(k => Math.abs(data[i + k] - want[k]) <= 2)) rows[port].push(Math.floor(i / 4 / canvas.width));
     }
-    pixels[port] = n;
   }
-  return {alt: img.alt, drawn: JSON.parse(img.dataset.portColours || 'null'), pixels: pixels};
-})"""
+  return rows;
+}"""
+# Per plot: what it says each port was drawn in, and how many of its pixels are each key colour.
+PLOTS_JS = f"""([imgs, key]) => imgs.map(img => {{
+  const rows = ({PIXEL_ROWS_JS})(img, key);
+  const pixels = Object.fromEntries(Object.entries(rows).map(([port, r]) => [port, r.length]));
+  return {{alt: img.alt, drawn: JSON.parse(img.dataset.portColours || 'null'), pixels: pixels}};
+}})"""
 
 
 def chromium_path() -> str:
