@@ -95,7 +95,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default per_request)",
     )
     group.addoption("--parity-level", help=f"parity level: {', '.join(LEVELS)} or all (default all)")
-    group.addoption("--parity-size", metavar="N", help="generated layout cases, >= 0 (overrides the suite's count)")
+    group.addoption(
+        "--parity-size",
+        metavar="N",
+        help="the suite's scale, >= 0: N generated layout cases and every other part its share (parity's --size)",
+    )
     group.addoption(
         "--parity-timeout",
         metavar="SECONDS",

@@ -87,7 +87,7 @@ def render_gate_summary(outcome: GateOutcome) -> str:
         groups = message_groups(new)
 
         def shown_id(item_id: str) -> str:
-            return printed_id(item_id, meta.get("suite"), meta.get("size"), meta.get("cases"))
+            return printed_id(item_id, meta.get("suite"), meta.get("size"), meta.get("cases"), meta.get("numeric_size"))
 
         causes = layout_causes(verdict.table)
         heading = f"### New divergences ({len(new)}, {len(groups)} distinct messages; first {min(SHOWN, len(groups))})"

@@ -42,7 +42,7 @@ def render_junit(outcome: GateOutcome) -> ET.ElementTree[ET.Element]:
         # Where the testcases' reproduce lines run: the variable they name the port's checkout by.
         ET.SubElement(properties, "property", name="reproduce", value=PORT_DIR_NOTE)
     for row in table.itertuples(index=False):
-        name = printed_id(row.id, meta.get("suite"), meta.get("size"), meta.get("cases"))
+        name = printed_id(row.id, meta.get("suite"), meta.get("size"), meta.get("cases"), meta.get("numeric_size"))
         case = ET.SubElement(suite, "testcase", classname=f"parity.{meta['suite']}.{row.level}", name=name)
         if row.baseline == EXPECTED:
             ET.SubElement(case, "skipped", message=f"expected divergence: {row.reason}").text = row.detail

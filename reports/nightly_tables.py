@@ -248,7 +248,7 @@ def kill_matrix_table(matrix: dict[str, Any]) -> pd.DataFrame:
 
 def reproduce_line(night: Night, port: str, name: str, kind: str) -> str:
     """The ``parity diff`` command that compares one of the night's items again,
-    as the night ran it: the port's ``--ports`` spelling, the suite, its ``--size``,
+    as the night ran it: the port's ``--ports`` spelling, the suite, its ``--size`` and ``--numeric-size``,
     the CPU, the default timeout, and the oracle and drift override it ran with."""
     oracle = night.provenance.get("oracle", {})
     return reproduce_command(
@@ -258,6 +258,7 @@ def reproduce_line(night: Night, port: str, name: str, kind: str) -> str:
         night.port_specs.get(port, port),
         "cpu",
         size=night.sizes.get("size"),
+        numeric_size=night.sizes.get("numeric_size"),
         allow_oracle_drift=bool(oracle.get("oracle_drift_overridden")),
         oracle=oracle.get("release"),
     )
@@ -278,7 +279,10 @@ def failing_items(port: PortNight, limit: int = 10, night: Night | None = None) 
     ]
     # An id carries what defines its item: the night's suite and generated size.
     ids = (
-        [printed_id(str(i), night.suite, night.sizes.get("size")) for i in failing["id"]]
+        [
+            printed_id(str(i), night.suite, night.sizes.get("size"), numeric_size=night.sizes.get("numeric_size"))
+            for i in failing["id"]
+        ]
         if night is not None
         else list(failing["id"])
     )

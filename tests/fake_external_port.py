@@ -1,9 +1,9 @@
 """A fake external port for the protocol tests: correct answers (per_request's),
-except that on the case named by --on (every request of --fault-op when --on
-is not given) it commits the fault named by --fault.
+except that on the cases named by --on (repeatable; every request of
+--fault-op when --on is not given) it commits the fault named by --fault.
 
     python tests/fake_external_port.py --fault FAULT [--fault-op layout|merge|prefill]
-        [--on CASE] [--pid-dir DIR] [--merge] [--prefill]
+        [--on CASE]... [--pid-dir DIR] [--merge] [--prefill]
 
 Faults: crash, hang, garbage (a line that is not JSON), error (an ok:false
 reply), malformed (a layout lacking a field), wrong-shape, wrong-dtype, nan,
@@ -128,7 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fault", default="none")
     parser.add_argument("--fault-op", default="layout")
-    parser.add_argument("--on", default="")
+    parser.add_argument("--on", action="append", default=[])
     parser.add_argument("--pid-dir")
     parser.add_argument("--merge", action="store_true")
     parser.add_argument("--prefill", action="store_true")
@@ -145,7 +145,7 @@ def main() -> None:
         if op == "bye":
             return
         case_name = request["case"]["name"] if "case" in request else None
-        faulty = op == args.fault_op and (not args.on or case_name == args.on)
+        faulty = op == args.fault_op and (not args.on or case_name in args.on)
         if faulty and commit_process_fault(args.fault, rid, f"{op} {case_name or ''}".strip()):
             continue
         if op == "hello":

@@ -61,3 +61,18 @@ def test_the_ci_item_count_the_recipe_gives_is_the_suites() -> None:
 
     count = count_items(load_suite("ci"), tuple(LEVELS))
     assert f"the CI gate runs ({count:,} items" in (ROOT / "docs" / "gate-your-own-port.md").read_text()
+
+
+def test_the_nightly_item_counts_by_size_are_the_suites() -> None:
+    """docs/nightly.md's table of a night's items per --size: the counts `parity list cases` prints."""
+    from harness.cases.suites import load_suite
+    from harness.model.levels import LEVELS
+    from harness.sides.runner import count_items
+
+    text = (ROOT / "docs" / "nightly.md").read_text(encoding="utf-8")
+    sizes_row = re.search(r"^\| `--size` \|(.*)\|$", text, re.MULTILINE)
+    items_row = re.search(r"^\| items \|(.*)\|$", text, re.MULTILINE)
+    assert sizes_row and items_row
+    sizes = [int(cell.strip().replace(",", "")) for cell in sizes_row[1].split("|")]
+    stated = [int(cell.strip().replace(",", "")) for cell in items_row[1].split("|")]
+    assert stated == [count_items(load_suite("nightly", size=size), tuple(LEVELS)) for size in sizes]

@@ -14,7 +14,7 @@ import pytest
 
 from harness.cases.files import case_from_json
 from harness.cases.generate import FAMILIES, generate
-from harness.cases.suites import load_suite
+from harness.cases.suites import SUITES_FILE, load_suite, workspace_grids
 from harness.cases.sweep_families import WORST_CASE_CONTEXT
 
 SNIPPET = (
@@ -71,6 +71,29 @@ def test_families_cover_the_contract() -> None:
     offsets = {sum(c.context_lens) - c.workspace_size for c in exact}
     assert {0, -1, 1} <= offsets
     assert any(c.context_lens[-1] > 4 * c.workspace_size for c in cases if c.family == "long-single")
+
+
+def test_size_scales_every_part_of_a_night() -> None:
+    """``--size`` scales the whole night (cases/suites.py, SuiteScale): size 10
+    is at most a fifth of size 100 (about a tenth), and size 100 a fifth of
+    size 1000, counted as a night counts its items (every level); every kind of
+    item the full night has, a size-10 night still has."""
+
+    from harness.sides.items import LEVELS
+    from harness.sides.runner import plan_items
+
+    def kinds(size: int) -> Counter[str]:
+        return Counter(kind for kind, _ in plan_items(load_suite("nightly", size=size), LEVELS))
+
+    tiny, small, large = kinds(10), kinds(100), kinds(1000)
+    assert 0 < tiny.total() * 5 <= small.total(), (tiny, small)
+    assert small.total() * 5 <= large.total(), (small, large)
+    assert set(tiny) == set(large), set(large) - set(tiny)
+    # The workspace grids scale too: size 1000 (a fiftieth of the night) keeps a fiftieth of them.
+    spec = json.loads(SUITES_FILE.read_text(encoding="utf-8"))["nightly"]
+    grid = workspace_grids(spec["workspace_grid"])
+    assert large["workspace"] == len(grid) * 1000 // spec["generate"][0]["count"]
+    assert kinds(0).total() == 0  # --size 0 is empty: a run of it is refused, never a PASS
 
 
 def test_nightly_size_is_a_parameter() -> None:

@@ -152,7 +152,8 @@ def test_interrupted_run_leaves_incomplete_report(tmp_path: Path) -> None:
         # --size 100: the suite's coverage, measured before night.json, stays short
         # (10 s cold, against 22 s at --size 500); the night's numeric items keep
         # its first port running well past the kill.
-        [sys.executable, "-m", "harness", "nightly", "--size", "100", "--out", str(tmp_path), "--date", "2026-11-28"],
+        [sys.executable, "-m", "harness", "nightly", "--size", "100", "--numeric-size", "200", "--out", str(tmp_path),
+             "--date", "2026-11-28"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     meta = tmp_path / "2026-11-28" / "night.json"

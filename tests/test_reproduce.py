@@ -246,6 +246,17 @@ def test_every_printed_id_resolves_to_its_item(tmp_path: Path) -> None:
         assert resolve_item(shown).item == case
     with pytest.raises(CaseError, match="names size 20 but --size is 7"):
         resolve_item(f"nightly:size=20/{sized.cases[0].name}[layout]", size=7)
+    # A night's --numeric-size defines its numeric items: the id carries it, and it resolves
+    # to an item the night's --size alone would not hold (its numeric groups scale to one case).
+    night = load_suite("nightly", size=0, numeric_size=40)
+    numeric = [c for c in night.cases if c.name.startswith("numeric-")][-1]
+    assert numeric not in load_suite("nightly", size=0).cases
+    shown = printed_id(f"{numeric.name}[prefill]", "nightly", 0, numeric_size=40)
+    assert shown == f"nightly:size=0:numeric-size=40/{numeric.name}[prefill]"
+    assert resolve_item(shown).item == numeric
+    assert resolve_item(numeric.name, "nightly", 0, numeric_size=40).item == numeric
+    with pytest.raises(CaseError, match="names numeric-size 40 but --numeric-size is 3"):
+        resolve_item(shown, numeric_size=3)
     pair = [make_case([5, n], name=f"pair-{n}").to_json() for n in (1, 2)]
     (tmp_path / "pair.json").write_text(json.dumps({"cases": pair}))
     shown = printed_id("pair-2[layout]", CASES_SUITE, case_paths=[str(tmp_path)])

@@ -30,11 +30,13 @@ ROOT = Path(__file__).resolve().parent.parent
 FRESH_SHELL = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home())} | {
     name: value for name, value in os.environ.items() if name == "PARITY_ORACLE_CACHE"
 }
-# The one smoke case each of the import-path and cmd: ports gets wrong.
+# The one smoke case each of the import-path and cmd: ports gets wrong, and the
+# one case of the test's small night (a DCP world-3 prefill case) they get wrong.
 TARGET = "smoke-dcp3-padded"
+NIGHT_TARGET = "numeric-dcp-0003"
 THEIR_PORT = f'''
-"""A user's port in its own folder: per_request, except on {TARGET} (planned as
-the dcp-padded-by-shift mutant plans it)."""
+"""A user's port in its own folder: per_request, except on {TARGET} and
+{NIGHT_TARGET} (planned as the dcp-padded-by-shift mutant plans them)."""
 from ports.mutants import MUTANTS
 from ports.per_request import PerRequestPort
 
@@ -43,7 +45,7 @@ class TheirPort(PerRequestPort):
     name = "their-port"
 
     def plan_layout(self, case):
-        if case.name == "{TARGET}":
+        if case.name in ("{TARGET}", "{NIGHT_TARGET}"):
             return MUTANTS["dcp-padded-by-shift"]().plan_layout(case)
         return super().plan_layout(case)
 '''
@@ -82,7 +84,7 @@ SPELLINGS = ("in-tree", "import-path", "cmd")
 
 def port_of(spelling: str, their_folder: Path) -> tuple[str, str | None]:
     """The spelling's --port value and the PYTHONPATH its run is started with."""
-    fake = f"{shlex.quote(sys.executable)} tests/fake_external_port.py --fault error --on {TARGET}"
+    fake = f"{shlex.quote(sys.executable)} tests/fake_external_port.py --fault error --on {TARGET} --on {NIGHT_TARGET}"
     return {
         "in-tree": ("mutant:dcp-padded-by-shift", None),
         "import-path": ("their_port:TheirPort", str(their_folder)),
@@ -117,7 +119,9 @@ def printed_by_every_output(
     assert plugin.returncode == 1, plugin.stdout[-2000:]
     found["pytest plugin"] = printed_lines(plugin.stdout)
     night = tmp_path_factory.mktemp(f"night-{spelling}")
-    small_night = ["--size", "0", "--level", "layout", "--skip-mutants", "--explore-budget-s", "0"]
+    # No sweep; the numeric groups (their layouts: the DCP group's world-3 cases diverge) at the suite's counts.
+    small_night = ["--size", "0", "--numeric-size", "200", "--level", "layout", "--skip-mutants",
+                   "--explore-budget-s", "0"]  # fmt: skip
     nightly = _as_a_user(["-m", "harness", "nightly", "--ports", port, *small_night, "--out", str(night)], pythonpath)
     assert nightly.returncode == 1, nightly.stderr[-2000:]
     (page,) = night.glob("*/index.html")
@@ -131,7 +135,7 @@ def expected_count(spelling: str, where: str) -> set[int]:
     if spelling != "in-tree":
         return {1}
     if where == "nightly page":
-        # The nightly suite holds more DCP world-3 cases; the page shows the first ten.
+        # The night's DCP prefill group holds more world-3 cases; the page shows the first ten.
         return {10}
     # summary.md (and the terminal, which prints it) shows one line per distinct message.
     return {1, 2, 3} if where in ("summary.md", "gate terminal") else {3}

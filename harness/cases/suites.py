@@ -12,10 +12,16 @@ numeric preset, or a list of those; a group's optional ``families`` as for
 its cases whose legacy grid has rows without keys again under each non-default
 keyless-row behaviour). Case files with a ``numeric`` section are prefill cases too.
 
-Overriding a count (``--size`` for ``generate``, ``--numeric-size`` for ``merge``
-and ``prefill``) sets the first group's count to N; every later group scales with
-it, ``count * N // first count`` (rounded down), so a quick run keeps the suite's
-proportions and ``--size 0`` generates nothing.
+``--size N`` scales the whole suite: the first ``generate`` group gets N cases
+and every other part its share, ``count * N // that group's count`` (rounded
+down): later layout groups, the checked-in cases and both workspace grids (an
+evenly spaced subset of each, in their order), the sparse batches, and, unless
+``--numeric-size`` is given, every numeric group. While N > 0 each part keeps
+at least one item (its first group one case, a grid one configuration), so a
+quick run still reaches every level and kind of item; ``--size 0`` is empty. A
+suite without a ``generate`` group has no scale, and ``--size`` leaves it whole.
+``--numeric-size N`` sets the first group's count of ``merge``, ``prefill``,
+``topk_mask`` and ``sparse_prefill`` to N; their later groups scale with it.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.cases.fields import CaseError
 from harness.cases.files import load_cases
@@ -163,19 +170,56 @@ def _groups(spec: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return groups
 
 
-def _counts(groups: list[dict[str, Any]], override: int | None) -> list[int]:
-    """Each group's count; an override sets the first group's, and later groups
-    scale with it (rounded down)."""
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SuiteScale:
+    """What ``--size`` makes of a suite's counts: each is scaled by ``size /
+    full`` (``full``: the first ``generate`` group's count), rounded down, and a
+    part's first group keeps one item while ``size`` > 0. ``size`` None, or a
+    suite without generated cases (``full`` 0), leaves every count as it is."""
+
+    size: int | None
+    full: int
+
+    @property
+    def scaling(self) -> bool:
+        return self.size is not None and self.full > 0
+
+    def count(self, count: int, first: bool = False) -> int:
+        if self.size is None or not self.scaling:
+            return count
+        scaled = count * self.size // self.full
+        return max(scaled, 1) if first and self.size > 0 and count > 0 else scaled
+
+    def counts(self, groups: list[dict[str, Any]]) -> list[int]:
+        return [self.count(int(group["count"]), first=i == 0) for i, group in enumerate(groups)]
+
+    def subset(self, items: Sequence[T]) -> list[T]:
+        """An evenly spaced subset of ``items`` of their scaled count, in their order."""
+        keep = self.count(len(items), first=True)
+        return [items[i * len(items) // keep] for i in range(keep)] if keep < len(items) else list(items)
+
+
+def _counts(groups: list[dict[str, Any]], override: int) -> list[int]:
+    """Each group's count when the first group's is set to ``override``: later
+    groups scale with it (rounded down)."""
     counts = [int(group["count"]) for group in groups]
-    if override is None or not counts:
+    if not counts:
         return counts
     first = counts[0]
     return [override] + [count * override // first if first else 0 for count in counts[1:]]
 
 
+def _numeric_counts(groups: list[dict[str, Any]], numeric_size: int | None, scale: SuiteScale) -> list[int]:
+    return scale.counts(groups) if numeric_size is None else _counts(groups, numeric_size)
+
+
 def load_suite(name: str, size: int | None = None, numeric_size: int | None = None) -> Suite:
-    """``size`` overrides the generated layout case count, ``numeric_size`` the
-    merge and prefill case counts (the first group's; later groups scale with it).
+    """``size`` scales the suite (:class:`SuiteScale`: its first generated group
+    gets ``size`` cases, every other part its share), ``numeric_size`` sets the
+    numeric groups' first counts (later groups scale with it).
 
     A suite is a function of its arguments and of the files under ``cases/``
     (generation is seeded) and is immutable, so one process loads it once for
@@ -204,12 +248,13 @@ def _load_suite_once(name: str, size: int | None, numeric_size: int | None, file
             f"no suite named {name!r}{did_you_mean(name, definitions)} (known: {', '.join(sorted(definitions))})",
         )
     spec = definitions[name]
-    cases = load_cases([CASES_DIR / f for f in spec.get("files", [])])
     layout_groups = _groups(spec, "generate")
-    for group, count in zip(layout_groups, _counts(layout_groups, size), strict=True):
+    scale = SuiteScale(size, int(layout_groups[0]["count"]) if layout_groups else 0)
+    cases = scale.subset(load_cases([CASES_DIR / f for f in spec.get("files", [])]))
+    for group, count in zip(layout_groups, scale.counts(layout_groups), strict=True):
         cases += list(generate(group["seed"], count, group.get("families")))
     prefill_groups = _groups(spec, "prefill")
-    for group, count in zip(prefill_groups, _counts(prefill_groups, numeric_size), strict=True):
+    for group, count in zip(prefill_groups, _numeric_counts(prefill_groups, numeric_size, scale), strict=True):
         cases += list(
             generate_prefill(
                 group["seed"], count, group["preset"], group.get("keyless_per_family", 0), group.get("families")
@@ -217,32 +262,27 @@ def _load_suite_once(name: str, size: int | None, numeric_size: int | None, file
         )
     merge_cases: tuple[MergeCase, ...] = ()
     if "merge" in spec:
-        count = spec["merge"]["count"] if numeric_size is None else numeric_size
+        (count,) = _numeric_counts([spec["merge"]], numeric_size, scale)
         merge_cases = tuple(generate_merge(spec["merge"]["seed"], count))
     names = [c.name for c in cases]
     if len(set(names)) != len(names):
         duplicate = next(n for n in names if names.count(n) > 1)
         raise CaseError(str(SUITES_FILE), name, f"case name {duplicate!r} appears twice")
     grids = spec.get("workspace_grid", [])
-    grid = workspace_grids(grids if isinstance(grids, list) else [grids])
+    grid = tuple(scale.subset(workspace_grids(grids if isinstance(grids, list) else [grids])))
     sparse_groups = _groups(spec, "sparse")
     sparse_cases: list[SparseCase] = []
-    # --size scales the sparse batches as it scales every later layout group.
-    first_count = int(layout_groups[0]["count"]) if layout_groups else 0
-    # A reduced run keeps at least one sparse batch per group while it generates anything.
-    sparse_counts = [
-        int(g["count"]) if size is None or not first_count else max(int(g["count"]) * size // first_count, min(size, 1))
-        for g in sparse_groups
-    ]
-    for group, count in zip(sparse_groups, sparse_counts, strict=True):
+    for group, count in zip(sparse_groups, scale.counts(sparse_groups), strict=True):
         sparse_cases += generate_sparse(group["seed"], count, group.get("families"))
     # Sparse L3 cases are sparse batches too (compared at sparse-layout as well).
     sparse_prefill_groups = _groups(spec, "sparse_prefill")
-    for group, count in zip(sparse_prefill_groups, _counts(sparse_prefill_groups, numeric_size), strict=True):
+    for group, count in zip(
+        sparse_prefill_groups, _numeric_counts(sparse_prefill_groups, numeric_size, scale), strict=True
+    ):
         sparse_cases += generate_sparse_prefill(group["seed"], count, group.get("families"))
     mask_groups = _groups(spec, "topk_mask")
     mask_cases: list[TopkMaskCase] = []
-    for group, count in zip(mask_groups, _counts(mask_groups, numeric_size), strict=True):
+    for group, count in zip(mask_groups, _numeric_counts(mask_groups, numeric_size, scale), strict=True):
         mask_cases += generate_mask_cases(group["seed"], count, group.get("families"))
     # A generated item is input like any other: the validator refuses a bad one.
     from harness.cases.sparse_inputs import sparse_case_from_json, topk_mask_case_from_json
@@ -269,6 +309,7 @@ def _load_suite_once(name: str, size: int | None, numeric_size: int | None, file
     held = spec.get("mcdc", False)
     if not isinstance(held, bool):
         raise CaseError(str(SUITES_FILE), name, "field 'mcdc' must be true or false")
+    sparse_configs = scale.subset(sparse_configs)
     return Suite(
         name, tuple(cases), grid, merge_cases, tuple(sparse_cases), tuple(sparse_configs), tuple(mask_cases), held
     )

@@ -73,7 +73,12 @@ def register(sub: Any) -> None:
     )
     where.add_argument("--cases", nargs="+", metavar="FILE_OR_DIR", help="look the name up in these case files")
     p.add_argument(
-        "--size", type=non_negative_int, help="the suite's generated layout case count, as the run that printed it had"
+        "--size", type=non_negative_int, help="the suite's scale (its --size), as the run that printed it had"
+    )
+    p.add_argument(
+        "--numeric-size",
+        type=non_negative_int,
+        help="the suite's numeric group counts (its --numeric-size), as the night that printed it had",
     )
     p.add_argument(
         "--timeout", type=positive_seconds, default=DEFAULT_PORT_TIMEOUT_S, help="seconds a port call may take"
@@ -89,7 +94,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    resolved = resolve_item(args.case, args.suite, args.size, args.cases)
+    resolved = resolve_item(args.case, args.suite, args.size, args.cases, args.numeric_size)
     kinds = diff_kinds(resolved, args.case, args.level)  # refuse an empty selection before any work
     json_path = Path(args.json) if args.json else None
     if json_path is not None and not json_path.parent.is_dir():

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.commands.common import EXIT_DIVERGENT, EXIT_PARITY, EXIT_USAGE, write_output
-from harness.commands.options import DefaultsHelpFormatter, level_choice, non_negative_int
+from harness.commands.options import SIZE_HELP, DefaultsHelpFormatter, level_choice, non_negative_int
 from harness.engine import UsageError, close_port
 from harness.sides.items import LEVELS, selected_levels
 
@@ -57,9 +57,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--out", default=str(DEFAULT_OUT), help="folder for <date>.md and <date>.json")
     p.add_argument("--suite", default="ci", help=f"suite for the parity part: one of {', '.join(suite_names())}")
-    p.add_argument(
-        "--size", type=non_negative_int, help="number of generated layout cases (overrides the suite's count)"
-    )
+    p.add_argument("--size", type=non_negative_int, help=SIZE_HELP)
     p.add_argument(
         "--level", type=level_choice, choices=(*LEVELS, "all"), default="all", help="parity level(s) to compare"
     )

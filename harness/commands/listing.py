@@ -7,7 +7,7 @@ from typing import Any
 
 from harness.cases.suites import load_suite, suite_names
 from harness.commands.common import EXIT_PARITY
-from harness.commands.options import PORT_FORMS, non_negative_int
+from harness.commands.options import PORT_FORMS, SIZE_HELP, non_negative_int
 from harness.engine import UsageError
 
 WHAT = ("suites", "cases", "mutants", "ports")
@@ -17,7 +17,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("list", help="the suites, a suite's items, the mutants or the port forms, one per line")
     p.add_argument("what", choices=WHAT, help="what to list")
     p.add_argument("--suite", default="smoke", help="for `list cases`: the suite whose items to list (default smoke)")
-    p.add_argument("--size", type=non_negative_int, help="for `list cases`: generated layout cases (the suite's count)")
+    p.add_argument("--size", type=non_negative_int, help="for `list cases`: " + SIZE_HELP)
     p.set_defaults(func=cmd_list)
 
 

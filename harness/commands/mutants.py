@@ -13,7 +13,14 @@ from harness.commands.common import (
     open_command_oracle,
     run_request,
 )
-from harness.commands.options import jobs_options, level_choice, non_negative_int, oracle_options, positive_seconds
+from harness.commands.options import (
+    SIZE_HELP,
+    jobs_options,
+    level_choice,
+    non_negative_int,
+    oracle_options,
+    positive_seconds,
+)
 from harness.engine import (
     UsageError,
     guarded_shrink,
@@ -29,7 +36,7 @@ from harness.sides.items import LEVELS, selected_levels
 def register(sub: Any) -> None:
     p_mutants = sub.add_parser("mutants", help="run the seeded mutant ports; write the kill matrix")
     p_mutants.add_argument("--suite", default="ci", help="suite to kill them with (default ci)")
-    p_mutants.add_argument("--size", type=non_negative_int, help="generated layout cases (overrides the suite's count)")
+    p_mutants.add_argument("--size", type=non_negative_int, help=SIZE_HELP)
     p_mutants.add_argument(
         "--level", type=level_choice, choices=(*LEVELS, "all"), default="all", help="parity level(s)"
     )

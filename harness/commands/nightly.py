@@ -11,6 +11,7 @@ from typing import Any
 from harness.cases.suites import Suite, load_suite
 from harness.commands.common import EXIT_USAGE, open_command_oracle, run_request
 from harness.commands.options import (
+    SIZE_HELP,
     jobs_options,
     level_choice,
     non_negative_int,
@@ -42,9 +43,12 @@ from harness.sides.runner import Shard, count_items
 
 def register(sub: Any) -> None:
     p_nightly = sub.add_parser("nightly", help="every port over the nightly suite; HTML and Markdown report")
-    p_nightly.add_argument("--size", type=non_negative_int, help="generated layout cases (default: the suite's 50,000)")
+    p_nightly.add_argument("--size", type=non_negative_int, help=SIZE_HELP + " (default: the suite's 50,000)")
     p_nightly.add_argument(
-        "--numeric-size", type=non_negative_int, help="merge and prefill cases (default: the suite's)"
+        "--numeric-size",
+        type=non_negative_int,
+        help="the first merge, prefill, top-k mask and sparse L3 group's count; later groups scale with it "
+        "(default: --size's share of the suite's)",
     )
     p_nightly.add_argument(
         "--level", type=level_choice, choices=(*LEVELS, "all"), default="all", help="parity level(s) to check"

@@ -23,6 +23,11 @@ PORT_FORMS = (
     ("package.module:attr", "a Python port object importable from the working directory"),
 )
 PORT_HELP = "the port under test: " + "; ".join(f"{form} ({meaning})" for form, meaning in PORT_FORMS)
+# --size, as every command that loads a suite takes it (harness/cases/suites.py, SuiteScale).
+SIZE_HELP = (
+    "the suite's scale: N generated layout cases, and every other part of the suite (its case files, "
+    "workspace grids, sparse batches and numeric groups) its share, at least one item each while N > 0"
+)
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -104,9 +109,7 @@ def selection_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE_OR_DIR",
         help="case files, sparse item files or folders of them instead of a suite (each file read by its kind)",
     )
-    p.add_argument(
-        "--size", type=non_negative_int, help="number of generated layout cases (overrides the suite's count)"
-    )
+    p.add_argument("--size", type=non_negative_int, help=SIZE_HELP)
     p.add_argument(
         "--level", type=level_choice, choices=(*LEVELS, "all"), default="all", help="parity level(s) to check"
     )

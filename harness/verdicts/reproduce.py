@@ -5,7 +5,8 @@ What :func:`resolve_item` accepts (``parity diff``'s CASE):
 
 - an id as outputs print it (:func:`printed_id`), carrying what defines the
   item: ``SUITE/NAME[KIND]`` (``ci/skew-0031[prefill]``), with the generated
-  size when the run set one (``nightly:size=200/skew-0031[layout]``), or for a
+  sizes when the run set them (``nightly:size=200/skew-0031[layout]``,
+  ``nightly:size=0:numeric-size=8/numeric-dcp-0003[prefill]``), or for a
   ``--cases`` run ``FILE.json:NAME[KIND]``; a workspace item's name may drop its
   ``workspace/`` prefix (the plugin's ``smoke/len2048-seqs1-blk16-dcp4x64[workspace]``);
 - a results table's bare id ``NAME[KIND]`` (``skew-0031[prefill]``,
@@ -142,10 +143,14 @@ def _known_suites() -> list[str]:
 
 
 def resolve_item(
-    spec: str, suite: str | None = None, size: int | None = None, case_paths: Sequence[str] | None = None
+    spec: str,
+    suite: str | None = None,
+    size: int | None = None,
+    case_paths: Sequence[str] | None = None,
+    numeric_size: int | None = None,
 ) -> ResolvedItem:
     """The item ``spec`` names (see the module docstring). ``suite`` is
-    ``--suite``, ``size`` its ``--size``; ``case_paths`` (``--cases``) replace
+    ``--suite``, ``size`` its ``--size``, ``numeric_size`` its ``--numeric-size``; ``case_paths`` (``--cases``) replace
     the suites as where names are looked up. Raises :class:`CaseError` (one
     line, exit 2) for anything it cannot name exactly one item of."""
     path = Path(spec)
@@ -165,13 +170,14 @@ def resolve_item(
         if not Path(file).is_file():
             raise CaseError(file, None, "no such file")
         return resolve_item(f"{case_name}[{wanted}]" if wanted else case_name, None, None, [file])
-    id_suite, id_size, name = _split_suite(name, spec)
+    id_suite, id_sizes, name = _split_suite(name, spec)
     if id_suite and suite and id_suite != suite:
         raise CaseError(spec, None, f"names suite {id_suite} but --suite is {suite}")
-    if id_size is not None and size is not None and id_size != size:
-        raise CaseError(spec, None, f"names size {id_size} but --size is {size}")
+    for option, given, in_id in zip(("--size", "--numeric-size"), (size, numeric_size), id_sizes, strict=True):
+        if in_id is not None and given is not None and in_id != given:
+            raise CaseError(spec, None, f"names {option.removeprefix('--')} {in_id} but {option} is {given}")
     suite = suite or id_suite
-    size = size if size is not None else id_size
+    sizes = (size if size is not None else id_sizes[0], numeric_size if numeric_size is not None else id_sizes[1])
     # A configuration is named by its fields: its name is the item.
     # A kind named only so (no file or suite holds it by another name) says its form when asked for.
     named = (
@@ -185,7 +191,7 @@ def resolve_item(
         if form is not None and wanted == config_kind:
             raise CaseError(spec, None, f"is not a {config_kind} item name ({form})")
     matches: list[ResolvedItem] = []
-    for where, lookup in _lookups(suite, size, case_paths):
+    for where, lookup in _lookups(suite, sizes, case_paths):
         found = lookup(name, wanted)
         if found is not None:
             kind, item = found
@@ -206,47 +212,59 @@ def resolve_item(
         if suite
         else f"suite {' or '.join(DEFAULT_SUITES)}"
     )
-    near = did_you_mean(name, _names_in(suite, size, case_paths))
+    near = did_you_mean(name, _names_in(suite, sizes, case_paths))
     raise CaseError(name, None, f"no such case file, and no item or case file stem of that name in {places}{near}")
 
 
-def _names_in(suite: str | None, size: int | None, case_paths: Sequence[str] | None) -> list[str]:
+# A suite's ``--size`` and ``--numeric-size`` (None: the suite's own).
+Sizes = tuple[int | None, int | None]
+
+
+def _names_in(suite: str | None, sizes: Sizes, case_paths: Sequence[str] | None) -> list[str]:
     """Every item name where :func:`_lookups` looked (for a near miss)."""
     if case_paths:
         held = load_run_files([Path(p) for p in case_paths])
         return [item.name for item in held.items()]
     names: list[str] = []
     for name in [suite] if suite else list(DEFAULT_SUITES):
-        cases, merge_cases, sparse = _suite_items(name, size)
+        cases, merge_cases, sparse = _suite_items(name, sizes)
         names += [item.name for item in (*cases, *merge_cases, *sparse)]
     return names
 
 
-_SIZED_SUITE = re.compile(r"^(?P<suite>[^/:]+):size=(?P<size>\d+)$")
+_SIZED_SUITE = re.compile(r"^(?P<suite>[^/:]+)(?::size=(?P<size>\d+))?(?::numeric-size=(?P<numeric>\d+))?$")
 
 
-def _split_suite(name: str, spec: str) -> tuple[str | None, int | None, str]:
-    """``SUITE/NAME`` or ``SUITE:size=N/NAME`` into (suite, size, name); a name
-    without a known suite in front is (None, None, name)."""
+def _split_suite(name: str, spec: str) -> tuple[str | None, Sizes, str]:
+    """``SUITE/NAME``, ``SUITE:size=N/NAME`` or ``SUITE:size=N:numeric-size=M/NAME``
+    into (suite, (size, numeric size), name); a name without a known suite in
+    front is (None, (None, None), name)."""
     head, sep, rest = name.partition("/")
     if not sep:
-        return None, None, name
-    sized = _SIZED_SUITE.match(head)
-    suite, size = (sized["suite"], int(sized["size"])) if sized else (head, None)
+        return None, (None, None), name
+    matched = _SIZED_SUITE.match(head)
+    if matched is None:
+        return None, (None, None), name
+    suite, size, numeric = matched["suite"], matched["size"], matched["numeric"]
+    sized = size is not None or numeric is not None
     if suite not in _known_suites():
         if sized:
             raise CaseError(spec, None, f"names no suite {suite!r} (known: {', '.join(_known_suites())})")
-        return None, None, name
+        return None, (None, None), name
     if not rest:
         raise CaseError(spec, None, f"names suite {suite} but no item in it")
-    return suite, size, rest
+    return suite, (None if size is None else int(size), None if numeric is None else int(numeric)), rest
 
 
 def printed_id(
-    item_id: str, suite: str | None, size: int | None = None, case_paths: Sequence[str] | None = None
+    item_id: str,
+    suite: str | None,
+    size: int | None = None,
+    case_paths: Sequence[str] | None = None,
+    numeric_size: int | None = None,
 ) -> str:
     """An item id as outputs print it, carrying what defines the item: its
-    suite and generated size (``ci/skew-0031[layout]``,
+    suite and the sizes it was generated at (``ci/skew-0031[layout]``,
     ``nightly:size=200/skew-0031[layout]``), or for a ``--cases`` run its case
     file (``cases/x.json:NAME[layout]``). :func:`resolve_item` reads each back
     to the same item. A workspace item's name keeps its ``workspace/`` prefix."""
@@ -256,7 +274,9 @@ def printed_id(
         return f"{holder[0]}:{item_id}" if holder else item_id
     if suite is None:
         return item_id
-    return f"{suite}{'' if size is None else f':size={size}'}/{item_id}"
+    sized = "" if size is None else f":size={size}"
+    sized += "" if numeric_size is None else f":numeric-size={numeric_size}"
+    return f"{suite}{sized}/{item_id}"
 
 
 def _from_file(path: Path, wanted: str | None) -> ResolvedItem:
@@ -275,7 +295,7 @@ def _from_file(path: Path, wanted: str | None) -> ResolvedItem:
 Lookup = Callable[[str, str | None], tuple[str, Item] | None]
 
 
-def _lookups(suite: str | None, size: int | None, case_paths: Sequence[str] | None) -> Iterator[tuple[str, Lookup]]:
+def _lookups(suite: str | None, sizes: Sizes, case_paths: Sequence[str] | None) -> Iterator[tuple[str, Lookup]]:
     """Where a name is looked up, in order; each place is loaded only when reached
     (a bare name is looked up in every default place, to refuse an ambiguous one)."""
     if case_paths:
@@ -283,26 +303,26 @@ def _lookups(suite: str | None, size: int | None, case_paths: Sequence[str] | No
         yield f"--cases {' '.join(case_paths)}", _in_cases(list(held.cases), [], [*held.sparse_cases, *held.mask_cases])
         return
     suites = [suite] if suite else list(DEFAULT_SUITES)
-    yield f"suite {suites[0]}", _in_suite(suites[0], size)
+    yield f"suite {suites[0]}", _in_suite(suites[0], sizes)
     yield "the case files under cases/", _by_stem
     for other in suites[1:]:
-        yield f"suite {other}", _in_suite(other, size)
+        yield f"suite {other}", _in_suite(other, sizes)
 
 
 @functools.lru_cache(maxsize=4)
-def _suite_items(name: str, size: int | None) -> tuple[list[Case], list[MergeCase], list[Any]]:
+def _suite_items(name: str, sizes: Sizes) -> tuple[list[Case], list[MergeCase], list[Any]]:
     """A suite's cases, merge cases and sparse items, loaded once per process
     (suites are deterministic; resolving many ids must not regenerate one per id)."""
     from harness.cases.suites import load_suite
 
-    loaded = load_suite(name, size=size)
+    loaded = load_suite(name, size=sizes[0], numeric_size=sizes[1])
     sparse = [*loaded.sparse_cases, *loaded.mask_cases]
     return list(loaded.cases), list(loaded.merge_cases), sparse
 
 
-def _in_suite(name: str, size: int | None) -> Lookup:
+def _in_suite(name: str, sizes: Sizes) -> Lookup:
     def lookup(item_name: str, wanted: str | None) -> tuple[str, Item] | None:
-        return _in_cases(*_suite_items(name, size))(item_name, wanted)
+        return _in_cases(*_suite_items(name, sizes))(item_name, wanted)
 
     return lookup
 
@@ -503,6 +523,7 @@ def reproduce_command(
     device: str = "cpu",
     *,
     size: int | None = None,
+    numeric_size: int | None = None,
     case_paths: Sequence[str] | None = None,
     allow_oracle_drift: bool = False,
     timeout_s: float | None = None,
@@ -513,7 +534,7 @@ def reproduce_command(
     item ``name`` (a bare name or its id ``NAME[KIND]``) of kind ``kind`` again
     as the run did: ``port_spec`` exactly as ``--port`` was given, ``suite`` the
     run's suite (:data:`CASES_SUITE` for a ``--cases`` run, whose
-    ``case_paths`` locate the case's file), its ``--size``, ``device`` and
+    ``case_paths`` locate the case's file), its ``--size`` and ``--numeric-size``, ``device`` and
     drift override, its ``--timeout`` when it was not the default (a port
     that needed longer, or was stopped sooner, is diffed with the same limit),
     and its ``--oracle`` (``vllm==X``) when that is not the pin.
@@ -538,6 +559,8 @@ def reproduce_command(
             argv += ["--suite", suite]
         if size is not None:
             argv += ["--size", str(size)]
+        if numeric_size is not None:
+            argv += ["--numeric-size", str(numeric_size)]
     argv += ["--port", port_spec, "--level", level_of(kind)]
     if device != "cpu":
         argv += ["--device", device]
@@ -577,6 +600,7 @@ def reproduce_from_meta(name: str, kind: str, meta: dict[str, Any]) -> str:
         meta.get("port_spec") or meta["port"],
         meta.get("device") or "cpu",
         size=meta.get("size"),
+        numeric_size=meta.get("numeric_size"),
         case_paths=meta.get("cases"),
         allow_oracle_drift=bool(meta.get("oracle_drift_overridden")),
         timeout_s=meta.get("timeout"),
