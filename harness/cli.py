@@ -28,8 +28,8 @@ def version_line() -> str:
     distribution may be another checkout's, or none), its commit, and the pin."""
     import tomllib
 
+    from harness.verdicts.launch import harness_root
     from harness.verdicts.provenance import repository_state
-    from harness.verdicts.reproduce import harness_root
     from oracle.pin import load_pin
 
     with (harness_root() / "pyproject.toml").open("rb") as project:

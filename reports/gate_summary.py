@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.sides.items import DIVERGENT, ORACLE_ERROR, PARITY, PORT_ERROR
-from harness.verdicts.reproduce import PORT_DIR_NOTE, printed_id, reproduce_from_meta, shell_join, uses_port_dir
+from harness.verdicts.launch import PORT_DIR_NOTE, shell_join, uses_port_dir
+from harness.verdicts.reproduce import printed_id, reproduce_from_meta
 from harness.verdicts.summary import layout_causes, message_groups
 from reports.failure_text import failure_lines
 from reports.run_summary import numeric_text

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from harness.sides.items import NOT_RUN, ORACLE_ERROR
 from harness.verdicts.baseline import EXPECTED, NEW
-from harness.verdicts.reproduce import PORT_DIR_NOTE, printed_id, reproduce_from_meta, shell_join, uses_port_dir
+from harness.verdicts.launch import PORT_DIR_NOTE, shell_join, uses_port_dir
+from harness.verdicts.reproduce import printed_id, reproduce_from_meta
 from harness.verdicts.summary import layout_causes
 from reports.failure_text import failure_lines
 

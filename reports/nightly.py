@@ -40,7 +40,7 @@ import pandas as pd
 
 from harness.night.data import Night, judges_explore, night_verdict
 from harness.night.gpu_report import gpu_report_date
-from harness.verdicts.reproduce import PORT_DIR_NOTE, uses_port_dir
+from harness.verdicts.launch import PORT_DIR_NOTE, uses_port_dir
 from reports.coverage import headline, table_rows
 from reports.coverage import render_markdown as coverage_markdown
 from reports.drift_report import upstream_since_pin
@@ -143,7 +143,7 @@ def machine_line(environment: dict[str, Any]) -> str:
 def shown_path(path: Path | str) -> str:
     """A report's path as the page names it: relative to the harness's checkout when
     inside it (the same on every machine), else as it is."""
-    from harness.verdicts.reproduce import harness_root
+    from harness.verdicts.launch import harness_root
 
     resolved = Path(path).resolve()
     root = harness_root()
@@ -191,15 +191,19 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
     if banner:
         parts.append(f'<p class="banner incomplete" id="incomplete">{html.escape(banner)}</p>')
     ports = ports_table(night, history)
-    # A port's failing counts link to its failing items, each beside its reproduce command.
-    failing_at = {
-        str(p.port): anchor("failing", p.port) for p in night.ports if not failing_items(p, night=night).empty
-    }
+    # A port's new count links to its failing items, each beside its reproduce command;
+    # its first failing item (the first new one) links to that item's row.
+    failing = {str(p.port): failing_items(p, night=night) for p in night.ports}
+    first = [failing[str(port)]["id"].iloc[0] if not failing[str(port)].empty else "-" for port in ports["port"]]
+    ports.insert(list(ports.columns).index("verdict") + 1, "first failing", first)
 
     def failing_link(row: int, column: str, value: Any) -> str | None:
         port = str(ports.iloc[row]["port"])
-        wanted = column == "new"
-        return f"#{failing_at[port]}" if wanted and value and port in failing_at else None
+        if failing[port].empty or not value:
+            return None
+        if column == "new":
+            return f"#{anchor('failing', port)}"
+        return f"#{anchor('item', port, str(value))}" if column == "first failing" else None
 
     parts += [
         "<h2>Ports tonight, against their baselines</h2>",

@@ -8,7 +8,7 @@ from typing import Any
 from harness.compare.ulp_text import histogram_text, max_distance_text, ulp_of_larger_text
 from harness.model.levels import count_key, counted_as, kind_specs
 from harness.sides.items import DIVERGENT, NOT_RUN, ORACLE_ERROR, PARITY, PORT_ERROR
-from harness.verdicts.reproduce import PORT_DIR_NOTE, uses_port_dir
+from harness.verdicts.launch import PORT_DIR_NOTE, uses_port_dir
 
 
 def numeric_text(numeric: dict[str, Any]) -> str:

@@ -119,7 +119,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # runs and xdist workers it starts), never the user's.
     if "PARITY_ORACLE_CACHE" not in os.environ:
         os.environ["PARITY_ORACLE_CACHE"] = tempfile.mkdtemp(prefix="parity-test-oracle-cache-")
-    # Printed lines name a port's checkout $PORT_DIR on a CI runner (harness/verdicts/reproduce.py):
+    # Printed lines name a port's checkout $PORT_DIR on a CI runner (harness/verdicts/launch.py):
     # the tests paste lines into fresh shells, the same on CI as here; the test of CI's lines sets CI itself.
     os.environ.pop("CI", None)
     # The recipe (TRITON_INTERPRET among it) before anything imports Triton or vLLM.

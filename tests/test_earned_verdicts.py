@@ -252,7 +252,7 @@ def test_nightly_merge_refuses_shards_of_another_device(tmp_path: Path, capsys: 
     shards = []
     for k in (1, 2):
         out = tmp_path / f"night{k}"
-        argv = ["nightly", "--size", "0", "--numeric-size", "0", "--level", "layout", "--ports", "per_request"]
+        argv = ["nightly", "--size", "20", "--numeric-size", "0", "--level", "layout", "--ports", "per_request"]
         main([*argv, "--skip-mutants", "--explore-budget-s", "0", "--shard", f"{k}/2", "--out", str(out),
               "--date", "2026-01-01"])  # fmt: skip
         shards.append(out / "2026-01-01")
@@ -396,7 +396,7 @@ def test_a_port_calling_pytest_skip_fails_in_the_plugin() -> None:
 
 
 def test_nightly_shards_must_add_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["nightly", "--size", "0", "--numeric-size", "0", "--level", "layout", "--ports", "per_request",
+    argv = ["nightly", "--size", "20", "--numeric-size", "0", "--level", "layout", "--ports", "per_request",
             "--skip-mutants", "--explore-budget-s", "0", "--shard", "1/2", "--out", str(tmp_path / "n1"),
             "--date", "2026-01-01"]  # fmt: skip
     main(argv)

@@ -28,7 +28,7 @@ from harness.search.explore_strategies import layout_cases
 from harness.sides.items import PARITY
 from harness.sides.loading import load_port
 from harness.sides.runner import compare_case
-from harness.verdicts.reproduce import program_words
+from harness.verdicts.launch import program_words
 from tests.explore_ports import RANKS_PER_NODE
 
 PLANTED = "tests.explore_ports:NODE_RANK_TABLE"

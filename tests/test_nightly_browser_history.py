@@ -80,9 +80,11 @@ def test_since_links_and_a_small_drop_on_the_page(tmp_path: Path) -> None:
     assert seen["problems"] == []
     since = {port: (text, cls) for port, text, cls in seen["since"]}
     assert since["equal_share"] == ("failing since 2026-11-26 (3 nights)", "fail")
-    # The failing count links to the port's failing items; each item's row is an anchor of its own.
-    [to_failing] = [link for link in seen["links"] if link["table"] == "ports"]
+    # The failing count links to the port's failing items, its first failing item to that
+    # item's row (which holds its reproduce command); each item's row is an anchor of its own.
+    to_failing, to_first = [link for link in seen["links"] if link["table"] == "ports"]
     assert to_failing["href"] == "#failing-equal_share" and to_failing["target"]
+    assert to_first["href"] == f"#{seen['failing_rows'][0][0]}" and to_first["target"], to_first
     assert seen["landed"][:2] == ["#failing-equal_share", True], seen["landed"]
     rows = seen["failing_rows"]
     assert rows and all(row_id and href == f"#{row_id}" and command.strip() for row_id, href, command in rows)

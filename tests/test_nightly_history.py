@@ -58,7 +58,7 @@ def test_a_small_drop_of_one_port_is_drawn_apart_from_100_percent_beside_a_worse
 
 def test_a_report_inside_the_checkout_is_named_relative_to_it() -> None:
     """The page names the drift and GPU reports it read the same on every machine."""
-    from harness.verdicts.reproduce import harness_root
+    from harness.verdicts.launch import harness_root
     from reports.nightly import shown_path
 
     assert shown_path(harness_root() / "reports" / "drift" / "2026-12-04.json") == "reports/drift/2026-12-04.json"

@@ -575,7 +575,7 @@ def test_kill_matrix_cells_are_na_where_no_item_reaches_the_fault() -> None:
 
 
 def test_every_failing_item_has_its_reproduce_command() -> None:
-    from harness.verdicts.reproduce import program_words
+    from harness.verdicts.launch import program_words
 
     night = night_of(port_night("equal_share", legacy_rows()))
     night.suite = "nightly"

@@ -262,7 +262,7 @@ def test_the_help_states_the_accepted_size_and_every_option_needs_a_suite() -> N
     assert proc.returncode == 0, proc.stderr[-2000:]
     help_text = " ".join(proc.stdout.split())
     size_help = help_text.partition("--parity-size=N ")[2]
-    assert size_help.startswith("generated layout cases, >= 0"), size_help[:200]
+    assert size_help.startswith("the suite's scale, >= 0"), size_help[:200]
     # An option added later is refused without a suite too, or this fails.
     assert set(re.findall(r"--parity-[a-z-]+", help_text)) == {SUITE_OPTION, *OPTIONS_NEEDING_A_SUITE}
 

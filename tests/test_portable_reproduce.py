@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.verdicts.reproduce import PORT_DIR_NOTE, harness_root, program_words
+from harness.verdicts.launch import PORT_DIR_NOTE, harness_root, program_words
 
 ROOT = Path(__file__).resolve().parent.parent
 # A port package of its own: the harness's unaligned-split mutant under another name.
@@ -61,7 +61,7 @@ def test_a_built_in_ports_lines_carry_none_of_the_callers_paths(port: str, monke
 
 
 def test_a_port_dir_word_expands_only_the_variable() -> None:
-    from harness.verdicts.reproduce import shell_join
+    from harness.verdicts.launch import shell_join
 
     line = shell_join(["env", 'PYTHONPATH=$PORT_DIR:/odd$path"x', "a b"])
     echoed = subprocess.run(

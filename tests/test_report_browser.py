@@ -166,7 +166,7 @@ def check_colours(seen: dict[str, Any]) -> None:
 
 def check_reproduce(seen: dict[str, Any], table: pd.DataFrame, port: str) -> list[tuple[str, list[str]]]:
     """The port's failing items each with the command that compares it again
-    (its name, the suite, the night's --size, the port, its level), copyable with
+    (its name, the suite, the night's --size and --numeric-size, the port, its level), copyable with
     one click; per item, its id and its command as an argument list."""
     [shown] = [t for t in seen["tables"] if t["id"] == f"failing-{port}"]
     assert shown["columns"] == ["id", "status", "baseline", "why", "reproduce"]
@@ -176,11 +176,13 @@ def check_reproduce(seen: dict[str, Any], table: pd.DataFrame, port: str) -> lis
     commands = []
     for row in shown["rows"]:
         shown_id, command = row[0]["text"], row[-1]["text"]
-        assert shown_id.startswith("nightly:size=20/"), shown_id  # an id carries the night's suite and size
-        item = shown_id.removeprefix("nightly:size=20/")
+        # An id carries the night's suite and sizes.
+        assert shown_id.startswith("nightly:size=20:numeric-size=8/"), shown_id
+        item = shown_id.removeprefix("nightly:size=20:numeric-size=8/")
         argv = shlex.split(command)
         assert row[-1]["cls"] == "reproduce" and argv[argv.index("-m") + 1 :][:2] == ["harness", "diff"], command
-        expected = [names[item], "--suite", "nightly", "--size", "20", "--port", port, "--level", levels[item]]
+        expected = [names[item], "--suite", "nightly", "--size", "20", "--numeric-size", "8", "--port", port]
+        expected += ["--level", levels[item]]
         assert argv[argv.index("diff") + 1 :] == expected, command
         commands.append((item, argv))
     assert commands and set(seen["copyable"]) == {"all"}

@@ -21,13 +21,8 @@ from harness.commands.diff import diff_kinds
 from harness.model import WorkspaceConfig
 from harness.sides.items import LEVELS
 from harness.sides.runner import plan_items
-from harness.verdicts.reproduce import (
-    CASES_SUITE,
-    printed_id,
-    program_words,
-    reproduce_command,
-    resolve_item,
-)
+from harness.verdicts.launch import program_words
+from harness.verdicts.reproduce import CASES_SUITE, printed_id, reproduce_command, resolve_item
 from harness.verdicts.summary import message_groups
 from ports.per_request import PerRequestPort
 from tests.conftest import make_case

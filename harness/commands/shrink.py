@@ -35,7 +35,8 @@ def cmd_shrink(args: argparse.Namespace) -> int:
     """Reduce a divergent case to a minimal one that diverges the same way."""
     from harness.cases.files import write_case_file
     from harness.search.shrink import checker, describe_case, shrink
-    from harness.verdicts.reproduce import program_words, resolve_item, shell_join
+    from harness.verdicts.launch import program_words, shell_join
+    from harness.verdicts.reproduce import resolve_item
 
     resolved = resolve_item(args.case, args.suite)
     case = resolved.item

@@ -89,7 +89,7 @@ def reproduce_meta(request: RunRequest, suite: str, provenance: dict[str, Any]) 
     """What a run's reproduce lines are made from (:func:`harness.verdicts.reproduce.reproduce_from_meta`):
     the options that define its items and how they were compared, and how a
     pasted line starts (``launch``: the interpreter and PYTHONPATH this run used)."""
-    from harness.verdicts.reproduce import program_words
+    from harness.verdicts.launch import program_words
 
     return {
         "suite": suite,

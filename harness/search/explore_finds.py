@@ -37,7 +37,7 @@ from harness.search.explore_results import Find
 from harness.search.explore_strategies import MERGE_NAMING, Property
 from harness.search.shrink import signature
 from harness.sides.items import CaseResult, printable
-from harness.verdicts.reproduce import program_words, shell_join
+from harness.verdicts.launch import program_words, shell_join
 
 FINDS_DIR = "finds"
 
