@@ -163,6 +163,12 @@ def _failing_html(port: str, failing: pd.DataFrame) -> str:
     return html_table(failing, anchor("failing", port), "failing", failing_cell_class, cell_link=link, row_id=row_id)
 
 
+def _first_new(failing: pd.DataFrame) -> str:
+    """A port's first new failing item (its failing items list new ones first), or "-"."""
+    new = failing[failing["baseline"] == "new"]
+    return str(new["id"].iloc[0]) if not new.empty else "-"
+
+
 def render_html(night: Night, history: pd.DataFrame) -> str:
     verdict = night_verdict(night)
     css_class = {"PASS": "pass", "FAIL": "fail"}.get(verdict, "incomplete")
@@ -194,12 +200,12 @@ def render_html(night: Night, history: pd.DataFrame) -> str:
     # A port's new count links to its failing items, each beside its reproduce command;
     # its first failing item (the first new one) links to that item's row.
     failing = {str(p.port): failing_items(p, night=night) for p in night.ports}
-    first = [failing[str(port)]["id"].iloc[0] if not failing[str(port)].empty else "-" for port in ports["port"]]
+    first = [_first_new(failing[str(port)]) for port in ports["port"]]
     ports.insert(list(ports.columns).index("verdict") + 1, "first failing", first)
 
     def failing_link(row: int, column: str, value: Any) -> str | None:
         port = str(ports.iloc[row]["port"])
-        if failing[port].empty or not value:
+        if failing[port].empty or not value or value == "-":
             return None
         if column == "new":
             return f"#{anchor('failing', port)}"

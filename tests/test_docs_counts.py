@@ -132,6 +132,12 @@ def _baseline_level(level: str) -> list[int]:
     return [len(_baseline_entries(level)), len(_baseline_entries(level, "divergent")), len(errors), counted]
 
 
+def _hung_after() -> int:
+    from harness.sides.work_box import HUNG_AFTER
+
+    return HUNG_AFTER
+
+
 def _condition_mutants() -> int:
     from ports.mutants.conditions import CONDITION_MUTANTS
 
@@ -249,6 +255,30 @@ CLAIMS: list[tuple[str, str, Callable[[], Sequence[int]]]] = [
     ),
     ("docs/sparse.md", rf"ci adds the first {NUMBER} batches of `sparse-l3-rows`", lambda: [_sparse_l3_rows_in("ci")]),
     ("docs/sparse.md", rf"the nightly all {NUMBER} \(the fifth", lambda: [_sparse_l3_rows_in("nightly")]),
+    (
+        "docs/gate.md",
+        rf"the ci suite this way: {NUMBER} family entries: {NUMBER} at layout \({NUMBER} divergent, .*?; {NUMBER}"
+        rf" port-error counting {NUMBER} items, .*?{NUMBER} at prefill \({NUMBER} divergent; {NUMBER} port-error"
+        rf" counting {NUMBER} items\), {NUMBER} at sparse-layout \({NUMBER} divergent, {NUMBER} port-error counting"
+        rf" {NUMBER} items\) and {NUMBER} at sparse-prefill \({NUMBER} divergent, {NUMBER} port-error counting"
+        rf" {NUMBER} items\)",
+        lambda: [
+            sum(len(_baseline_entries(level)) for level in ("layout", "prefill", "sparse-layout", "sparse-prefill")),
+            *_baseline_level("layout"),
+            *_baseline_level("prefill"),
+            *_baseline_level("sparse-layout"),
+            *_baseline_level("sparse-prefill"),
+        ],
+    ),
+    ("docs/search.md", rf"{NUMBER} of them are the per-condition mutants", lambda: [_condition_mutants()]),
+    ("docs/commands.md", rf"A port whose calls time out on {NUMBER} items", lambda: [_hung_after()]),
+    ("docs/bad-input.md", rf"after {NUMBER} items in a row it is declared hung", lambda: [_hung_after()]),
+    ("docs/sparse.md", rf"the {NUMBER} batches of `sparse-decisions`", lambda: [_first_count("ci", "sparse")]),
+    (
+        "docs/search.md",
+        rf"`harness/cases/sparse_decisions.py`\), {NUMBER} batches",
+        lambda: [_first_count("ci", "sparse")],
+    ),
     (
         "docs/levels.md",
         rf"the ci suite holds {NUMBER} generated DCP prefill cases",

@@ -55,6 +55,16 @@ def test_every_module_named_resolves(page: str, dotted: str) -> None:
     assert _resolves(dotted), f"{page} names {dotted}, which no module or attribute of this tree is"
 
 
+# Any address out of the repository, as a link, a bare URL, an autolink or a reference definition.
+ADDRESS = re.compile(r"((?:https?|ftp|mailto):[^\s)>\]`'\"]+)")
+
+
+@pytest.mark.parametrize("page", [str(page.relative_to(ROOT)) for page in PAGES])
+def test_no_page_points_out_of_the_repository(page: str) -> None:
+    found = ADDRESS.findall((ROOT / page).read_text(encoding="utf-8"))
+    assert not found, f"{page} points out of the repository: {found}"
+
+
 @pytest.mark.parametrize(("page", "target"), mentions(LINK))
 def test_every_relative_link_resolves(page: str, target: str) -> None:
     assert "://" not in target and not target.startswith("mailto:"), f"{page} links out of the repository: {target}"

@@ -412,3 +412,10 @@ def test_the_harness_commands_parse(job_name: str, baseline: bool, tmp_path: Pat
                 assert port == workflow()["env"]["PORT"] == args.ports
                 given = file
             assert given.startswith(port_file) and given.endswith(expected_file), given
+
+
+def test_the_workflows_port_is_the_recipes() -> None:
+    """The example workflow's PORT placeholder is the port the recipe gates (docs/gate-your-own-port.md)."""
+    recipe = (ROOT / "docs" / "gate-your-own-port.md").read_text(encoding="utf-8")
+    ports = set(re.findall(r"--port ([\w.]+:\w+)", recipe))
+    assert ports == {workflow()["env"]["PORT"]}, ports

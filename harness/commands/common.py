@@ -38,6 +38,8 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         device=getattr(args, "device", "cpu"),
         dcp_backend=dcp_backend_of(args),
         jobs=getattr(args, "jobs", None),
+        executor=getattr(args, "executor", "local"),
+        ray_address=getattr(args, "ray_address", None),
         timeout=getattr(args, "timeout", DEFAULT_PORT_TIMEOUT_S),
         time_limit=getattr(args, "time_limit", None),
         results=getattr(args, "results", None),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from harness.commands.common import open_command_oracle, run_request
 from harness.commands.diff import compare_and_print
 from harness.commands.options import PORT_HELP, jobs_options, level_choice, oracle_options
-from harness.engine import UsageError, close_port, pool_failure, select_device, worker_spec
+from harness.engine import UsageError, close_port, new_pool, pool_failure, select_device, worker_spec
 from harness.protocol.port import Port, port_levels
 from harness.search.explore import explore
 from harness.search.explore_finds import load_find, replay_kinds
@@ -20,7 +20,7 @@ from harness.search.explore_results import EXIT_CLEAN, EXIT_FOUND
 from harness.sides.items import LEVELS, level_of, selected_levels
 from harness.sides.job_sizing import resolve_jobs
 from harness.sides.loading import load_port
-from harness.sides.pool import PoolError, WorkerPool
+from harness.sides.pool import Executor, PoolError
 
 if TYPE_CHECKING:
     from harness.kernels import SharedKernels
@@ -116,16 +116,15 @@ def cmd_explore(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def explore_pool(args: argparse.Namespace, port: Port, levels: tuple[str, ...]) -> WorkerPool | None:
+def explore_pool(args: argparse.Namespace, port: Port, levels: tuple[str, ...]) -> Executor | None:
     """Workers for the search's properties (one each at most), started; None for one process."""
     from harness.search.explore_strategies import properties_for
 
     searched = [p for p in properties_for(levels) if p.level in port_levels(port)]
     jobs = resolve_jobs(args.jobs, args.budget_s, len(searched))
-    if jobs <= 1:
-        return None
-    pool = WorkerPool(jobs, worker_spec(run_request(args), [args.port]))
-    pool.start()
+    pool = new_pool(run_request(args), jobs, worker_spec(run_request(args), [args.port]))
+    if pool is not None:
+        pool.start()
     return pool
 
 

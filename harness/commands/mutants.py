@@ -24,6 +24,7 @@ from harness.commands.options import (
 from harness.engine import (
     UsageError,
     guarded_shrink,
+    new_pool,
     pool_failure,
     prepare_device,
     select_device,
@@ -67,7 +68,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     the matrix and the shrunk files are the same."""
     from harness.search.mutants import ShrinkKills, estimated_matrix_seconds, kill_matrix, render_matrix, write_matrix
     from harness.sides.job_sizing import resolve_jobs
-    from harness.sides.pool import PoolError, WorkerPool
+    from harness.sides.pool import PoolError
 
     # Mutants run on the CPU; its recipe before the mutants import Triton (the
     # oracle's interpreted kernels call Triton's helpers, built in import-time mode).
@@ -82,7 +83,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     levels = selected_levels(args.level)
     searches = len(names) * len(levels)
     jobs = resolve_jobs(args.jobs, estimated_matrix_seconds(suite, levels, len(names)), searches)
-    pool = WorkerPool(jobs, worker_spec(run_request(args))) if jobs > 1 else None
+    pool = new_pool(run_request(args), jobs, worker_spec(run_request(args)))
     try:
         if pool is not None:
             pool.start()

@@ -24,6 +24,7 @@ from harness.engine import (
     UsageError,
     close_port,
     describe_selection,
+    new_pool,
     note_unimplemented,
     parse_shard,
     pool_failure,
@@ -37,7 +38,7 @@ from harness.sides.item_stream import planned_items
 from harness.sides.items import LEVELS, selected_levels
 from harness.sides.job_sizing import estimated_seconds, resolve_jobs
 from harness.sides.loading import load_port
-from harness.sides.pool import PoolError, WorkerPool
+from harness.sides.pool import Executor, PoolError
 from harness.sides.runner import Shard, count_items
 
 
@@ -216,7 +217,7 @@ def port_progress(total: int, what: str) -> tuple[Any, Any]:
 
 def nightly_pool(
     args: argparse.Namespace, suite: Suite, levels: tuple[str, ...], shard: Shard | None, port_specs: list[str]
-) -> WorkerPool | None:
+) -> Executor | None:
     """The night's workers (its ports, kill matrix and searches share them),
     started; None for one process. The default --jobs weighs the ports' items
     and their searches (most mutants die within a few items: not counted)."""
@@ -225,8 +226,7 @@ def nightly_pool(
     planned = planned_items(suite, levels, shard)
     estimate = (estimated_seconds(kind for _, kind, _ in planned) + args.explore_budget_s) * len(port_specs)
     jobs = resolve_jobs(args.jobs, estimate, max(len(planned), len(MUTANTS)))
-    if jobs <= 1:
-        return None
-    pool = WorkerPool(jobs, worker_spec(run_request(args), port_specs))
-    pool.start()
+    pool = new_pool(run_request(args), jobs, worker_spec(run_request(args), port_specs))
+    if pool is not None:
+        pool.start()
     return pool

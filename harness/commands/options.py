@@ -26,7 +26,8 @@ PORT_HELP = "the port under test: " + "; ".join(f"{form} ({meaning})" for form, 
 # --size, as every command that loads a suite takes it (harness/cases/suites.py, SuiteScale).
 SIZE_HELP = (
     "the suite's scale: N generated layout cases, and every other part of the suite (its case files, "
-    "workspace grids, sparse batches and numeric groups) its share, at least one item each while N > 0"
+    "workspace grids, sparse batches and numeric groups) its share, at least one item each while N > 0; "
+    "a suite without generated cases (smoke, gpu) stays whole"
 )
 
 
@@ -136,6 +137,19 @@ def jobs_options(p: argparse.ArgumentParser) -> None:
         help="worker processes to spread the work over, >= 1, or auto: every core the machine's memory can feed "
         "(never more: a larger N is cut, and says so); results, files and reports are the same for any N "
         f"(default: auto when the work is estimated at {POOL_PAYS_OFF_S:g} s or more, else 1: in this process)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="where the workers run: local (this machine's processes, --jobs of them) or ray (actors on a Ray "
+        "cluster, one per CPU of it unless --jobs says; the same results; needs the ray extra)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="with --executor ray: the cluster to run on (host:port, or local for one started in this process; "
+        "default: RAY_ADDRESS, else local)",
     )
     oracle_cache_option(p)
 

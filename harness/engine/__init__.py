@@ -50,7 +50,7 @@ if TYPE_CHECKING:
         select_suite,
     )
     from harness.engine.shrinking import guarded_shrink, shrink_to_file
-    from harness.engine.workers import open_worker_sides, pool_failure, start_pool, worker_spec
+    from harness.engine.workers import new_pool, open_worker_sides, pool_failure, start_pool, worker_spec
     from harness.sides.loading import close_port
 
 # Each name of the API and the module that defines it, imported on first use:
@@ -84,6 +84,7 @@ _DEFINED_IN = {
     "guarded_shrink": "harness.engine.shrinking",
     "shrink_to_file": "harness.engine.shrinking",
     "open_worker_sides": "harness.engine.workers",
+    "new_pool": "harness.engine.workers",
     "pool_failure": "harness.engine.workers",
     "start_pool": "harness.engine.workers",
     "worker_spec": "harness.engine.workers",
@@ -115,6 +116,7 @@ __all__ = [
     "guarded_shrink",
     "harness_identity",
     "largest_dcp_world",
+    "new_pool",
     "note_unimplemented",
     "open_oracle",
     "open_worker_sides",

@@ -44,7 +44,7 @@ from harness.sides.work_box import WorkBox
 if TYPE_CHECKING:
     from harness.kernels import SharedKernels
     from harness.sides.dcp_ranks import RealRanks
-    from harness.sides.pool import WorkerPool
+    from harness.sides.pool import Executor
     from harness.verdicts.results_file import ResultsWriter
 
 
@@ -135,7 +135,7 @@ class Prepared:
     suite: Suite
     shard: Shard | None
     item_ids: list[str]
-    pool: WorkerPool | None
+    pool: Executor | None
     kernels: SharedKernels | None
     oracle: Port | None
     provenance: dict[str, Any]
@@ -201,7 +201,8 @@ def prepare(
     if request.resume and not request.results:
         raise UsageError("--resume needs --results FILE (the file to resume)")
     real_ranks = real_ranks_of(request)
-    pool = start_pool(request, None, (), None, [request.port]) if (request.jobs or 1) > 1 else None
+    early = (request.jobs or 1) > 1 or request.executor == "ray"
+    pool = start_pool(request, None, (), None, [request.port]) if early else None
     if pool is not None:
         always.callback(pool.close)
     prepare_device(request.device)
@@ -213,7 +214,9 @@ def prepare(
     suite = select_suite(request)
     shard = parse_shard(request.shard)
     item_ids = selected_item_ids(suite, levels, shard)
-    if tensors and request.size is None and not request.cases:
+    if tensors and not request.cases:
+        # A smaller --size is a subset of the suite's items (generation keeps each
+        # item whatever the count); a larger one grows items no digest covers: refused.
         refuse_uncovered_inputs(suite, levels)
     refuse_empty(len(item_ids), describe_selection(suite, levels, shard))
     if before_run is not None:
@@ -246,7 +249,7 @@ def _load_port(request: RunRequest, on_failure: contextlib.ExitStack) -> Port:
 
 
 def _open_oracle_side(
-    request: RunRequest, pool: WorkerPool | None, real_ranks: RealRanks | None, on_failure: contextlib.ExitStack
+    request: RunRequest, pool: Executor | None, real_ranks: RealRanks | None, on_failure: contextlib.ExitStack
 ) -> tuple[Port | None, dict[str, Any]]:
     """This process's oracle (closed by ``on_failure``) and its provenance; or,
     when every item runs in a worker, None and the workers' provenance: this

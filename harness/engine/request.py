@@ -41,6 +41,10 @@ class RunRequest:
     device: str = "cpu"
     dcp_backend: str = "one-process"
     jobs: int | None = None
+    # Where the workers run: "local" (this machine's processes) or "ray" (actors on the
+    # cluster at ray_address; None: RAY_ADDRESS, else a cluster started in this process).
+    executor: str = "local"
+    ray_address: str | None = None
     timeout: float = DEFAULT_PORT_TIMEOUT_S
     # Seconds the whole run may take (harness.sides.work_box): None, no limit.
     time_limit: float | None = None

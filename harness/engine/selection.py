@@ -101,7 +101,9 @@ def parse_shard(text: str | None) -> Shard | None:
 def refuse_empty(selected: int, what: str) -> None:
     """Zero selected items compare nothing: that is usage, never a pass."""
     if selected == 0:
-        raise UsageError(f"{what} selects no items: nothing would be compared (choose another --level or --shard)")
+        raise UsageError(
+            f"{what} selects no items: nothing would be compared (choose another --level, --shard or --size)"
+        )
 
 
 def describe_selection(suite: Suite, levels: tuple[str, ...], shard: Shard | None) -> str:

@@ -16,7 +16,7 @@ from harness.sides.runner import Shard
 
 if TYPE_CHECKING:
     from harness.kernels import SharedKernels
-    from harness.sides.pool import PoolError, WorkerPool
+    from harness.sides.pool import Executor, PoolError
     from harness.sides.pool_worker import WorkerSpec
 
 
@@ -64,19 +64,34 @@ def pool_failure(exc: PoolError) -> UsageError:
     from harness.sides.pool import PoolStartError
 
     if isinstance(exc, PoolStartError):
-        return UsageError(str(exc) if exc.usage else f"--jobs: a worker process could not start: {exc}")
+        return UsageError(str(exc) if exc.usage else f"--jobs: a worker could not start: {exc}")
     return UsageError(f"--jobs: {exc}")
+
+
+def new_pool(request: RunRequest, jobs: int, spec: WorkerSpec) -> Executor | None:
+    """The run's executor over ``jobs`` workers opened from ``spec``, not yet
+    started: this machine's processes (None for ``jobs`` 1: the run stays in
+    this process), or with ``--executor ray`` Ray actors, always (``jobs`` None:
+    one per CPU of the cluster)."""
+    if request.executor == "ray":
+        from harness.sides.ray_pool import RayPool
+
+        return RayPool(request.jobs or 0, spec, request.ray_address)
+    if jobs <= 1:
+        return None
+    from harness.sides.pool import WorkerPool
+
+    return WorkerPool(jobs, spec)
 
 
 def start_pool(
     request: RunRequest, suite: Suite | None, levels: tuple[str, ...], shard: Shard | None, port_specs: list[str]
-) -> WorkerPool | None:
+) -> Executor | None:
     """The run's worker processes, started (not yet ready), or None for one
     process: ``--jobs`` for these items (:func:`harness.sides.job_sizing.resolve_jobs`), or
     without a ``suite`` (not loaded yet) an explicit ``--jobs`` as given."""
     from harness.sides.item_stream import planned_items
     from harness.sides.job_sizing import capped_jobs, estimated_seconds, resolve_jobs
-    from harness.sides.pool import WorkerPool
 
     if suite is None:
         jobs = capped_jobs(request.jobs or 1)
@@ -84,8 +99,7 @@ def start_pool(
         planned = planned_items(suite, levels, shard)
         estimate = estimated_seconds(k for _, k, _ in planned) * len(port_specs)
         jobs = resolve_jobs(request.jobs, estimate, len(planned))
-    if jobs <= 1:
-        return None
-    pool = WorkerPool(jobs, worker_spec(request, port_specs))
-    pool.start()
+    pool = new_pool(request, jobs, worker_spec(request, port_specs))
+    if pool is not None:
+        pool.start()
     return pool

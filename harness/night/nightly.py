@@ -45,7 +45,7 @@ from harness.night.sizes import night_sizes
 from harness.protocol.port import Port, l3_compares
 from harness.search.coverage_verdicts import nightly_coverage
 from harness.sides.item_stream import stream_items
-from harness.sides.pool import WorkerPool
+from harness.sides.pool import Executor
 from harness.sides.runner import INTERRUPTED_WHY, LOST_WHY, Shard, count_items, selected_item_ids, unfinished_items
 from harness.sides.work_box import WorkBox
 from harness.verdicts.provenance import collect, port_repository
@@ -81,7 +81,7 @@ class NightlyPlan:
     # Where the night's items, kill matrix and searches run (harness/sides/pool.py,
     # ``--jobs``): its workers load each port from ``port_specs``. None: in
     # this process. The night's results are the same either way; its owner closes it.
-    pool: WorkerPool | None = None
+    pool: Executor | None = None
     # ``--size`` and ``--numeric-size`` as given (None: the suite's default), for the page's sizes.
     size: int | None = None
     numeric_size: int | None = None

@@ -49,7 +49,7 @@ from harness.sides.items import selected_levels
 
 if TYPE_CHECKING:
     from harness.kernels import SharedKernels
-    from harness.sides.pool import WorkerPool
+    from harness.sides.pool import Executor
     from harness.sides.pool_worker import WorkerSides
 
 # A single port call may take this long at most during a search (and never longer
@@ -68,7 +68,7 @@ def explore(
     kernels: SharedKernels,
     device: str = "cpu",
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
-    pool: WorkerPool | None = None,
+    pool: Executor | None = None,
 ) -> ExploreResult:
     """Search each property of ``level`` (layout, merge, prefill or all) for
     ``budget_s`` seconds in all; write the finds, ``explore.json`` and

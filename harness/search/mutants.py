@@ -46,7 +46,7 @@ from harness.sides.time_limits import is_timeout
 if TYPE_CHECKING:
     from harness.kernels import SharedKernels
     from harness.model import Case
-    from harness.sides.pool import WorkerPool
+    from harness.sides.pool import Executor
     from harness.sides.pool_worker import WorkerSides
 
 
@@ -298,7 +298,7 @@ def reach_pass(
     sites: frozenset[str],
     items: LevelItems,
     kernels: SharedKernels | None,
-    pool: WorkerPool | None,
+    pool: Executor | None,
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> list[Reach]:
     """:class:`Reach` of every item, in order (in a pool, under the workers' own time limit)."""
@@ -336,7 +336,7 @@ def kill_matrix(
     on_kill: Callable[[Any, str, Kill, CaseResult], None] | None = None,
     *,
     shrink: ShrinkKills | None = None,
-    pool: WorkerPool | None = None,
+    pool: Executor | None = None,
     probe: ProbeFactory | None = None,
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
 ) -> list[MutantRow]:

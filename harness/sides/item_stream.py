@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from harness.protocol.port import Port
     from harness.sides.dcp_ranks import RealRanks
     from harness.sides.items import CaseResult
-    from harness.sides.pool import WorkerPool
+    from harness.sides.pool import Executor
     from harness.sides.pool_worker import WorkerSides
     from harness.sides.runner import Shard
 
@@ -121,12 +121,19 @@ def recover_chunk(chunk: ItemChunk, finished: int, exitcode: int | None) -> tupl
         getattr(item, "family", "workspace-size"),
         kind,
         NOT_RUN,
-        error=f"not compared: the worker process comparing this item died (exit code {exitcode}): "
-        "the port or the oracle crashed it",
+        error="not compared: the worker process comparing this item died "
+        + ("every time it was tried" if exitcode is None else f"(exit code {exitcode})")
+        + ": the port or the oracle crashed it",
     )
     row.index = index
     rest = chunk.items[finished + 1 :]
     return [row], (ItemChunk(chunk.port_spec, rest, chunk.keep_layouts) if rest else None)
+
+
+def retry_chunk(chunk: ItemChunk, finished: int) -> ItemChunk | None:
+    """The items of ``chunk`` from the one its dead worker was on, to run again elsewhere."""
+    rest = chunk.items[finished:]
+    return ItemChunk(chunk.port_spec, rest, chunk.keep_layouts) if rest else None
 
 
 def item_tasks(
@@ -150,7 +157,8 @@ def item_tasks(
             )
             continue
         payload = ItemChunk(port_spec, tuple(chunk), keep_layouts)
-        tasks.append(Task(run=run_chunk, payload=payload, recover=recover_chunk, what=f"items {index}..{chunk[-1][0]}"))
+        what = f"items {index}..{chunk[-1][0]}"
+        tasks.append(Task(run=run_chunk, payload=payload, recover=recover_chunk, retry=retry_chunk, what=what))
     return tasks
 
 
@@ -178,7 +186,7 @@ class ItemStream:
     the workers had finished beyond what was yielded; :meth:`close` ends the
     iteration (and, on an interruption, the workers)."""
 
-    def __init__(self, results: Iterator[CaseResult], pool: WorkerPool | None) -> None:
+    def __init__(self, results: Iterator[CaseResult], pool: Executor | None) -> None:
         self._results, self._pool = results, pool
 
     def __iter__(self) -> Iterator[CaseResult]:
@@ -205,7 +213,7 @@ def stream_items(
     device: str = "cpu",
     timeout_s: float = DEFAULT_PORT_TIMEOUT_S,
     real_ranks: RealRanks | None = None,
-    pool: WorkerPool | None = None,
+    pool: Executor | None = None,
     keep_layouts: bool = True,
 ) -> ItemStream:
     """The results of :func:`harness.sides.runner.run_items` with these arguments,

@@ -48,8 +48,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, Protocol
 
+from harness.sides.pool_timeline import PoolTimeline
 from harness.sides.pool_worker import WorkerSides, WorkerSpec, worker_main
 
 # The longest a fresh worker may take to import the pinned vLLM and open its sides.
@@ -77,6 +78,28 @@ TaskRun = Callable[[WorkerSides, Any], Iterable[Any]]
 # What a task whose worker died after ``done`` outputs still yields, and what is
 # left of it to run on another worker (None: nothing).
 TaskRecover = Callable[[Any, int, "int | None"], tuple[list[Any], Any]]
+# What is left of a task whose worker died after ``done`` outputs, the output it
+# was on included, to run again elsewhere (None: nothing): an executor that
+# retries (harness.sides.ray_pool) uses it; this pool recovers instead.
+TaskRetry = Callable[[Any, int], Any]
+
+
+class Executor(Protocol):
+    """What a run spreads its tasks over: this module's :class:`WorkerPool`
+    (``--jobs``), or :class:`harness.sides.ray_pool.RayPool` (``--executor ray``).
+    Both keep the invariants of this module's docstring."""
+
+    jobs: int
+
+    def __enter__(self) -> Executor: ...
+    def __exit__(self, *exc: object) -> None: ...
+    def start(self) -> None: ...
+    def oracle_provenance(self) -> dict[str, Any]: ...
+    def expect_provenance(self, provenance: dict[str, Any]) -> None: ...
+    def run(self, tasks: Sequence[Task]) -> Iterator[Any]: ...
+    def unreported(self) -> list[Any]: ...
+    def terminate(self) -> None: ...
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -88,6 +111,7 @@ class Task:
     run: TaskRun | None = None
     payload: Any = None
     recover: TaskRecover | None = None
+    retry: TaskRetry | None = None
     inline: Callable[[], Iterable[Any]] | None = None
     what: str = "a task"
 
@@ -114,10 +138,17 @@ class _Worker:
     started: float = 0.0  # time.monotonic() at its spawn
     task: int | None = None  # the position of the task it runs
     outputs: int = 0  # outputs of that task it has sent
+    dispatched: float = 0.0  # when that task was handed to it (the timeline's clock)
 
 
 @dataclass
-class _RunState:
+class RunState:
+    """One :meth:`WorkerPool.run`'s tasks and what came of them, as any executor
+    keeps them: per task its payload (what is left of it to run), its outputs
+    not yet yielded, how many it yielded, whether it is done; the tasks waiting
+    for a worker; the head (the first task not fully yielded). ``deaths``
+    counts, per (task, output count), the workers that died there."""
+
     tasks: list[Task]
     payloads: list[Any]
     outputs: list[list[Any]]
@@ -125,6 +156,52 @@ class _RunState:
     done: list[bool]
     pending: deque[int]
     head: int = 0
+    deaths: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, tasks: Sequence[Task]) -> RunState:
+        listed = list(tasks)
+        return cls(
+            listed,
+            [t.payload for t in listed],
+            [[] for _ in listed],
+            [0] * len(listed),
+            [False] * len(listed),
+            deque(i for i, t in enumerate(listed) if t.inline is None),
+        )
+
+    def report(self, dispatch: Callable[[], None]) -> Iterator[Any]:
+        """The head task's outputs not yet yielded; an inline head runs here.
+        What is yielded is no longer held (a night yields tens of thousands of
+        results: the caller keeps what it needs); its place stays, as None.
+        ``dispatch`` keeps the workers busy while the caller digests a task's outputs."""
+        while self.head < len(self.tasks):
+            head = self.head
+            task, outputs = self.tasks[head], self.outputs[head]
+            if task.inline is not None and not self.done[head]:
+                for output in task.inline():
+                    outputs.append(None)
+                    self.reported[head] += 1
+                    yield output
+                self.done[head] = True
+            while self.reported[head] < len(outputs):
+                index = self.reported[head]
+                self.reported[head] += 1
+                output, outputs[index] = outputs[index], None
+                yield output
+            if not self.done[head]:
+                return
+            self.outputs[head] = []
+            self.head += 1
+            dispatch()
+
+    def unreported(self) -> list[Any]:
+        """The outputs received and not yielded, in task order (then counted as yielded)."""
+        out: list[Any] = []
+        for position in range(self.head, len(self.tasks)):
+            out += self.outputs[position][self.reported[position] :]
+            self.reported[position] = len(self.outputs[position])
+        return out
 
 
 @dataclass
@@ -135,8 +212,9 @@ class WorkerPool:
     jobs: int
     spec: WorkerSpec
     _workers: list[_Worker] = field(default_factory=list)
-    _state: _RunState | None = None
+    _state: RunState | None = None
     _provenance: dict[str, Any] | None = None
+    timeline: PoolTimeline = field(default_factory=PoolTimeline)
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -188,21 +266,14 @@ class WorkerPool:
         """Every task's outputs, in task order (see the module docstring). On
         any exception (Ctrl-C included) the workers are ended; what they had
         computed and the caller had not received is :meth:`unreported`."""
-        state = _RunState(
-            list(tasks),
-            [t.payload for t in tasks],
-            [[] for _ in tasks],
-            [0] * len(tasks),
-            [False] * len(tasks),
-            deque(i for i, t in enumerate(tasks) if t.inline is None),
-        )
+        state = RunState.of(tasks)
         self._state = state
         if state.pending:
             self.start()
         try:
             while state.head < len(state.tasks):
                 self._dispatch(state)
-                yield from self._report(state)
+                yield from state.report(lambda: self._dispatch(state))
                 if state.head < len(state.tasks):
                     self._receive(state)
         except BaseException:
@@ -210,32 +281,7 @@ class WorkerPool:
             self.terminate()
             raise
 
-    def _report(self, state: _RunState) -> Iterator[Any]:
-        """The head task's outputs not yet yielded; an inline head runs here.
-        What is yielded is no longer held (a night yields tens of thousands of
-        results: the caller keeps what it needs); its place stays, as None."""
-        while state.head < len(state.tasks):
-            head = state.head
-            task, outputs = state.tasks[head], state.outputs[head]
-            if task.inline is not None and not state.done[head]:
-                for output in task.inline():
-                    outputs.append(None)
-                    state.reported[head] += 1
-                    yield output
-                state.done[head] = True
-            while state.reported[head] < len(outputs):
-                index = state.reported[head]
-                state.reported[head] += 1
-                output, outputs[index] = outputs[index], None
-                yield output
-            if not state.done[head]:
-                return
-            state.outputs[head] = []
-            state.head += 1
-            # Keep workers busy while the caller digests what was yielded.
-            self._dispatch(state)
-
-    def _dispatch(self, state: _RunState) -> None:
+    def _dispatch(self, state: RunState) -> None:
         for worker in self._workers:
             if not state.pending:
                 return
@@ -243,14 +289,17 @@ class WorkerPool:
                 position = state.pending.popleft()
                 task = state.tasks[position]
                 worker.task, worker.outputs = position, 0
+                worker.dispatched = self.timeline.task_started()
                 worker.conn.send((task.run, state.payloads[position]))
 
-    def _receive(self, state: _RunState | None) -> None:
+    def _receive(self, state: RunState | None) -> None:
         """Wait for any worker's message (or death) and act on it."""
         waiting = [w.conn for w in self._workers] + [w.process.sentinel for w in self._workers]
         starting = [w.started for w in self._workers if not w.ready]
         timeout = max(0.0, min(starting) + STARTUP_S - time.monotonic()) if starting else None
+        before = time.perf_counter()
         ready = wait(waiting, timeout=timeout)
+        self.timeline.waited(time.perf_counter() - before)
         if not ready and starting:
             raise PoolError(f"a worker process did not start within {STARTUP_S:g} s")
         for worker in list(self._workers):
@@ -261,7 +310,7 @@ class WorkerPool:
                 self._read(worker, state)
                 self._died(worker, state)
 
-    def _read(self, worker: _Worker, state: _RunState | None) -> None:
+    def _read(self, worker: _Worker, state: RunState | None) -> None:
         while True:
             try:
                 if not worker.conn.poll():
@@ -271,7 +320,7 @@ class WorkerPool:
                 return
             self._handle(worker, message, value, state)
 
-    def _handle(self, worker: _Worker, message: str, value: Any, state: _RunState | None) -> None:
+    def _handle(self, worker: _Worker, message: str, value: Any, state: RunState | None) -> None:
         if message == "ready":
             if "error" in value:
                 raise PoolStartError(value["error"], usage=value["usage"])
@@ -283,6 +332,7 @@ class WorkerPool:
                 if differs is not None:
                     raise PoolStartError(f"a worker opened another oracle than the run's: {differs}", usage=False)
             worker.ready = True
+            self.timeline.worker_ready()
             return
         position = worker.task
         if position is None or state is None:
@@ -292,6 +342,7 @@ class WorkerPool:
             worker.outputs += 1
             return
         worker.task = None
+        self.timeline.task_ended(id(worker), worker.dispatched)
         if message == "done":
             state.done[position] = True
         elif message == "interrupt":
@@ -299,7 +350,7 @@ class WorkerPool:
         else:
             raise PoolError(f"{state.tasks[position].what} failed in a worker process: {value}")
 
-    def _died(self, worker: _Worker, state: _RunState | None) -> None:
+    def _died(self, worker: _Worker, state: RunState | None) -> None:
         """A worker's process ended: recover its task or stop the run."""
         self._workers.remove(worker)
         with contextlib.suppress(OSError):
@@ -312,6 +363,7 @@ class WorkerPool:
         if position is None or state is None:
             raise PoolError(f"a worker process exited (exit code {code})")
         task = state.tasks[position]
+        self.timeline.task_ended(id(worker), worker.dispatched)
         if task.recover is None:
             raise PoolError(f"a worker process died (exit code {code}) during {task.what}")
         extra, rest = task.recover(state.payloads[position], worker.outputs, code)
@@ -324,7 +376,7 @@ class WorkerPool:
         if state.pending:
             self._workers.append(self._spawn())
 
-    def _drain(self, state: _RunState) -> None:
+    def _drain(self, state: RunState) -> None:
         """Take in what the workers already sent (without waiting), for :meth:`unreported`."""
         for worker in self._workers:
             with contextlib.suppress(BaseException):
@@ -340,11 +392,7 @@ class WorkerPool:
         if state is None:
             return []
         self._drain(state)
-        out: list[Any] = []
-        for position in range(state.head, len(state.tasks)):
-            out += state.outputs[position][state.reported[position] :]
-            state.reported[position] = len(state.outputs[position])
-        return out
+        return state.unreported()
 
     def terminate(self) -> None:
         """End every worker now: SIGTERM (each closes its ports), then SIGKILL."""
@@ -365,6 +413,7 @@ class WorkerPool:
 
     def close(self) -> None:
         """Let idle workers finish (they close their ports), end any other."""
+        self.timeline.write()
         for worker in self._workers:
             if worker.ready and worker.task is None:
                 with contextlib.suppress(OSError):

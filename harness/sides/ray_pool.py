@@ -1,0 +1,381 @@
+"""Work spread over a Ray cluster (``--executor ray``): :class:`RayPool` is
+:class:`~harness.sides.pool.WorkerPool` with Ray actors for worker processes.
+
+Each actor is a :class:`WorkerActor`: it opens its sides from the same
+:class:`~harness.sides.pool_worker.WorkerSpec` a pool worker does and runs the
+same tasks (``run(sides, payload)``), streaming each output back as it comes
+(a Ray streaming generator). The parent keeps the pool's bookkeeping, so every
+invariant of :mod:`harness.sides.pool` holds here too, and these:
+
+* Order and bytes. Outputs are yielded in task order, each task's in its own
+  order: the rows, the JSON, results.parquet, summary and page of a run are
+  the same as ``--jobs`` gives on the same items (timing columns aside).
+* Faults lose nothing, count nothing twice. An actor that dies in a task (its
+  process crashed, or its node went away) is replaced by a fresh one; the
+  outputs it had sent stay, and the task goes on from the item it was on, on
+  any actor. An item whose worker died :data:`MAX_ITEM_TRIES` times is not run
+  again: the task's ``recover`` makes it a ``not-run`` row (nothing compared),
+  exactly as one death does under ``--jobs``, and the rest goes on. A run
+  never waits on a dead actor.
+* Resources. An actor asks Ray for one CPU, and for one GPU when the run's
+  device is CUDA, so a cluster's CPU and GPU nodes serve one run.
+* Ctrl-C stops the cluster's work (every actor is killed) and keeps every
+  output received (:meth:`RayPool.unreported`): a ``--results`` file resumes.
+* Ray is imported only here, and only when a run asks for it; without Ray
+  installed, :func:`ray_module` is a one-line usage error saying how to get it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.sides.pool import STARTUP_S, PoolError, PoolStartError, RunState, Task, provenance_difference
+from harness.sides.pool_worker import SidesRefused, WorkerSides, WorkerSpec
+
+# How many times an item may take its worker down before it is left not run.
+MAX_ITEM_TRIES = 2
+# The environment an actor needs as the parent has it (a pool worker inherits the
+# whole of it): the harness's own variables (the oracle cache, the plug-ins), where
+# ports import from and the cache's default folder, and what decides the kernels'
+# arithmetic (torch's CPU capability, numpy's CPU features, Triton and vLLM settings).
+CARRIED_VARIABLES = ("PYTHONPATH", "XDG_CACHE_HOME")
+CARRIED_PREFIXES = ("PARITY_", "ATEN_", "NPY_", "TRITON_", "VLLM_")
+INSTALL_HINT = (
+    "--executor ray: Ray is not installed here: install the harness with its ray extra "
+    "(pip install -e '.[ray]'; the tox environment .tox/oracle has it)"
+)
+
+
+def ray_module() -> Any:
+    """The ``ray`` module, or a usage error (:class:`PoolStartError`) saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise PoolStartError(INSTALL_HINT, usage=True) from None
+    return ray
+
+
+class WorkerActor:
+    """A worker's sides in a Ray actor process (Ray wraps this class with
+    ``ray.remote``); its methods are the pool worker's messages."""
+
+    def __init__(self, spec: WorkerSpec, working_dir: str) -> None:
+        import warnings
+
+        warnings.filterwarnings("ignore", "invalid value encountered", RuntimeWarning)
+        # A port named by import path imports from where the run was started, as in one process.
+        with contextlib.suppress(OSError):
+            os.chdir(working_dir)
+        if working_dir not in sys.path:
+            sys.path.insert(0, working_dir)
+        self.sides: WorkerSides | None = None
+        self.hello: dict[str, Any]
+        try:
+            self.sides = WorkerSides(spec)
+            self.hello = {"provenance": self.sides.provenance}
+        except SidesRefused as exc:
+            self.hello = {"error": str(exc), "usage": True}
+        except Exception as exc:  # a worker that cannot open its sides says why, in one line
+            self.hello = {"error": f"{type(exc).__name__}: {exc}"[:500], "usage": False}
+
+    def ready(self) -> dict[str, Any]:
+        return self.hello
+
+    def run(self, run: Any, payload: Any) -> Iterator[tuple[str, Any]]:
+        """The task's outputs, each as ``("out", output)``, then ``("done", None)``,
+        ``("error", one line)`` or ``("interrupt", None)``."""
+        from harness.sides.items import printable
+
+        assert self.sides is not None
+        try:
+            for output in run(self.sides, payload):
+                yield ("out", output)
+        except KeyboardInterrupt:
+            yield ("interrupt", None)
+            return
+        except Exception as exc:
+            yield ("error", printable(f"{type(exc).__name__}: {exc}")[:500])
+            return
+        yield ("done", None)
+
+    def close(self) -> None:
+        if self.sides is not None:
+            self.sides.close()
+
+
+@dataclass
+class _Actor:
+    handle: Any
+    number: int
+    started: float = 0.0
+    ready: bool = False
+    task: int | None = None
+    outputs: int = 0
+    dead: bool = False
+
+
+@dataclass
+class RayPool:
+    """``jobs`` Ray actors opened from ``spec`` on the cluster at ``address``
+    (None: a cluster started in this process, ended with the pool); see the
+    module docstring. Use as a context manager, or call :meth:`close`."""
+
+    jobs: int
+    spec: WorkerSpec
+    address: str | None = None
+    _actors: list[_Actor] = field(default_factory=list)
+    _messages: queue.Queue[tuple[_Actor, str, Any]] = field(default_factory=queue.Queue)
+    _state: RunState | None = None
+    _provenance: dict[str, Any] | None = None
+    _started_ray: bool = False
+    _spawned: int = 0
+    _actor_class: Any = None
+
+    def __enter__(self) -> RayPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _ray(self) -> Any:
+        ray = ray_module()
+        if not ray.is_initialized():
+            carried = {
+                name: value
+                for name, value in os.environ.items()
+                if name in CARRIED_VARIABLES or name.startswith(CARRIED_PREFIXES)
+            }
+            root = str(Path(__file__).resolve().parents[2])
+            search = [os.getcwd(), root, *filter(None, carried.get("PYTHONPATH", "").split(os.pathsep))]
+            carried["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(search))
+            try:
+                ray.init(
+                    address=self.address,
+                    runtime_env={"env_vars": carried},
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level="ERROR",
+                )
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = self.address or "a local cluster"
+                raise PoolStartError(f"--executor ray: cannot reach {where}: {exc}", usage=True) from None
+            self._started_ray = self.address is None
+        if self._actor_class is None:
+            self._actor_class = ray.remote(WorkerActor)
+        return ray
+
+    def start(self) -> None:
+        """Create the actors without waiting for them (their imports overlap the caller's);
+        ``jobs`` 0 is one actor per CPU of the cluster."""
+        ray = self._ray()
+        if self.jobs <= 0:
+            self.jobs = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        while len(self._actors) < self.jobs:
+            self._actors.append(self._spawn())
+
+    def _spawn(self) -> _Actor:
+        gpus = 1 if self.spec.device.startswith("cuda") else 0
+        handle = self._actor_class.options(num_cpus=1, num_gpus=gpus, max_restarts=0).remote(self.spec, os.getcwd())
+        self._spawned += 1
+        actor = _Actor(handle, self._spawned, started=time.monotonic())
+        threading.Thread(target=self._await_ready, args=(actor,), daemon=True).start()
+        return actor
+
+    def _await_ready(self, actor: _Actor) -> None:
+        ray = self._ray()
+        try:
+            self._messages.put((actor, "ready", ray.get(actor.handle.ready.remote())))
+        except Exception as exc:
+            self._messages.put((actor, "died", f"{type(exc).__name__}: {exc}"))
+
+    def _stream(self, actor: _Actor, task: Task, payload: Any) -> None:
+        ray = self._ray()
+        try:
+            for ref in actor.handle.run.options(num_returns="streaming").remote(task.run, payload):
+                message, value = ray.get(ref)
+                self._messages.put((actor, message, value))
+        except Exception as exc:
+            self._messages.put((actor, "died", f"{type(exc).__name__}: {exc}".splitlines()[0][:300]))
+
+    def oracle_provenance(self) -> dict[str, Any]:
+        """The provenance of the actors' oracle, as the first ready actor opened it."""
+        self.start()
+        try:
+            while self._provenance is None:
+                self._receive(None)
+        except BaseException:
+            self.terminate()
+            raise
+        return self._provenance
+
+    def expect_provenance(self, provenance: dict[str, Any]) -> None:
+        """Every actor's oracle must be the caller's (as :class:`WorkerPool`'s)."""
+        if self._provenance is None:
+            self._provenance = provenance
+            return
+        differs = provenance_difference(provenance, self._provenance)
+        if differs is not None:
+            self.terminate()
+            raise PoolStartError(f"the Ray actors opened another oracle than this process: {differs}", usage=False)
+
+    def run(self, tasks: Sequence[Task]) -> Iterator[Any]:
+        """Every task's outputs, in task order (see the module docstring)."""
+        state = RunState.of(tasks)
+        self._state = state
+        if state.pending:
+            self.start()
+        try:
+            while state.head < len(state.tasks):
+                self._dispatch(state)
+                yield from state.report(lambda: self._dispatch(state))
+                if state.head < len(state.tasks):
+                    self._receive(state)
+        except BaseException:
+            self._drain(state)
+            self.terminate()
+            raise
+
+    def _dispatch(self, state: RunState) -> None:
+        for actor in self._actors:
+            if not state.pending:
+                return
+            if actor.ready and actor.task is None and not actor.dead:
+                position = state.pending.popleft()
+                actor.task, actor.outputs = position, 0
+                thread = threading.Thread(
+                    target=self._stream, args=(actor, state.tasks[position], state.payloads[position]), daemon=True
+                )
+                thread.start()
+
+    def _receive(self, state: RunState | None) -> None:
+        """Wait for any actor's message and act on it (and on any that follow at once)."""
+        # Only a run with no actor ready waits for one against the clock: a replacement
+        # pending for a free CPU (a node went away) waits as long as the others work.
+        starting = [a.started for a in self._actors if not a.ready and not a.dead]
+        if any(a.ready for a in self._actors):
+            starting = []
+        timeout = max(0.0, min(starting) + STARTUP_S - time.monotonic()) if starting else None
+        try:
+            actor, message, value = self._messages.get(timeout=timeout)
+        except queue.Empty:
+            raise PoolError(f"a Ray actor did not start within {STARTUP_S:g} s") from None
+        self._handle(actor, message, value, state)
+        while True:
+            try:
+                actor, message, value = self._messages.get_nowait()
+            except queue.Empty:
+                return
+            self._handle(actor, message, value, state)
+
+    def _handle(self, actor: _Actor, message: str, value: Any, state: RunState | None) -> None:
+        if actor.dead:
+            return  # a replaced actor's last words: its task went on elsewhere
+        if message == "died":
+            self._died(actor, value, state)
+            return
+        if message == "ready":
+            if "error" in value:
+                raise PoolStartError(value["error"], usage=value["usage"])
+            if self._provenance is None:
+                self._provenance = value["provenance"]
+            else:
+                differs = provenance_difference(self._provenance, value["provenance"])
+                if differs is not None:
+                    raise PoolStartError(f"a Ray actor opened another oracle than the run's: {differs}", usage=False)
+            actor.ready = True
+            return
+        position = actor.task
+        if position is None or state is None:
+            raise PoolError(f"a Ray actor sent {message!r} with no task")
+        if message == "out":
+            state.outputs[position].append(value)
+            actor.outputs += 1
+            return
+        actor.task = None
+        if message == "done":
+            state.done[position] = True
+        elif message == "interrupt":
+            raise KeyboardInterrupt
+        else:
+            raise PoolError(f"{state.tasks[position].what} failed in a Ray actor: {value}")
+
+    def _died(self, actor: _Actor, reason: str, state: RunState | None) -> None:
+        """An actor (or its node) is gone: a fresh one takes its place; its task goes on."""
+        actor.dead = True
+        self._actors.remove(actor)
+        with contextlib.suppress(Exception):
+            self._ray().kill(actor.handle)
+        if not actor.ready:
+            raise PoolStartError(f"a Ray actor died during its start-up: {reason}")
+        position = actor.task
+        if position is None or state is None:
+            self._actors.append(self._spawn())
+            return
+        task = state.tasks[position]
+        if task.recover is None:
+            raise PoolError(f"a Ray actor died during {task.what}: {reason}")
+        key = (position, len(state.outputs[position]))
+        state.deaths[key] = state.deaths.get(key, 0) + 1
+        payload = state.payloads[position]
+        if task.retry is not None and state.deaths[key] < MAX_ITEM_TRIES:
+            rest = task.retry(payload, actor.outputs)
+        else:
+            extra, rest = task.recover(payload, actor.outputs, None)
+            state.outputs[position] += extra
+        if rest is None:
+            state.done[position] = True
+        else:
+            state.payloads[position] = rest
+            state.pending.appendleft(position)
+        self._actors.append(self._spawn())
+
+    def _drain(self, state: RunState) -> None:
+        """Take in what the actors already sent (without waiting), for :meth:`unreported`."""
+        while True:
+            try:
+                actor, message, value = self._messages.get_nowait()
+            except queue.Empty:
+                return
+            if message == "out" and actor.task is not None and not actor.dead:
+                state.outputs[actor.task].append(value)
+
+    def unreported(self) -> list[Any]:
+        """After :meth:`run` stopped early: the outputs received and not yielded, in task order."""
+        state = self._state
+        if state is None:
+            return []
+        self._drain(state)
+        return state.unreported()
+
+    def terminate(self) -> None:
+        """Stop every actor now (Ray kills its process; its ports' processes go with it)."""
+        actors, self._actors = self._actors, []
+        if not actors:
+            return
+        ray = self._ray()
+        for actor in actors:
+            actor.dead = True
+            with contextlib.suppress(Exception):
+                ray.kill(actor.handle)
+
+    def close(self) -> None:
+        """Let idle actors close their ports, end the rest, and a cluster this pool started."""
+        idle = [a for a in self._actors if a.ready and a.task is None and not a.dead]
+        if idle:
+            ray = self._ray()
+            with contextlib.suppress(Exception):
+                ray.get([a.handle.close.remote() for a in idle], timeout=10)
+        self.terminate()
+        if self._started_ray:
+            with contextlib.suppress(Exception):
+                ray_module().shutdown()
+            self._started_ray = False
