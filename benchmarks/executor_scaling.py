@@ -53,9 +53,9 @@ def point(workers: int, args: argparse.Namespace, scratch: Path) -> dict[str, An
             "pool": pools[-1] if pools else None}  # fmt: skip
 
 
-def where_time_went(pool: dict[str, Any] | None) -> str:
+def where_time_went(pool: dict[str, Any] | None, workers: int, executor: str) -> str:
     if not pool:
-        return "in one process (no pool)"
+        return "no pool timeline (Ray actors)" if executor == "ray" and workers > 0 else "in one process (no pool)"
     busy = pool["busy_s"] or [0.0]
     ready = pool["ready_s"] or [0.0]
     return (
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {workers:>3} workers: {figure['seconds']:7.1f} s, {figure['items']:,} items, "
                   f"{figure['items_per_s']:7.1f} items/s, speed-up {figure['speedup']:.2f}, "
                   f"efficiency {figure['efficiency']:.2f} (target {TARGET_EFFICIENCY} at 16)", flush=True)  # fmt: skip
-            print(f"        {where_time_went(figure['pool'])}", flush=True)
+            print(f"        {where_time_went(figure['pool'], workers, args.executor)}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
     return 0

@@ -118,3 +118,17 @@ def test_a_hung_ports_table_is_the_same_for_any_jobs(tmp_path: Path, capsys: pyt
         rows = [json.loads(line) for line in results.read_text().splitlines()[1:]]
         tables.append([(row["id"], row["status"]) for row in rows])
     assert tables[0] == tables[1] and sum(status == PORT_ERROR for _, status in tables[0]) >= HUNG_AFTER
+
+
+def test_a_gate_under_its_time_limit_writes_its_summary_and_never_passes(tmp_path: Path) -> None:
+    out = tmp_path / "gate"
+    argv = ["gate", "--suite", "smoke", "--level", "layout", "--port", "per_request", "--time-limit", "0.001"]
+    code = main([*argv, "--out", str(out)])
+    assert code != 0
+    summary = (out / "summary.md").read_text()
+    assert "## Parity gate: PASS" not in summary and "**Stopped early**" in summary, summary[:2000]
+    assert "time limit (0.001 s, --time-limit) ran out" in summary
+    table = pd.read_parquet(out / "results.parquet")
+    # What was measured before the limit is kept; the rest is not run, and nothing was shrunk.
+    assert (table["status"] == PARITY).any() and (table["status"] == NOT_RUN).any()
+    assert not list(out.glob("shrunk*"))
