@@ -327,3 +327,12 @@ def test_selecting_the_device_sets_its_recipe_in_the_environment(select: str) ->
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=shell, capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["1", "False"], done.stdout + done.stderr[-2000:]
+
+
+def test_heavy_tasks_are_handed_out_first_and_the_rest_in_order() -> None:
+    from harness.sides.pool import HEAVY_TASK_S, dispatch_order
+
+    costs = [0.1, HEAVY_TASK_S, 0.2, 3 * HEAVY_TASK_S, 0.1, 2 * HEAVY_TASK_S]
+    tasks = [Task(run=nap, payload=i, cost_s=cost) for i, cost in enumerate(costs)]
+    tasks.insert(2, Task(inline=lambda: iter(()), cost_s=9.0))  # runs in the parent, never handed out
+    assert dispatch_order(tasks) == [4, 6, 1, 0, 3, 5]

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.model.levels import kind_spec
 from harness.protocol.port import DEFAULT_PORT_TIMEOUT_S
-from harness.sides.job_sizing import cost_chunks
+from harness.sides.job_sizing import cost_chunks, estimated_seconds
 from harness.sides.pool import Task
 
 if TYPE_CHECKING:
@@ -158,7 +158,10 @@ def item_tasks(
             continue
         payload = ItemChunk(port_spec, tuple(chunk), keep_layouts)
         what = f"items {index}..{chunk[-1][0]}"
-        tasks.append(Task(run=run_chunk, payload=payload, recover=recover_chunk, retry=retry_chunk, what=what))
+        cost = estimated_seconds(k for _, k, _ in chunk)
+        tasks.append(
+            Task(run=run_chunk, payload=payload, recover=recover_chunk, retry=retry_chunk, cost_s=cost, what=what)
+        )
     return tasks
 
 

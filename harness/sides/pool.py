@@ -10,8 +10,8 @@ Invariants:
 
 * Order. :meth:`WorkerPool.run` takes a list of :class:`Task` and yields every
   task's outputs in list order, and each task's outputs in the order the task
-  produced them, however the work was spread; a task never starts before a task
-  earlier in the list has been handed out. Whatever a caller derives from the
+  produced them, however the work was spread. Tasks are handed out in list
+  order, but the heavy ones first (:func:`dispatch_order`). Whatever a caller derives from the
   outputs (a results file, a JSON report, a table) is therefore the same bytes
   for any ``N``.
 * ``--jobs 1`` never builds a pool: the callers run in-process, exactly as
@@ -112,6 +112,9 @@ class Task:
     payload: Any = None
     recover: TaskRecover | None = None
     retry: TaskRetry | None = None
+    # Estimated seconds of work (harness.sides.job_sizing): a task of HEAVY_TASK_S or
+    # more is handed out before the others, so no heavy task is left for the end.
+    cost_s: float = 0.0
     inline: Callable[[], Iterable[Any]] | None = None
     what: str = "a task"
 
@@ -141,6 +144,22 @@ class _Worker:
     dispatched: float = 0.0  # when that task was handed to it (the timeline's clock)
 
 
+# A task estimated at this many seconds or more goes to a worker before the lighter ones.
+HEAVY_TASK_S = 1.0
+
+
+def dispatch_order(tasks: Sequence[Task]) -> list[int]:
+    """The order workers are handed ``tasks`` (those not run inline): the heavy
+    ones (:data:`HEAVY_TASK_S`) first, heaviest first, then the rest in list
+    order. A run's time is at least its heaviest task's: started last, one
+    would hold the run up while every other worker idles. Outputs are still
+    yielded in list order (the pool's invariant): only when work starts moves."""
+    pooled = [i for i, t in enumerate(tasks) if t.inline is None]
+    heavy = sorted((i for i in pooled if tasks[i].cost_s >= HEAVY_TASK_S), key=lambda i: -tasks[i].cost_s)
+    chosen = set(heavy)
+    return heavy + [i for i in pooled if i not in chosen]
+
+
 @dataclass
 class RunState:
     """One :meth:`WorkerPool.run`'s tasks and what came of them, as any executor
@@ -167,7 +186,7 @@ class RunState:
             [[] for _ in listed],
             [0] * len(listed),
             [False] * len(listed),
-            deque(i for i, t in enumerate(listed) if t.inline is None),
+            deque(dispatch_order(listed)),
         )
 
     def report(self, dispatch: Callable[[], None]) -> Iterator[Any]:
