@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from harness.sides.pool_timeline import PoolTimeline
 from harness.sides.pool_worker import WorkerSides, WorkerSpec, worker_main
@@ -144,6 +144,21 @@ class _Worker:
     dispatched: float = 0.0  # when that task was handed to it (the timeline's clock)
 
 
+def ready_provenance(known: dict[str, Any] | None, hello: dict[str, Any], who: str) -> dict[str, Any]:
+    """The run's provenance once a worker said it is ready (``hello``): its own
+    when it is the first; refused (:class:`PoolStartError`) when it could not
+    open its sides or opened another oracle than the first (rows from two
+    oracles must never share one report)."""
+    if "error" in hello:
+        raise PoolStartError(hello["error"], usage=hello["usage"])
+    if known is None:
+        return dict(hello["provenance"])
+    differs = provenance_difference(known, hello["provenance"])
+    if differs is not None:
+        raise PoolStartError(f"{who} opened another oracle than the run's: {differs}", usage=False)
+    return known
+
+
 # A task estimated at this many seconds or more goes to a worker before the lighter ones.
 HEAVY_TASK_S = 1.0
 
@@ -214,6 +229,35 @@ class RunState:
             self.head += 1
             dispatch()
 
+    def drive(
+        self, dispatch: Callable[[], None], receive: Callable[[], None], stop: Callable[[], None]
+    ) -> Iterator[Any]:
+        """Every task's outputs in list order: hand tasks out (``dispatch``), yield
+        what the head has, wait for the workers' next messages (``receive``); on any
+        exception (Ctrl-C included) ``stop`` (take in what was sent, end the workers)."""
+        try:
+            while self.head < len(self.tasks):
+                dispatch()
+                yield from self.report(dispatch)
+                if self.head < len(self.tasks):
+                    receive()
+        except BaseException:
+            stop()
+            raise
+
+    def take(self, position: int, message: str, value: Any, where: str) -> bool:
+        """A worker's message about task ``position``: True for an output (kept),
+        False when the task ended (done; the interrupt and an error raise)."""
+        if message == "out":
+            self.outputs[position].append(value)
+            return True
+        if message == "done":
+            self.done[position] = True
+            return False
+        if message == "interrupt":
+            raise KeyboardInterrupt
+        raise PoolError(f"{self.tasks[position].what} failed in {where}: {value}")
+
     def unreported(self) -> list[Any]:
         """The outputs received and not yielded, in task order (then counted as yielded)."""
         out: list[Any] = []
@@ -223,38 +267,23 @@ class RunState:
         return out
 
 
-@dataclass
-class WorkerPool:
-    """``jobs`` spawned workers opened from ``spec``; see the module docstring.
-    Use as a context manager, or call :meth:`close`."""
+class PoolBase:
+    """What every executor of this module's invariants shares: the ordered run
+    over a :class:`RunState`, the check that every worker's oracle is the
+    caller's, and the outputs left when a run stops early. An executor provides
+    ``start``, ``_dispatch``, ``_receive``, ``_drain``, ``terminate`` and ``close``."""
 
     jobs: int
-    spec: WorkerSpec
-    _workers: list[_Worker] = field(default_factory=list)
-    _state: RunState | None = None
-    _provenance: dict[str, Any] | None = None
-    timeline: PoolTimeline = field(default_factory=PoolTimeline)
+    _state: RunState | None
+    _provenance: dict[str, Any] | None
+    # Who the workers are, in messages.
+    workers_said = "the workers"
 
-    def __enter__(self) -> WorkerPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def start(self) -> None:
-        """Spawn the workers without waiting for them (their imports overlap the caller's)."""
-        while len(self._workers) < self.jobs:
-            self._workers.append(self._spawn())
-
-    def _spawn(self) -> _Worker:
-        import multiprocessing
-
-        context = multiprocessing.get_context("spawn")
-        parent_end, child_end = context.Pipe()
-        process = context.Process(target=worker_main, args=(child_end, self.spec), name="parity-worker", daemon=True)
-        process.start()
-        child_end.close()
-        return _Worker(process, parent_end, started=time.monotonic())
 
     def oracle_provenance(self) -> dict[str, Any]:
         """The provenance of the workers' oracle (as the first worker to be
@@ -279,7 +308,7 @@ class WorkerPool:
         differs = provenance_difference(provenance, self._provenance)
         if differs is not None:
             self.terminate()
-            raise PoolStartError(f"the workers opened another oracle than this process: {differs}", usage=False)
+            raise PoolStartError(f"{self.workers_said} opened another oracle than this process: {differs}", usage=False)
 
     def run(self, tasks: Sequence[Task]) -> Iterator[Any]:
         """Every task's outputs, in task order (see the module docstring). On
@@ -289,16 +318,66 @@ class WorkerPool:
         self._state = state
         if state.pending:
             self.start()
-        try:
-            while state.head < len(state.tasks):
-                self._dispatch(state)
-                yield from state.report(lambda: self._dispatch(state))
-                if state.head < len(state.tasks):
-                    self._receive(state)
-        except BaseException:
-            self._drain(state)
-            self.terminate()
-            raise
+        yield from state.drive(lambda: self._dispatch(state), lambda: self._receive(state), lambda: self._stop(state))
+
+    def _stop(self, state: RunState) -> None:
+        self._drain(state)
+        self.terminate()
+
+    def unreported(self) -> list[Any]:
+        """After :meth:`run` stopped early: the outputs the workers had computed
+        that it had not yielded, in task order."""
+        state = self._state
+        if state is None:
+            return []
+        self._drain(state)
+        return state.unreported()
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def _dispatch(self, state: RunState) -> None:
+        raise NotImplementedError
+
+    def _receive(self, state: RunState | None) -> None:
+        raise NotImplementedError
+
+    def _drain(self, state: RunState) -> None:
+        raise NotImplementedError
+
+    def terminate(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class WorkerPool(PoolBase):
+    """``jobs`` spawned workers opened from ``spec``; see the module docstring.
+    Use as a context manager, or call :meth:`close`."""
+
+    jobs: int
+    spec: WorkerSpec
+    _workers: list[_Worker] = field(default_factory=list)
+    _state: RunState | None = None
+    _provenance: dict[str, Any] | None = None
+    timeline: PoolTimeline = field(default_factory=PoolTimeline)
+
+    def start(self) -> None:
+        """Spawn the workers without waiting for them (their imports overlap the caller's)."""
+        while len(self._workers) < self.jobs:
+            self._workers.append(self._spawn())
+
+    def _spawn(self) -> _Worker:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        parent_end, child_end = context.Pipe()
+        process = context.Process(target=worker_main, args=(child_end, self.spec), name="parity-worker", daemon=True)
+        process.start()
+        child_end.close()
+        return _Worker(process, parent_end, started=time.monotonic())
 
     def _dispatch(self, state: RunState) -> None:
         for worker in self._workers:
@@ -341,33 +420,18 @@ class WorkerPool:
 
     def _handle(self, worker: _Worker, message: str, value: Any, state: RunState | None) -> None:
         if message == "ready":
-            if "error" in value:
-                raise PoolStartError(value["error"], usage=value["usage"])
-            if self._provenance is None:
-                self._provenance = value["provenance"]
-            else:
-                # Rows from two oracles must never share one report.
-                differs = provenance_difference(self._provenance, value["provenance"])
-                if differs is not None:
-                    raise PoolStartError(f"a worker opened another oracle than the run's: {differs}", usage=False)
+            self._provenance = ready_provenance(self._provenance, value, "a worker")
             worker.ready = True
             self.timeline.worker_ready()
             return
         position = worker.task
         if position is None or state is None:
             raise PoolError(f"a worker sent {message!r} with no task")
-        if message == "out":
-            state.outputs[position].append(value)
+        if state.take(position, message, value, "a worker process"):
             worker.outputs += 1
             return
         worker.task = None
         self.timeline.task_ended(id(worker), worker.dispatched)
-        if message == "done":
-            state.done[position] = True
-        elif message == "interrupt":
-            raise KeyboardInterrupt
-        else:
-            raise PoolError(f"{state.tasks[position].what} failed in a worker process: {value}")
 
     def _died(self, worker: _Worker, state: RunState | None) -> None:
         """A worker's process ended: recover its task or stop the run."""
@@ -403,15 +467,6 @@ class WorkerPool:
                     message, value = worker.conn.recv()
                     if message == "out" and worker.task is not None:
                         state.outputs[worker.task].append(value)
-
-    def unreported(self) -> list[Any]:
-        """After :meth:`run` stopped early: the outputs the workers had computed
-        that it had not yielded, in task order."""
-        state = self._state
-        if state is None:
-            return []
-        self._drain(state)
-        return state.unreported()
 
     def terminate(self) -> None:
         """End every worker now: SIGTERM (each closes its ports), then SIGKILL."""

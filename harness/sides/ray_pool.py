@@ -33,12 +33,20 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.sides.pool import STARTUP_S, PoolError, PoolStartError, RunState, Task, provenance_difference
+from harness.sides.pool import (
+    STARTUP_S,
+    PoolBase,
+    PoolError,
+    PoolStartError,
+    RunState,
+    Task,
+    ready_provenance,
+)
 from harness.sides.pool_worker import SidesRefused, WorkerSides, WorkerSpec
 
 # How many times an item may take its worker down before it is left not run.
@@ -124,7 +132,7 @@ class _Actor:
 
 
 @dataclass
-class RayPool:
+class RayPool(PoolBase):
     """``jobs`` Ray actors opened from ``spec`` on the cluster at ``address``
     (None: a cluster started in this process, ended with the pool); see the
     module docstring. Use as a context manager, or call :meth:`close`."""
@@ -139,12 +147,7 @@ class RayPool:
     _started_ray: bool = False
     _spawned: int = 0
     _actor_class: Any = None
-
-    def __enter__(self) -> RayPool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    workers_said = "the Ray actors"
 
     def _ray(self) -> Any:
         ray = ray_module()
@@ -206,44 +209,6 @@ class RayPool:
         except Exception as exc:
             self._messages.put((actor, "died", f"{type(exc).__name__}: {exc}".splitlines()[0][:300]))
 
-    def oracle_provenance(self) -> dict[str, Any]:
-        """The provenance of the actors' oracle, as the first ready actor opened it."""
-        self.start()
-        try:
-            while self._provenance is None:
-                self._receive(None)
-        except BaseException:
-            self.terminate()
-            raise
-        return self._provenance
-
-    def expect_provenance(self, provenance: dict[str, Any]) -> None:
-        """Every actor's oracle must be the caller's (as :class:`WorkerPool`'s)."""
-        if self._provenance is None:
-            self._provenance = provenance
-            return
-        differs = provenance_difference(provenance, self._provenance)
-        if differs is not None:
-            self.terminate()
-            raise PoolStartError(f"the Ray actors opened another oracle than this process: {differs}", usage=False)
-
-    def run(self, tasks: Sequence[Task]) -> Iterator[Any]:
-        """Every task's outputs, in task order (see the module docstring)."""
-        state = RunState.of(tasks)
-        self._state = state
-        if state.pending:
-            self.start()
-        try:
-            while state.head < len(state.tasks):
-                self._dispatch(state)
-                yield from state.report(lambda: self._dispatch(state))
-                if state.head < len(state.tasks):
-                    self._receive(state)
-        except BaseException:
-            self._drain(state)
-            self.terminate()
-            raise
-
     def _dispatch(self, state: RunState) -> None:
         for actor in self._actors:
             if not state.pending:
@@ -283,30 +248,16 @@ class RayPool:
             self._died(actor, value, state)
             return
         if message == "ready":
-            if "error" in value:
-                raise PoolStartError(value["error"], usage=value["usage"])
-            if self._provenance is None:
-                self._provenance = value["provenance"]
-            else:
-                differs = provenance_difference(self._provenance, value["provenance"])
-                if differs is not None:
-                    raise PoolStartError(f"a Ray actor opened another oracle than the run's: {differs}", usage=False)
+            self._provenance = ready_provenance(self._provenance, value, "a Ray actor")
             actor.ready = True
             return
         position = actor.task
         if position is None or state is None:
             raise PoolError(f"a Ray actor sent {message!r} with no task")
-        if message == "out":
-            state.outputs[position].append(value)
+        if state.take(position, message, value, "a Ray actor"):
             actor.outputs += 1
             return
         actor.task = None
-        if message == "done":
-            state.done[position] = True
-        elif message == "interrupt":
-            raise KeyboardInterrupt
-        else:
-            raise PoolError(f"{state.tasks[position].what} failed in a Ray actor: {value}")
 
     def _died(self, actor: _Actor, reason: str, state: RunState | None) -> None:
         """An actor (or its node) is gone: a fresh one takes its place; its task goes on."""
@@ -347,14 +298,6 @@ class RayPool:
                 return
             if message == "out" and actor.task is not None and not actor.dead:
                 state.outputs[actor.task].append(value)
-
-    def unreported(self) -> list[Any]:
-        """After :meth:`run` stopped early: the outputs received and not yielded, in task order."""
-        state = self._state
-        if state is None:
-            return []
-        self._drain(state)
-        return state.unreported()
 
     def terminate(self) -> None:
         """Stop every actor now (Ray kills its process; its ports' processes go with it)."""
