@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -34,14 +35,16 @@ SMOKE = ROOT / "cases" / "smoke"
 CRASHES_ON = "exact-plus-one"
 NODE_GOES_ON = "giant-middle"
 NAMES = ("exact-at", CRASHES_ON, "exact-minus-one", NODE_GOES_ON, "giant-first", "giant-last")
-# Files the node-fault port and the test signal each other through.
-MARKER, RELEASE = "PARITY_TEST_NODE_MARKER", "PARITY_TEST_NODE_RELEASE"
+# Files the node-fault port and the test signal each other through, and where it
+# records every process that plans giant-middle.
+MARKER, RELEASE, PLANNERS = "PARITY_TEST_NODE_MARKER", "PARITY_TEST_NODE_RELEASE", "PARITY_TEST_NODE_PLANNERS"
 
 
 class FaultyPort(PerRequestPort):
     """per_request, but its process dies on exact-plus-one (every time), and
-    the first time it plans giant-middle it says so (the marker file) and waits
-    until the test has taken a node away (the release file)."""
+    the first time it plans giant-middle it says so (the marker file: its pid)
+    and waits until the test has taken its process away (the release file, for
+    a survivor)."""
 
     name = "faulty"
 
@@ -53,6 +56,9 @@ class FaultyPort(PerRequestPort):
         if case.name.endswith(CRASHES_ON):
             os._exit(3)
         marker, release = Path(os.environ[MARKER]), Path(os.environ[RELEASE])
+        if case.name.endswith(NODE_GOES_ON):
+            with open(os.environ[PLANNERS], "a", encoding="utf-8") as out:
+                out.write(f"{os.getpid()}\n")
         if case.name.endswith(NODE_GOES_ON) and not marker.exists():
             marker.write_text(str(os.getpid()))
             deadline = time.monotonic() + 60
@@ -114,12 +120,13 @@ def test_a_ray_run_writes_what_jobs_2_writes(cluster: Any, tmp_path: Path) -> No
 
 
 def test_faults_lose_nothing_and_count_nothing_twice(cluster: Any, tmp_path: Path) -> None:
-    """A node taken away mid-run: its items run again on the other, each row once,
-    the table as a run without the fault gives it. An item that kills its worker
-    every time: not-run after MAX_ITEM_TRIES, the rest compared, no hang."""
-    rows = tmp_path / "rows.jsonl"
+    """The process comparing giant-middle goes away mid-item, and the node that
+    is not the head with it: the item runs again elsewhere, each row once, the
+    table as a run without the fault gives it. An item that kills its worker every time:
+    not-run after MAX_ITEM_TRIES, the rest compared, no hang."""
+    rows, planners = tmp_path / "rows.jsonl", tmp_path / "planners"
     marker, release = tmp_path / "marker", tmp_path / "release"
-    env = {PID_FILE: str(tmp_path / "pids"), MARKER: str(marker), RELEASE: str(release)}
+    env = {PID_FILE: str(tmp_path / "pids"), MARKER: str(marker), RELEASE: str(release), PLANNERS: str(planners)}
     cases = [str(SMOKE / f"{name}.json") for name in NAMES]
     argv = ["run", "--cases", *cases, "--level", "layout", "--port", "tests.test_ray_executor:FaultyPort",
             "--executor", "ray", "--ray-address", cluster.address, "--jobs", "2", "--results", str(rows)]  # fmt: skip
@@ -128,9 +135,13 @@ def test_faults_lose_nothing_and_count_nothing_twice(cluster: Any, tmp_path: Pat
     while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
     assert marker.exists(), proc.communicate()[1][-3000:]
-    # Take away the node that is not the head: its actor (at work, or idle) goes with it.
-    worker_node = cluster.list_all_nodes()[1]
-    cluster.remove_node(worker_node, allow_graceful=False)
+    pid = marker.read_text()
+    other = next(node for node in cluster.list_all_nodes() if node is not cluster.head_node)
+    # The process at work on the item goes (a removed node's worker can outlive its raylet
+    # for a moment, and a result it sends then goes straight to the run: killed, it sends none).
+    os.kill(int(pid), signal.SIGKILL)
+    # The node that is not the head goes too, whatever its actor was doing (the one killed above, or the other).
+    cluster.remove_node(other, allow_graceful=False)
     release.write_text("go")
     try:
         code, _, err = finished(proc)
@@ -139,8 +150,10 @@ def test_faults_lose_nothing_and_count_nothing_twice(cluster: Any, tmp_path: Pat
         cluster.wait_for_nodes()
     assert code == 1, err[-3000:]
     records = [json.loads(line) for line in rows.read_text(encoding="utf-8").splitlines()[1:]]
+    assert [r["name"].removeprefix("smoke-") for r in records] == list(NAMES)  # every item once, in order
     statuses = {r["name"].removeprefix("smoke-"): (r["status"], r["detail"]) for r in records}
-    assert list(statuses) == list(NAMES), statuses  # every item once, in order
+    # giant-middle was planned again, by another process, after the first was taken away.
+    assert len(set(planners.read_text().split())) >= 2
     status, detail = statuses.pop(CRASHES_ON)
     assert status == "not-run" and "died every time it was tried" in detail, detail
     assert all(status == "parity" for status, _ in statuses.values()), statuses

@@ -164,15 +164,19 @@ HEAVY_TASK_S = 1.0
 
 
 def dispatch_order(tasks: Sequence[Task]) -> list[int]:
-    """The order workers are handed ``tasks`` (those not run inline): the heavy
-    ones (:data:`HEAVY_TASK_S`) first, heaviest first, then the rest in list
-    order. A run's time is at least its heaviest task's: started last, one
-    would hold the run up while every other worker idles. Outputs are still
-    yielded in list order (the pool's invariant): only when work starts moves."""
+    """The order workers are handed ``tasks`` (those not run inline): the first
+    one, then the heavy ones (:data:`HEAVY_TASK_S`), heaviest first, then the
+    rest in list order. A run's time is at least its heaviest task's: started
+    last, one would hold the run up while every other worker idles. The first
+    goes first because what is yielded in list order decides when a run stops
+    (a hung port's timeouts in a row, ``--time-limit``): the head never waits
+    behind heavy work. Outputs are still yielded in list order (the pool's
+    invariant): only when work starts moves."""
     pooled = [i for i, t in enumerate(tasks) if t.inline is None]
-    heavy = sorted((i for i in pooled if tasks[i].cost_s >= HEAVY_TASK_S), key=lambda i: -tasks[i].cost_s)
-    chosen = set(heavy)
-    return heavy + [i for i in pooled if i not in chosen]
+    head = pooled[:1]
+    heavy = sorted((i for i in pooled[1:] if tasks[i].cost_s >= HEAVY_TASK_S), key=lambda i: -tasks[i].cost_s)
+    chosen = set(head + heavy)
+    return head + heavy + [i for i in pooled if i not in chosen]
 
 
 @dataclass

@@ -99,11 +99,14 @@ class WorkerActor:
         return self.hello
 
     def run(self, run: Any, payload: Any) -> Iterator[tuple[str, Any]]:
-        """The task's outputs, each as ``("out", output)``, then ``("done", None)``,
-        ``("error", one line)`` or ``("interrupt", None)``."""
+        """``("started", None)`` (the task reached this actor: a death after it
+        counts against the item it was on), the task's outputs, each as
+        ``("out", output)``, then ``("done", None)``, ``("error", one line)`` or
+        ``("interrupt", None)``."""
         from harness.sides.items import printable
 
         assert self.sides is not None
+        yield ("started", None)
         try:
             for output in run(self.sides, payload):
                 yield ("out", output)
@@ -128,6 +131,12 @@ class _Actor:
     ready: bool = False
     task: int | None = None
     outputs: int = 0
+    # Whether the actor said it started its task: a death before that is the
+    # actor's or its node's (gone before the task reached it), never the item's.
+    began: bool = False
+    # Ended by the pool itself (Ctrl-C, the end of a run), not by a fault.
+    stopped: bool = False
+    stream: threading.Thread | None = None
     dead: bool = False
 
 
@@ -147,6 +156,7 @@ class RayPool(PoolBase):
     _started_ray: bool = False
     _spawned: int = 0
     _actor_class: Any = None
+    _startup_deaths: int = 0
     workers_said = "the Ray actors"
 
     def _ray(self) -> Any:
@@ -160,18 +170,20 @@ class RayPool(PoolBase):
             root = str(Path(__file__).resolve().parents[2])
             search = [os.getcwd(), root, *filter(None, carried.get("PYTHONPATH", "").split(os.pathsep))]
             carried["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(search))
+            # No address and no RAY_ADDRESS: a cluster of this run's own (ray.init(None)
+            # would join any cluster `ray start` left running on this host).
+            address = self.address or os.environ.get("RAY_ADDRESS") or "local"
             try:
                 ray.init(
-                    address=self.address,
+                    address=address,
                     runtime_env={"env_vars": carried},
                     include_dashboard=False,
                     log_to_driver=False,
                     logging_level="ERROR",
                 )
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                where = self.address or "a local cluster"
-                raise PoolStartError(f"--executor ray: cannot reach {where}: {exc}", usage=True) from None
-            self._started_ray = self.address is None
+                raise PoolStartError(f"--executor ray: cannot reach {address}: {exc}", usage=True) from None
+            self._started_ray = address == "local"
         if self._actor_class is None:
             self._actor_class = ray.remote(WorkerActor)
         return ray
@@ -215,11 +227,11 @@ class RayPool(PoolBase):
                 return
             if actor.ready and actor.task is None and not actor.dead:
                 position = state.pending.popleft()
-                actor.task, actor.outputs = position, 0
-                thread = threading.Thread(
+                actor.task, actor.outputs, actor.began = position, 0, False
+                actor.stream = threading.Thread(
                     target=self._stream, args=(actor, state.tasks[position], state.payloads[position]), daemon=True
                 )
-                thread.start()
+                actor.stream.start()
 
     def _receive(self, state: RunState | None) -> None:
         """Wait for any actor's message and act on it (and on any that follow at once)."""
@@ -254,6 +266,9 @@ class RayPool(PoolBase):
         position = actor.task
         if position is None or state is None:
             raise PoolError(f"a Ray actor sent {message!r} with no task")
+        if message == "started":
+            actor.began = True
+            return
         if state.take(position, message, value, "a Ray actor"):
             actor.outputs += 1
             return
@@ -266,7 +281,13 @@ class RayPool(PoolBase):
         with contextlib.suppress(Exception):
             self._ray().kill(actor.handle)
         if not actor.ready:
-            raise PoolStartError(f"a Ray actor died during its start-up: {reason}")
+            # Its node went away before it was ready: another takes its place while
+            # others serve the run; with none, the run cannot go on.
+            self._startup_deaths += 1
+            if self._startup_deaths > 2 * self.jobs or not any(a.ready for a in self._actors):
+                raise PoolStartError(f"a Ray actor died during its start-up: {reason}")
+            self._actors.append(self._spawn())
+            return
         position = actor.task
         if position is None or state is None:
             self._actors.append(self._spawn())
@@ -275,7 +296,8 @@ class RayPool(PoolBase):
         if task.recover is None:
             raise PoolError(f"a Ray actor died during {task.what}: {reason}")
         key = (position, len(state.outputs[position]))
-        state.deaths[key] = state.deaths.get(key, 0) + 1
+        # Only a death after the task reached the actor counts against the item.
+        state.deaths[key] = state.deaths.get(key, 0) + (1 if actor.began else 0)
         payload = state.payloads[position]
         if task.retry is not None and state.deaths[key] < MAX_ITEM_TRIES:
             rest = task.retry(payload, actor.outputs)
@@ -296,7 +318,7 @@ class RayPool(PoolBase):
                 actor, message, value = self._messages.get_nowait()
             except queue.Empty:
                 return
-            if message == "out" and actor.task is not None and not actor.dead:
+            if message == "out" and actor.task is not None and (actor.stopped or not actor.dead):
                 state.outputs[actor.task].append(value)
 
     def terminate(self) -> None:
@@ -306,9 +328,13 @@ class RayPool(PoolBase):
             return
         ray = self._ray()
         for actor in actors:
-            actor.dead = True
+            actor.dead = actor.stopped = True
             with contextlib.suppress(Exception):
                 ray.kill(actor.handle)
+        # What a stream had taken in before the kill reaches the queue (for unreported).
+        for actor in actors:
+            if actor.stream is not None:
+                actor.stream.join(timeout=2)
 
     def close(self) -> None:
         """Let idle actors close their ports, end the rest, and a cluster this pool started."""
@@ -316,7 +342,7 @@ class RayPool(PoolBase):
         if idle:
             ray = self._ray()
             with contextlib.suppress(Exception):
-                ray.get([a.handle.close.remote() for a in idle], timeout=10)
+                ray.wait([a.handle.close.remote() for a in idle], num_returns=len(idle), timeout=10)
         self.terminate()
         if self._started_ray:
             with contextlib.suppress(Exception):
