@@ -10,8 +10,9 @@ from typing import Any
 import torch
 
 
-def cuda_ms(fn: Callable[[], Any], warmup: int, repeats: int, launches: int = 1) -> dict[str, float]:
-    """Median, min and max milliseconds a call of ``fn`` takes over ``repeats``
+def cuda_ms(fn: Callable[[], Any], warmup: int, repeats: int, launches: int = 1) -> dict[str, Any]:
+    """Median, min and max milliseconds (and every sample, for the report's
+    noise: reports/timing_noise.py) a call of ``fn`` takes over ``repeats``
     CUDA-event timings, each of ``launches`` calls back to back.
 
     A kernel's device time wants ``launches`` > 1: the host then enqueues the
@@ -33,10 +34,10 @@ def cuda_ms(fn: Callable[[], Any], warmup: int, repeats: int, launches: int = 1)
         stop.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(stop) / launches)
-    return {"median": statistics.median(times), "min": min(times), "max": max(times)}
+    return {"median": statistics.median(times), "min": min(times), "max": max(times), "samples": times}
 
 
-def interleaved_cuda_ms(fns: dict[str, Callable[[], Any]], warmup: int, repeats: int) -> dict[str, dict[str, float]]:
+def interleaved_cuda_ms(fns: dict[str, Callable[[], Any]], warmup: int, repeats: int) -> dict[str, dict[str, Any]]:
     """:func:`cuda_ms` of each of ``fns`` (one call a timing), their timings taken
     in turn, the order rotating each round: a drift of the device's clocks or of
     the host over the run weighs on every loop alike, not on whichever ran last."""
@@ -49,6 +50,7 @@ def interleaved_cuda_ms(fns: dict[str, Callable[[], Any]], warmup: int, repeats:
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             times[name].append(cuda_ms(fns[name], 0, 1)["median"])
     return {
-        name: {"median": statistics.median(taken), "min": min(taken), "max": max(taken)}
+        # Samples in round order: the i-th of each loop was taken in the same round (paired).
+        name: {"median": statistics.median(taken), "min": min(taken), "max": max(taken), "samples": taken}
         for name, taken in times.items()
     }

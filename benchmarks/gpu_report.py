@@ -132,7 +132,7 @@ def copy_bandwidth(warmup: int, repeats: int) -> float:
     """GB/s of a 1 GiB device-to-device clone (read plus write)."""
     block = torch.empty(2**30, dtype=torch.uint8, device="cuda")
     timing = cuda_ms(lambda: block.clone(), warmup, repeats, KERNEL_LAUNCHES)
-    return 2 * block.numel() / timing["median"] / 1e6
+    return 2 * block.numel() / float(timing["median"]) / 1e6
 
 
 def merge_row(shape: tuple[int, int, int, torch.dtype], warmup: int, repeats: int) -> dict[str, Any]:
@@ -159,6 +159,8 @@ def merge_row(shape: tuple[int, int, int, torch.dtype], warmup: int, repeats: in
         "oracle_GBps": moved / upstream["median"] / 1e6,
         "port_GBps": moved / port["median"] / 1e6,
         "port_vs_oracle": upstream["median"] / port["median"],
+        "oracle_samples": upstream["samples"],
+        "port_samples": port["samples"],
         "bit_identical": identical_bits(out, expected) and identical_bits(out_lse, expected_lse),
     }
 

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from reports.figures_page import FIGURES_PAGE, write_figures
+from reports.timing_noise import paired_ratio, shown, unpaired_ratio
 
 
 def __getattr__(name: str) -> Any:
@@ -63,8 +64,28 @@ def merge_table(report: dict[str, Any]) -> pd.DataFrame:
             "upstream % of copy": (100 * frame["oracle_GBps"] / copy).round(0).astype(int),
             "port % of copy": (100 * frame["port_GBps"] / copy).round(0).astype(int),
             "same bits": frame["bit_identical"].map({True: "yes", False: "NO"}),
+            **_noise_columns(
+                "port / upstream time",
+                [
+                    unpaired_ratio(row.get("port_samples") or [], row.get("oracle_samples") or [])
+                    for row in section.get("rows", [])
+                ],
+            ),
         }
     )
+
+
+def _noise_columns(name: str, ratios: list[Any]) -> dict[str, list[str]]:
+    """A ratio with its spread, and its call (reports/timing_noise.py), as two
+    columns; none for a report written before samples were kept (it stays as it was)."""
+    if all(ratio is None for ratio in ratios):
+        return {}
+    cells = [shown(ratio) for ratio in ratios]
+    return {f"{name} (spread)": [c[0] for c in cells], "call": [c[1] for c in cells]}
+
+
+def _paired(timings: Any, port: str, upstream: str) -> Any:
+    return paired_ratio(timings[port].get("samples") or [], timings[upstream].get("samples") or [])
 
 
 def prefill_table(report: dict[str, Any]) -> pd.DataFrame:
@@ -90,6 +111,9 @@ def prefill_table(report: dict[str, Any]) -> pd.DataFrame:
             "legacy min ms": fastest("legacy"),
             "per-request min ms": fastest("per_request"),
             "upstream min ms": fastest("upstream"),
+            **_noise_columns(
+                "per-request / upstream", [_paired(t, "per_request", "upstream") for t in frame["timings"]]
+            ),
         }
     )
 
@@ -155,13 +179,24 @@ def sparse_markdown(section: dict[str, Any], heading: str) -> list[str]:
     ]
     timing = section.get("timing")
     if timing:
-        frame = pd.DataFrame(timing).drop(columns=["timings"], errors="ignore")
+        frame = pd.DataFrame(timing)
+        paired = [_paired(t, "per_request", "upstream") for t in frame["timings"]] if "timings" in frame else []
+        noise = _noise_columns("ratio", paired)
+        for column, cells in noise.items():
+            frame[column] = cells
+        frame = frame.drop(columns=["timings"], errors="ignore")
         lines += [
             f"{heading}# Masked forward time",
             "",
             f"The masked path of the forward pass (suffix, context loop, final merge), plans and metadata built "
             f"before timing; CUDA events, {section.get('warmup')} warm-up calls, median of {section.get('repeats')}, "
-            "the two interleaved. ratio: per_request over upstream.",
+            "the two interleaved. ratio: per_request over upstream"
+            + (
+                "; its spread is the interquartile range of the per-round ratios, and a spread holding 1 is a "
+                "tie (reports/timing_noise.py)."
+                if noise
+                else "."
+            ),
             "",
             frame.to_markdown(index=False),
             "",
