@@ -337,3 +337,12 @@ def test_heavy_tasks_are_handed_out_first_and_the_rest_in_order() -> None:
     tasks.insert(2, Task(inline=lambda: iter(()), cost_s=9.0))  # runs in the parent, never handed out
     # The first goes first (what is yielded in order decides when a run stops), then the heavy ones.
     assert dispatch_order(tasks) == [0, 4, 6, 1, 3, 5]
+
+
+def test_a_pool_failure_names_the_option_that_asked_for_the_workers() -> None:
+    from harness.engine.workers import pool_failure
+    from harness.sides.pool import PoolError
+
+    assert str(pool_failure(PoolError("a worker process died"))) == "--jobs: a worker process died"
+    ray = pool_failure(PoolStartError("a Ray actor died during its start-up: gone"), "ray")
+    assert str(ray) == "--executor ray: a worker could not start: a Ray actor died during its start-up: gone"

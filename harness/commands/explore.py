@@ -88,7 +88,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
                 oracle, port, args.port, args.level, args.budget_s, args.seed, out_dir, kernels, args.device, pool=pool
             )
         except PoolError as exc:
-            raise pool_failure(exc) from None
+            raise pool_failure(exc, args.executor) from None
         finally:
             if pool is not None:
                 pool.close()

@@ -99,7 +99,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
             oracle, mutants, suite, levels, kernels, shrink=shrink, pool=pool, probe=probe, timeout_s=args.timeout
         )
     except PoolError as exc:
-        raise pool_failure(exc) from None
+        raise pool_failure(exc, args.executor) from None
     finally:
         if pool is not None:
             pool.close()

@@ -146,7 +146,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             if pool is not None:
                 pool.close()
             if isinstance(exc, PoolError):
-                raise pool_failure(exc) from None
+                raise pool_failure(exc, args.executor) from None
             raise
         plan = NightlyPlan(
             date,
@@ -168,7 +168,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         try:
             night = run_nightly(plan, oracle, ports, provenance, write_report=write_report, progress=port_progress)
         except PoolError as exc:
-            raise pool_failure(exc) from None
+            raise pool_failure(exc, args.executor) from None
         finally:
             if pool is not None:
                 pool.close()

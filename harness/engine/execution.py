@@ -182,7 +182,7 @@ def execute(
             execution = tabulate(prepared, run_prepared(prepared, keep_layouts))
             on_failure.pop_all()
     except PoolError as exc:
-        raise pool_failure(exc) from None
+        raise pool_failure(exc, request.executor) from None
     return execution
 
 

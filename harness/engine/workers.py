@@ -57,15 +57,17 @@ def worker_spec(
     )
 
 
-def pool_failure(exc: PoolError) -> UsageError:
+def pool_failure(exc: PoolError, executor: str = "local") -> UsageError:
     """What the user reads when the workers cannot go on: a usage error a
     worker met opening the oracle (a drifted fingerprint, say) as the command
-    words it in one process; anything else, one line naming ``--jobs``."""
+    words it in one process; anything else, one line naming the option that
+    asked for the workers (``--jobs``, or ``--executor ray``)."""
     from harness.sides.pool import PoolStartError
 
+    option = "--executor ray" if executor == "ray" else "--jobs"
     if isinstance(exc, PoolStartError):
-        return UsageError(str(exc) if exc.usage else f"--jobs: a worker could not start: {exc}")
-    return UsageError(f"--jobs: {exc}")
+        return UsageError(str(exc) if exc.usage else f"{option}: a worker could not start: {exc}")
+    return UsageError(f"{option}: {exc}")
 
 
 def new_pool(request: RunRequest, jobs: int, spec: WorkerSpec) -> Executor | None:
