@@ -8,15 +8,18 @@ same tasks (``run(sides, payload)``), streaming each output back as it comes
 invariant of :mod:`harness.sides.pool` holds here too, and these:
 
 * Order and bytes. Outputs are yielded in task order, each task's in its own
-  order: the rows, the JSON, results.parquet, summary and page of a run are
-  the same as ``--jobs`` gives on the same items (timing columns aside).
+  order: while no worker dies, the rows, the JSON, results.parquet, summary
+  and page of a run are the same as ``--jobs`` gives on the same items.
 * Faults lose nothing, count nothing twice. An actor that dies in a task (its
   process crashed, or its node went away) is replaced by a fresh one; the
   outputs it had sent stay, and the task goes on from the item it was on, on
-  any actor. An item whose worker died :data:`MAX_ITEM_TRIES` times is not run
-  again: the task's ``recover`` makes it a ``not-run`` row (nothing compared),
-  exactly as one death does under ``--jobs``, and the rest goes on. A run
-  never waits on a dead actor.
+  any actor. A death counts against that item only once the actor said it had
+  started the task (``("started", None)``). An item whose worker died
+  :data:`MAX_ITEM_TRIES` times is not run again: the task's ``recover`` makes
+  it a ``not-run`` row (nothing compared), as one death does under ``--jobs``,
+  and the rest goes on; a task without ``retry`` (the kill matrix's, explore's)
+  is recovered at once, and one without ``recover`` ends the run in one line.
+  A run never waits on a dead actor.
 * Resources. An actor asks Ray for one CPU, and for one GPU when the run's
   device is CUDA, so a cluster's CPU and GPU nodes serve one run.
 * Ctrl-C stops the cluster's work (every actor is killed) and keeps every
