@@ -172,3 +172,17 @@ def test_the_hot_loops_draw_what_randint_and_choice_drew() -> None:
                     old.choice((1, 1, 2, 3, old.randint(1, min(64, 2 * block)))) for _ in range(n)
                 ]
         assert new.random() == old.random()
+
+
+def test_a_size_past_the_suites_own_is_refused_where_digests_check_the_inputs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A smaller --size is a subset of the digested items and runs; a larger one
+    grows tensor items no committed input digest covers: refused, one line."""
+    from harness.cli import main
+
+    assert main(["run", "--suite", "ci", "--size", "100", "--level", "merge"]) == 0
+    capsys.readouterr()
+    assert main(["run", "--suite", "ci", "--size", "10000", "--level", "merge"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--size 10000: suite ci grown past its own size" in err

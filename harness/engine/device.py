@@ -79,15 +79,21 @@ def prepare_tensor_levels() -> None:
     refuse_other_inputs()
 
 
-def refuse_uncovered_inputs(suite: Suite, levels: tuple[str, ...]) -> None:
+def refuse_uncovered_inputs(suite: Suite, levels: tuple[str, ...], size: int | None = None) -> None:
     """A run of a digested suite (ci, smoke) whose tensor items the committed
-    digests do not all cover is refused in one line: none would go unchecked."""
+    digests do not all cover is refused in one line: none would go unchecked
+    (a ``--size`` past the suite's own grows such items: the line says so)."""
     from harness.sides.input_digests import InputsDiffer, check_covered
     from harness.sides.runner import plan_items
 
     try:
         check_covered(suite.name, plan_items(suite, levels))
     except InputsDiffer as exc:
+        if size is not None:
+            raise UsageError(
+                f"--size {size}: suite {suite.name} grown past its own size holds tensor items no committed input "
+                f"digest covers, whose inputs would go unchecked (a --size up to the suite's own is covered): {exc}"
+            ) from None
         raise UsageError(str(exc)) from None
 
 

@@ -217,7 +217,7 @@ def prepare(
     if tensors and not request.cases:
         # A smaller --size is a subset of the suite's items (generation keeps each
         # item whatever the count); a larger one grows items no digest covers: refused.
-        refuse_uncovered_inputs(suite, levels)
+        refuse_uncovered_inputs(suite, levels, request.size)
     refuse_empty(len(item_ids), describe_selection(suite, levels, shard))
     if before_run is not None:
         before_run(port, suite)
