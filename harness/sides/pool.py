@@ -262,6 +262,15 @@ class RunState:
             raise KeyboardInterrupt
         raise PoolError(f"{self.tasks[position].what} failed in {where}: {value}")
 
+    def goes_on(self, position: int, rest: Any) -> None:
+        """Task ``position`` lost its worker: what is ``rest`` of it runs next, on
+        another worker (None: nothing is left, the task is done)."""
+        if rest is None:
+            self.done[position] = True
+        else:
+            self.payloads[position] = rest
+            self.pending.appendleft(position)
+
     def unreported(self) -> list[Any]:
         """The outputs received and not yielded, in task order (then counted as yielded)."""
         out: list[Any] = []
@@ -455,11 +464,7 @@ class WorkerPool(PoolBase):
             raise PoolError(f"a worker process died (exit code {code}) during {task.what}")
         extra, rest = task.recover(state.payloads[position], worker.outputs, code)
         state.outputs[position] += extra
-        if rest is None:
-            state.done[position] = True
-        else:
-            state.payloads[position] = rest
-            state.pending.appendleft(position)
+        state.goes_on(position, rest)
         if state.pending:
             self._workers.append(self._spawn())
 

@@ -307,11 +307,7 @@ class RayPool(PoolBase):
         else:
             extra, rest = task.recover(payload, actor.outputs, None)
             state.outputs[position] += extra
-        if rest is None:
-            state.done[position] = True
-        else:
-            state.payloads[position] = rest
-            state.pending.appendleft(position)
+        state.goes_on(position, rest)
         self._actors.append(self._spawn())
 
     def _drain(self, state: RunState) -> None:
